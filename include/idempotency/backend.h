@@ -1,0 +1,152 @@
+// The port every storage backend implements: claim / complete / release / purge_expired.
+//
+// `LockBackend` validates its inputs once, in non-virtual public functions, and hands the
+// storage work to protected virtual `do_*` functions, so no backend can forget a check.
+// Protocol outcomes are values (`Won | AlreadyDone | HeldByOther`, `bool`); infrastructure
+// failures are `StoreError` exceptions that never contain the key.
+//
+// Thread safety: every backend shipped with the library is safe to share between threads.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "idempotency/clock.h"
+#include "idempotency/record.h"
+
+namespace idempotency {
+
+/// The default lease: the mutual-exclusion window; it must exceed the guarded work's runtime.
+inline constexpr std::chrono::milliseconds kDefaultLease = std::chrono::minutes(15);
+/// The default ttl: how long a completed key suppresses duplicates. lease + ttl = 75 min
+/// clears Cloud Run's 60 min request cap (the seed's invariant 2).
+inline constexpr std::chrono::milliseconds kDefaultTtl = std::chrono::hours(1);
+/// Longest accepted lease; anything longer is a unit mistake, not a policy.
+inline constexpr std::chrono::milliseconds kMaxLease = std::chrono::hours(24 * 7);
+/// Longest accepted ttl.
+inline constexpr std::chrono::milliseconds kMaxTtl = std::chrono::hours(24 * 366);
+/// The longest a holder can live on Cloud Run; lease + ttl should exceed it.
+inline constexpr std::chrono::milliseconds kMaxHolderLifetime = std::chrono::hours(1);
+
+/// A won claim: what the holder needs to complete or release, and to fence its own writes.
+struct Claim {
+  std::string key;
+  /// The fencing token; pass it to downstream writes so a stale holder is refused there too.
+  std::int64_t fence = 0;
+  /// When the lease lapses and another caller may reclaim the key.
+  TimePoint lease_expiry;
+  /// Identifies the claim call; a retried claim carrying it re-affirms this claim.
+  std::string claim_token;
+};
+
+/// The key was free or reclaimable and is now held by the caller.
+struct Won {
+  Claim claim;
+};
+
+/// The key is DONE within its ttl. `result` holds what `complete` stored.
+struct AlreadyDone {
+  std::optional<std::string> result;
+  std::optional<std::string> fingerprint;
+};
+
+/// A live holder has the key. `lease_expiry` says when it may be reclaimed at the latest.
+struct HeldByOther {
+  TimePoint lease_expiry;
+  std::optional<std::string> fingerprint;
+};
+
+using ClaimResult = std::variant<Won, AlreadyDone, HeldByOther>;
+
+/// Per-call extras for `claim`.
+struct ClaimRequest {
+  /// Empty: the backend makes a fresh random token. Set it to retry a claim whose reply was
+  /// lost: the retry then re-affirms the claim it made instead of finding it held.
+  std::string claim_token;
+  /// Stored with the claim and returned to duplicates (e.g. a hash of the request body).
+  std::optional<std::string> fingerprint;
+};
+
+/// Options every backend shares. Fill with designated initializers.
+struct BackendOptions {
+  /// How long a completed key suppresses duplicates, measured from success.
+  std::chrono::milliseconds ttl = kDefaultTtl;
+  /// nullptr (the default): the store's own clock where it has one (Redis `TIME`,
+  /// PostgreSQL `clock_timestamp()`), else the system clock. Set: every backend judges time
+  /// by this clock instead, which lets tests move time without sleeping.
+  std::shared_ptr<const Clock> clock;
+};
+
+/// LockBackend is the storage port behind `lock`, `mutex` and `once`.
+class LockBackend {
+ public:
+  LockBackend(const LockBackend&) = delete;
+  LockBackend& operator=(const LockBackend&) = delete;
+  virtual ~LockBackend() = default;
+
+  /// claim() atomically takes `key` if it has no record, its lease lapsed, or its ttl ended.
+  /// Returns `Won` (with the fence), `AlreadyDone` (with the stored result) or
+  /// `HeldByOther`. Throws `std::invalid_argument` for a bad key or lease before any store
+  /// call, and `StoreError` when the store fails. Warns once per backend when lease + ttl
+  /// does not exceed `kMaxHolderLifetime`.
+  [[nodiscard]] ClaimResult claim(std::string_view key, std::chrono::milliseconds lease,
+                                  ClaimRequest request = {});
+
+  /// complete() marks the claim DONE and stores `result` when its fence still matches,
+  /// even after the lease lapsed. Returns false when a newer claim fenced it out. A DONE
+  /// record answers true only for its own fence. Throws `StoreError` when the store fails.
+  [[nodiscard]] bool complete(const Claim& claim, std::optional<std::string> result = {});
+
+  /// release() abandons the claim: the lease ends now and the fence advances, so the key is
+  /// reclaimable and the released claim can never complete. A stale fence is a no-op.
+  /// Throws `StoreError` when the store fails.
+  void release(const Claim& claim);
+
+  /// purge_expired() physically deletes records past their `expires_at` and returns how
+  /// many it deleted. Never needed for correctness; it only reclaims storage.
+  std::size_t purge_expired();
+
+  /// ttl() is the duplicate-suppression window this backend was built with.
+  [[nodiscard]] std::chrono::milliseconds ttl() const noexcept { return ttl_; }
+
+ protected:
+  /// Validates `options` (ttl positive and at most `kMaxTtl`) or throws
+  /// `std::invalid_argument`.
+  explicit LockBackend(const BackendOptions& options);
+
+  /// The storage work behind claim(); inputs are validated and `request.claim_token` is set.
+  virtual ClaimResult do_claim(std::string_view key, std::chrono::milliseconds lease,
+                               const ClaimRequest& request) = 0;
+  /// The storage work behind complete().
+  virtual bool do_complete(const Claim& claim, std::optional<std::string> result) = 0;
+  /// The storage work behind release().
+  virtual void do_release(const Claim& claim) = 0;
+  /// The storage work behind purge_expired().
+  virtual std::size_t do_purge_expired() = 0;
+
+ private:
+  void warn_sizing_once(std::chrono::milliseconds lease);
+
+  std::chrono::milliseconds ttl_;
+  std::atomic<bool> sizing_warned_{false};
+};
+
+/// claim_result() turns the record a claim left behind and its answer into what `claim`
+/// returns, for backends built on `transition()`.
+[[nodiscard]] ClaimResult claim_result(std::string_view key, const Record& record,
+                                       ClaimAnswer answer);
+
+/// validate_lease() throws `std::invalid_argument` unless 0 < lease <= kMaxLease.
+void validate_lease(std::chrono::milliseconds lease);
+
+/// validate_ttl() throws `std::invalid_argument` unless 0 < ttl <= kMaxTtl.
+void validate_ttl(std::chrono::milliseconds ttl);
+
+}  // namespace idempotency

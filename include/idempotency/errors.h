@@ -1,0 +1,57 @@
+// The exceptions the library throws. All derive from `idempotency::Error`.
+//
+// Protocol outcomes of the port are values; these exceptions are what `lock` and `mutex`
+// raise for a duplicate or a live holder, and what any component raises when its store
+// fails. No `what()` ever contains a raw key: keys are customer data.
+//
+// Thread safety: plain exception types.
+#pragma once
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "idempotency/clock.h"
+
+namespace idempotency {
+
+/// Error is the base of every exception the library defines.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// StoreError means the store failed (unreachable, corrupt, full, timed out). It carries
+/// the store's own message and never the key. The operation's outcome is unknown.
+class StoreError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// Duplicate is thrown by `lock` when the key is DONE within its ttl: the work already ran.
+class Duplicate : public Error {
+ public:
+  /// Duplicate() keeps the result bytes the original execution stored, if any.
+  explicit Duplicate(std::optional<std::string> result);
+  /// result() returns the stored result bytes of the original execution, if any.
+  [[nodiscard]] const std::optional<std::string>& result() const noexcept { return result_; }
+
+ private:
+  std::optional<std::string> result_;
+};
+
+/// InProgress is thrown by `lock` and `mutex` when a live holder has the key (or, for
+/// `mutex`, the key is DONE): retry later.
+class InProgress : public Error {
+ public:
+  /// InProgress() keeps when the holder's lease lapses at the latest.
+  explicit InProgress(TimePoint lease_expiry);
+  /// lease_expiry() says when the key may be reclaimed at the latest (for Retry-After); the
+  /// epoch when unknown (a `mutex` on a DONE key).
+  [[nodiscard]] TimePoint lease_expiry() const noexcept { return lease_expiry_; }
+
+ private:
+  TimePoint lease_expiry_;
+};
+
+}  // namespace idempotency

@@ -1,0 +1,90 @@
+// lock() and mutex(): the RAII guards that run work at most once per key, or one at a time.
+//
+//   auto held = idempotency::lock("orders:po-123", backend);   // throws Duplicate/InProgress
+//   send_order_to_supplier(held.fence());
+//   // scope exit: complete (no exception in flight) or release (exception in flight)
+//
+// lock() walks ABSENT -> CLAIMED -> DONE: a later delivery is a `Duplicate`. mutex() walks
+// only ABSENT -> CLAIMED -> released, forever: each caller runs in turn, none is suppressed.
+//
+// Error handling follows the seed's three catch points exactly. After the work has run,
+// `complete` throwing is logged (event "complete_failed") and not rethrown, and being fenced
+// out is logged as an alertable error (event "fenced_out"): re-raising would nack and repeat
+// a side effect that already happened. Everything else propagates.
+//
+// Thread safety: a Guard belongs to one thread at a time; the backend is shared.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "idempotency/backend.h"
+
+namespace idempotency {
+
+/// Options for lock() and mutex().
+struct LockOptions {
+  /// The lease: must exceed the guarded work's longest runtime.
+  std::chrono::milliseconds lease = kDefaultLease;
+  /// Stored with the claim; see `ClaimRequest::fingerprint`.
+  std::optional<std::string> fingerprint;
+};
+
+/// How a guard's completion went.
+enum class CompleteStatus {
+  kCompleted,    ///< The record is DONE; duplicates are suppressed for the ttl.
+  kFencedOut,    ///< A newer claim took the key over; logged as an alertable error.
+  kStoreFailed,  ///< The store failed after the work; logged, the key self-heals after the lease.
+  kNotHeld,      ///< The guard was already finished or moved from.
+};
+
+/// Guard holds one claim and finishes it exactly once.
+class [[nodiscard]] Guard {
+ public:
+  Guard(Guard&& other) noexcept;
+  Guard& operator=(Guard&&) = delete;
+  Guard(const Guard&) = delete;
+  Guard& operator=(const Guard&) = delete;
+  /// ~Guard() finishes the claim if still held: lock guards complete when no exception is
+  /// in flight and release when one is; mutex guards always release. Never throws.
+  ~Guard();
+
+  /// fence() returns the fencing token; pass it to downstream writes to fence them.
+  [[nodiscard]] std::int64_t fence() const noexcept { return claim_.fence; }
+  /// claim() returns the whole claim (key, fence, lease expiry, token).
+  [[nodiscard]] const Claim& claim() const noexcept { return claim_; }
+
+  /// complete() finishes a lock guard now, storing `result` for duplicates to replay. It
+  /// never throws after the work: a store failure or a fence-out is logged and reported.
+  CompleteStatus complete(std::optional<std::string> result = {}) noexcept;
+
+  /// release() gives the key up now so the next caller runs. Throws `StoreError` if the
+  /// store fails (the key then self-heals when its lease lapses).
+  void release();
+
+ private:
+  friend Guard lock(std::string_view, LockBackend&, LockOptions);
+  friend Guard mutex(std::string_view, LockBackend&, LockOptions);
+  Guard(LockBackend& backend, Claim claim, bool completes);
+
+  LockBackend* backend_;
+  Claim claim_;
+  bool completes_;
+  bool held_ = true;
+  int exceptions_at_entry_;
+};
+
+/// lock() claims `key` for work that must run at most once. Throws `Duplicate` when the key
+/// is DONE within its ttl, `InProgress` when a live holder has it, `std::invalid_argument`
+/// for a bad key or lease, and `StoreError` when the store fails.
+Guard lock(std::string_view key, LockBackend& backend, LockOptions options = {});
+
+/// mutex() claims `key` for work that must not overlap but must each run. The guard always
+/// releases and never completes. Throws `InProgress` when a live holder has the key or the
+/// key is DONE (a mutex never runs over finished work).
+Guard mutex(std::string_view key, LockBackend& backend, LockOptions options = {});
+
+}  // namespace idempotency

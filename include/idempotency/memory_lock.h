@@ -1,0 +1,47 @@
+// InMemoryLock: the in-process backend, for tests, local development and single-process use.
+//
+// It is a first-class implementation of the port (not a mock): the same transition
+// function, lazy expiry on every read, and the same contract suite as every other backend.
+// It is not shared between processes and does not survive a restart.
+//
+// Thread safety: safe from any number of threads; keys are sharded so threads working on
+// different keys rarely contend.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "idempotency/backend.h"
+#include "idempotency/record.h"
+
+namespace idempotency {
+
+/// InMemoryLock keeps records in a sharded hash map.
+class InMemoryLock final : public LockBackend {
+ public:
+  /// InMemoryLock() builds an empty store. Throws `std::invalid_argument` for a bad ttl.
+  explicit InMemoryLock(BackendOptions options = {});
+  ~InMemoryLock() override;
+
+  /// entry_count() returns how many records exist, after dropping the expired ones.
+  [[nodiscard]] std::size_t entry_count();
+
+  /// record() returns a copy of `key`'s stored record, if any (for inspection and tests).
+  [[nodiscard]] std::optional<Record> record(std::string_view key) const;
+
+ protected:
+  ClaimResult do_claim(std::string_view key, std::chrono::milliseconds lease,
+                       const ClaimRequest& request) override;
+  bool do_complete(const Claim& claim, std::optional<std::string> result) override;
+  void do_release(const Claim& claim) override;
+  std::size_t do_purge_expired() override;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace idempotency

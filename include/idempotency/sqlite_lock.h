@@ -1,0 +1,64 @@
+// SqliteLock: the embedded, durable default backend (one SQLite file).
+//
+// WAL mode, a busy timeout, and the schema created on first use. Each operation is one
+// `BEGIN IMMEDIATE` write transaction around the core's transition function, so several
+// processes on one host sharing the file are safe. Times are epoch-millisecond integers
+// from the injectable clock.
+//
+// Thread safety: safe from any number of threads; operations on one instance are
+// serialized (SQLite admits one writer at a time anyway).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "idempotency/backend.h"
+#include "idempotency/record.h"
+
+namespace idempotency {
+
+/// Options for SqliteLock.
+struct SqliteOptions {
+  BackendOptions backend;
+  /// The table holding the records; several subscriptions can share one file.
+  std::string table = "idempotency_records";
+  /// How long a call waits for another process's write lock before `StoreError`.
+  std::chrono::milliseconds busy_timeout = std::chrono::seconds(5);
+  /// Caps the database at this many pages (0: no cap), so a runaway store fails with
+  /// `StoreError` ("database or disk is full") instead of filling the disk.
+  std::int64_t max_pages = 0;
+};
+
+/// SqliteLock stores records in a SQLite database file.
+class SqliteLock final : public LockBackend {
+ public:
+  /// SqliteLock() opens (creating if needed) the database at `path` and its table. Throws
+  /// `StoreError` with SQLite's message when the file cannot be opened or is not a database,
+  /// and `std::invalid_argument` for a bad option.
+  explicit SqliteLock(const std::string& path, SqliteOptions options = {});
+  ~SqliteLock() override;
+
+  /// record() returns a copy of `key`'s stored record, if any (for inspection and tests).
+  [[nodiscard]] std::optional<Record> record(std::string_view key);
+
+  /// schema() returns the DDL that creates the table named `table`.
+  [[nodiscard]] static std::string schema(std::string_view table = "idempotency_records");
+
+ protected:
+  ClaimResult do_claim(std::string_view key, std::chrono::milliseconds lease,
+                       const ClaimRequest& request) override;
+  bool do_complete(const Claim& claim, std::optional<std::string> result) override;
+  void do_release(const Claim& claim) override;
+  std::size_t do_purge_expired() override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace idempotency

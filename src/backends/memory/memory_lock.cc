@@ -1,0 +1,101 @@
+#include "idempotency/memory_lock.h"
+
+#include <array>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+namespace idempotency {
+
+struct InMemoryLock::State {
+  // Enough shards that threads on different keys rarely meet, few enough to stay small.
+  static constexpr std::size_t kShards = 32;
+  struct Shard {
+    mutable std::mutex mutex;
+    std::unordered_map<std::string, Record> records;
+  };
+  std::array<Shard, kShards> shards;
+  std::shared_ptr<const Clock> clock;
+
+  Shard& shard_for(std::string_view key) {
+    return shards[std::hash<std::string_view>{}(key) % kShards];
+  }
+  const Shard& shard_for(std::string_view key) const {
+    return shards[std::hash<std::string_view>{}(key) % kShards];
+  }
+  Millis now() const { return to_millis(clock->now()); }
+
+  // Applies `op` to `key` under its shard's lock and stores the outcome.
+  Transition apply(std::string_view key, const Operation& op) {
+    Shard& shard = shard_for(key);
+    std::lock_guard lock(shard.mutex);
+    auto it = shard.records.find(std::string(key));
+    std::optional<Record> current;
+    if (it != shard.records.end()) current = it->second;
+    Transition t = transition(current, op, now());
+    if (t.changed) {
+      if (t.record) {
+        shard.records.insert_or_assign(std::string(key), *t.record);
+      } else if (it != shard.records.end()) {
+        shard.records.erase(it);
+      }
+    }
+    return t;
+  }
+};
+
+InMemoryLock::InMemoryLock(BackendOptions options)
+    : LockBackend(options), state_(std::make_unique<State>()) {
+  state_->clock = options.clock ? std::move(options.clock) : system_clock();
+}
+
+InMemoryLock::~InMemoryLock() = default;
+
+ClaimResult InMemoryLock::do_claim(std::string_view key, std::chrono::milliseconds lease,
+                                   const ClaimRequest& request) {
+  Transition t = state_->apply(
+      key, ClaimOp{request.claim_token, lease.count(), ttl().count(), request.fingerprint});
+  return claim_result(key, *t.record, *t.answer.claim);
+}
+
+bool InMemoryLock::do_complete(const Claim& claim, std::optional<std::string> result) {
+  return state_->apply(claim.key, CompleteOp{claim.fence, std::move(result), ttl().count()})
+      .answer.ok;
+}
+
+void InMemoryLock::do_release(const Claim& claim) {
+  (void)state_->apply(claim.key, ReleaseOp{claim.fence, ttl().count()});
+}
+
+std::size_t InMemoryLock::do_purge_expired() {
+  const Millis now = state_->now();
+  std::size_t purged = 0;
+  for (auto& shard : state_->shards) {
+    std::lock_guard lock(shard.mutex);
+    purged += std::erase_if(shard.records,
+                            [now](const auto& entry) { return now >= entry.second.expires_at; });
+  }
+  return purged;
+}
+
+std::size_t InMemoryLock::entry_count() {
+  (void)purge_expired();
+  std::size_t count = 0;
+  for (auto& shard : state_->shards) {
+    std::lock_guard lock(shard.mutex);
+    count += shard.records.size();
+  }
+  return count;
+}
+
+std::optional<Record> InMemoryLock::record(std::string_view key) const {
+  const auto& shard = state_->shard_for(key);
+  std::lock_guard lock(shard.mutex);
+  auto it = shard.records.find(std::string(key));
+  if (it == shard.records.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace idempotency

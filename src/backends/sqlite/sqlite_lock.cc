@@ -1,0 +1,235 @@
+#include "idempotency/sqlite_lock.h"
+
+#include <sqlite3.h>
+
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "idempotency/errors.h"
+
+namespace idempotency {
+namespace {
+
+struct DbCloser {
+  void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
+};
+struct StmtFinalizer {
+  void operator()(sqlite3_stmt* s) const { sqlite3_finalize(s); }
+};
+using DbPtr = std::unique_ptr<sqlite3, DbCloser>;
+using StmtPtr = std::unique_ptr<sqlite3_stmt, StmtFinalizer>;
+
+bool is_identifier(std::string_view name) {
+  if (name.empty() || name.size() > 63) return false;
+  auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  if (!alpha(name.front())) return false;
+  for (char c : name) {
+    if (!alpha(c) && !(c >= '0' && c <= '9')) return false;
+  }
+  return true;
+}
+
+[[noreturn]] void fail(sqlite3* db, const std::string& what) {
+  throw StoreError("sqlite: " + what + ": " + (db != nullptr ? sqlite3_errmsg(db) : "out of memory"));
+}
+
+void check(sqlite3* db, int rc, const char* what) {
+  if (rc != SQLITE_OK && rc != SQLITE_DONE && rc != SQLITE_ROW) fail(db, what);
+}
+
+void exec(sqlite3* db, const std::string& sql, const char* what) {
+  check(db, sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), what);
+}
+
+void bind_blob(sqlite3* db, sqlite3_stmt* s, int index, std::string_view bytes) {
+  // A zero-length blob still binds as a blob, not NULL.
+  check(db, sqlite3_bind_blob64(s, index, bytes.empty() ? "" : bytes.data(), bytes.size(),
+                                SQLITE_TRANSIENT),
+        "bind");
+}
+
+void bind_optional_blob(sqlite3* db, sqlite3_stmt* s, int index,
+                        const std::optional<std::string>& bytes) {
+  if (bytes) {
+    bind_blob(db, s, index, *bytes);
+  } else {
+    check(db, sqlite3_bind_null(s, index), "bind");
+  }
+}
+
+std::string column_bytes(sqlite3_stmt* s, int column) {
+  const auto* data = static_cast<const char*>(sqlite3_column_blob(s, column));
+  const int size = sqlite3_column_bytes(s, column);
+  return data == nullptr ? std::string() : std::string(data, static_cast<std::size_t>(size));
+}
+
+std::optional<std::string> column_optional_bytes(sqlite3_stmt* s, int column) {
+  if (sqlite3_column_type(s, column) == SQLITE_NULL) return std::nullopt;
+  return column_bytes(s, column);
+}
+
+}  // namespace
+
+struct SqliteLock::Impl {
+  std::mutex mutex;  // one transaction at a time on the one connection
+  DbPtr db;
+  StmtPtr select;
+  StmtPtr upsert;
+  StmtPtr purge;
+  std::shared_ptr<const Clock> clock;
+
+  StmtPtr prepare(const std::string& sql) {
+    sqlite3_stmt* raw = nullptr;
+    check(db.get(), sqlite3_prepare_v3(db.get(), sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &raw,
+                                       nullptr),
+          "prepare");
+    return StmtPtr(raw);
+  }
+
+  std::optional<Record> read(std::string_view key) {
+    sqlite3_stmt* s = select.get();
+    sqlite3_reset(s);
+    bind_blob(db.get(), s, 1, key);
+    const int rc = sqlite3_step(s);
+    if (rc == SQLITE_DONE) return std::nullopt;
+    if (rc != SQLITE_ROW) fail(db.get(), "read");
+    Record r;
+    const auto state = sqlite3_column_int(s, 0);
+    if (state != static_cast<int>(RecordState::kClaimed) &&
+        state != static_cast<int>(RecordState::kDone)) {
+      throw StoreError("sqlite: a record has an unknown state " + std::to_string(state));
+    }
+    r.state = static_cast<RecordState>(state);
+    r.fence = sqlite3_column_int64(s, 1);
+    r.lease_expiry = sqlite3_column_int64(s, 2);
+    r.expires_at = sqlite3_column_int64(s, 3);
+    r.claim_token = column_bytes(s, 4);
+    r.result = column_optional_bytes(s, 5);
+    r.fingerprint = column_optional_bytes(s, 6);
+    sqlite3_reset(s);
+    return r;
+  }
+
+  void write(std::string_view key, const Record& r) {
+    sqlite3_stmt* s = upsert.get();
+    sqlite3_reset(s);
+    bind_blob(db.get(), s, 1, key);
+    check(db.get(), sqlite3_bind_int(s, 2, static_cast<int>(r.state)), "bind");
+    check(db.get(), sqlite3_bind_int64(s, 3, r.fence), "bind");
+    check(db.get(), sqlite3_bind_int64(s, 4, r.lease_expiry), "bind");
+    check(db.get(), sqlite3_bind_int64(s, 5, r.expires_at), "bind");
+    bind_blob(db.get(), s, 6, r.claim_token);
+    bind_optional_blob(db.get(), s, 7, r.result);
+    bind_optional_blob(db.get(), s, 8, r.fingerprint);
+    if (sqlite3_step(s) != SQLITE_DONE) fail(db.get(), "write");
+    sqlite3_reset(s);
+  }
+
+  // One BEGIN IMMEDIATE transaction: read, decide with the pure function, write if changed.
+  Transition apply(std::string_view key, const Operation& op) {
+    std::lock_guard lock(mutex);
+    exec(db.get(), "BEGIN IMMEDIATE", "begin");
+    try {
+      Transition t = transition(read(key), op, to_millis(clock->now()));
+      if (t.changed && t.record) write(key, *t.record);
+      exec(db.get(), "COMMIT", "commit");
+      return t;
+    } catch (...) {
+      sqlite3_exec(db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+      throw;
+    }
+  }
+};
+
+std::string SqliteLock::schema(std::string_view table) {
+  if (!is_identifier(table)) {
+    throw std::invalid_argument("sqlite table name must match [A-Za-z_][A-Za-z0-9_]{0,62}");
+  }
+  const std::string t(table);
+  return "CREATE TABLE IF NOT EXISTS \"" + t +
+         "\" (\n"
+         "  key BLOB PRIMARY KEY NOT NULL,\n"
+         "  state INTEGER NOT NULL,            -- 1 CLAIMED, 2 DONE\n"
+         "  fence INTEGER NOT NULL,\n"
+         "  lease_expiry_ms INTEGER NOT NULL,  -- epoch milliseconds\n"
+         "  expires_at_ms INTEGER NOT NULL,    -- epoch milliseconds\n"
+         "  claim_token BLOB NOT NULL,\n"
+         "  result BLOB,\n"
+         "  fingerprint BLOB\n"
+         ") WITHOUT ROWID;\n"
+         "CREATE INDEX IF NOT EXISTS \"" +
+         t + "_expires_at\" ON \"" + t + "\" (expires_at_ms);\n";
+}
+
+SqliteLock::SqliteLock(const std::string& path, SqliteOptions options)
+    : LockBackend(options.backend), impl_(std::make_unique<Impl>()) {
+  const std::string ddl = schema(options.table);  // validates the table name
+  if (options.busy_timeout < std::chrono::milliseconds::zero()) {
+    throw std::invalid_argument("sqlite busy_timeout must not be negative");
+  }
+  if (options.max_pages < 0) throw std::invalid_argument("sqlite max_pages must not be negative");
+  impl_->clock = options.backend.clock ? std::move(options.backend.clock) : system_clock();
+  sqlite3* raw = nullptr;
+  const int rc = sqlite3_open_v2(path.c_str(), &raw,
+                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                                 nullptr);
+  impl_->db.reset(raw);
+  if (rc != SQLITE_OK) fail(raw, "cannot open the database file");
+  sqlite3_extended_result_codes(raw, 1);
+  check(raw, sqlite3_busy_timeout(raw, static_cast<int>(options.busy_timeout.count())),
+        "busy timeout");
+  // WAL lets readers and the one writer overlap across processes; FULL sync makes a claim
+  // survive a power cut, not only a process crash.
+  exec(raw, "PRAGMA journal_mode=WAL", "cannot use the database file");
+  exec(raw, "PRAGMA synchronous=FULL", "pragma");
+  if (options.max_pages > 0) {
+    exec(raw, "PRAGMA max_page_count=" + std::to_string(options.max_pages), "pragma");
+  }
+  exec(raw, ddl, "cannot create the table");
+  const std::string t = "\"" + options.table + "\"";
+  impl_->select = impl_->prepare(
+      "SELECT state, fence, lease_expiry_ms, expires_at_ms, claim_token, result, fingerprint "
+      "FROM " + t + " WHERE key = ?1");
+  impl_->upsert = impl_->prepare(
+      "INSERT OR REPLACE INTO " + t +
+      " (key, state, fence, lease_expiry_ms, expires_at_ms, claim_token, result, fingerprint) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+  impl_->purge = impl_->prepare("DELETE FROM " + t + " WHERE expires_at_ms <= ?1");
+}
+
+SqliteLock::~SqliteLock() = default;
+
+ClaimResult SqliteLock::do_claim(std::string_view key, std::chrono::milliseconds lease,
+                                 const ClaimRequest& request) {
+  Transition t = impl_->apply(
+      key, ClaimOp{request.claim_token, lease.count(), ttl().count(), request.fingerprint});
+  return claim_result(key, *t.record, *t.answer.claim);
+}
+
+bool SqliteLock::do_complete(const Claim& claim, std::optional<std::string> result) {
+  return impl_->apply(claim.key, CompleteOp{claim.fence, std::move(result), ttl().count()})
+      .answer.ok;
+}
+
+void SqliteLock::do_release(const Claim& claim) {
+  (void)impl_->apply(claim.key, ReleaseOp{claim.fence, ttl().count()});
+}
+
+std::size_t SqliteLock::do_purge_expired() {
+  std::lock_guard lock(impl_->mutex);
+  sqlite3_stmt* s = impl_->purge.get();
+  sqlite3_reset(s);
+  check(impl_->db.get(), sqlite3_bind_int64(s, 1, to_millis(impl_->clock->now())), "bind");
+  if (sqlite3_step(s) != SQLITE_DONE) fail(impl_->db.get(), "purge");
+  sqlite3_reset(s);
+  return static_cast<std::size_t>(sqlite3_changes64(impl_->db.get()));
+}
+
+std::optional<Record> SqliteLock::record(std::string_view key) {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->read(key);
+}
+
+}  // namespace idempotency

@@ -1,0 +1,90 @@
+#include "idempotency/backend.h"
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "idempotency/key.h"
+#include "idempotency/log.h"
+#include "token.h"
+
+namespace idempotency {
+namespace {
+
+std::string seconds_text(std::chrono::milliseconds d) {
+  return std::to_string(std::chrono::duration<double>(d).count());
+}
+
+}  // namespace
+
+void validate_lease(std::chrono::milliseconds lease) {
+  if (lease <= std::chrono::milliseconds::zero()) {
+    throw std::invalid_argument("lease must be positive, got " + seconds_text(lease) + " s");
+  }
+  if (lease > kMaxLease) {
+    throw std::invalid_argument("lease of " + seconds_text(lease) + " s exceeds the limit of " +
+                                seconds_text(kMaxLease) + " s");
+  }
+}
+
+void validate_ttl(std::chrono::milliseconds ttl) {
+  if (ttl <= std::chrono::milliseconds::zero()) {
+    throw std::invalid_argument("ttl must be positive, got " + seconds_text(ttl) + " s");
+  }
+  if (ttl > kMaxTtl) {
+    throw std::invalid_argument("ttl of " + seconds_text(ttl) + " s exceeds the limit of " +
+                                seconds_text(kMaxTtl) + " s");
+  }
+}
+
+ClaimResult claim_result(std::string_view key, const Record& record, ClaimAnswer answer) {
+  switch (answer) {
+    case ClaimAnswer::kWon:
+      return Won{Claim{std::string(key), record.fence, from_millis(record.lease_expiry),
+                       record.claim_token}};
+    case ClaimAnswer::kAlreadyDone:
+      return AlreadyDone{record.result, record.fingerprint};
+    case ClaimAnswer::kHeldByOther:
+      break;
+  }
+  return HeldByOther{from_millis(record.lease_expiry), record.fingerprint};
+}
+
+LockBackend::LockBackend(const BackendOptions& options) : ttl_(options.ttl) {
+  validate_ttl(options.ttl);
+}
+
+ClaimResult LockBackend::claim(std::string_view key, std::chrono::milliseconds lease,
+                               ClaimRequest request) {
+  validate_key(key);
+  validate_lease(lease);
+  warn_sizing_once(lease);
+  if (request.claim_token.empty()) request.claim_token = detail::new_claim_token();
+  return do_claim(key, lease, request);
+}
+
+bool LockBackend::complete(const Claim& claim, std::optional<std::string> result) {
+  validate_key(claim.key);
+  return do_complete(claim, std::move(result));
+}
+
+void LockBackend::release(const Claim& claim) {
+  validate_key(claim.key);
+  do_release(claim);
+}
+
+std::size_t LockBackend::purge_expired() { return do_purge_expired(); }
+
+void LockBackend::warn_sizing_once(std::chrono::milliseconds lease) {
+  if (lease + ttl_ > kMaxHolderLifetime || sizing_warned_.exchange(true)) return;
+  log(LogRecord{
+      Severity::kWarning,
+      "sizing_invariant",
+      "lease + ttl does not exceed the longest a holder can live (Cloud Run's 3600 s cap): a "
+      "zombie holder may outlive its record and escape fencing",
+      {{"lease_s", seconds_text(lease)},
+       {"ttl_s", seconds_text(ttl_)},
+       {"max_holder_lifetime_s", seconds_text(kMaxHolderLifetime)}}});
+}
+
+}  // namespace idempotency

@@ -1,0 +1,13 @@
+#include "idempotency/errors.h"
+
+#include <utility>
+
+namespace idempotency {
+
+Duplicate::Duplicate(std::optional<std::string> result)
+    : Error("already done: the key completed within its ttl"), result_(std::move(result)) {}
+
+InProgress::InProgress(TimePoint lease_expiry)
+    : Error("in progress: a live holder has the key"), lease_expiry_(lease_expiry) {}
+
+}  // namespace idempotency

@@ -1,0 +1,115 @@
+#include "idempotency/guard.h"
+
+#include <exception>
+#include <utility>
+#include <variant>
+
+#include "idempotency/errors.h"
+#include "idempotency/key.h"
+#include "idempotency/log.h"
+
+namespace idempotency {
+namespace {
+
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+
+LogRecord about(const Claim& claim, Severity severity, std::string event, std::string message) {
+  return LogRecord{severity,
+                   std::move(event),
+                   std::move(message),
+                   {{"key_fingerprint", key_fingerprint(claim.key)},
+                    {"fence", std::to_string(claim.fence)}}};
+}
+
+// Claims the key or throws the outcome a guard cannot hold.
+Claim claim_or_throw(std::string_view key, LockBackend& backend, const LockOptions& options,
+                     bool completes) {
+  ClaimResult result = backend.claim(key, options.lease, ClaimRequest{{}, options.fingerprint});
+  return std::visit(
+      Overloaded{
+          [](Won& won) { return std::move(won.claim); },
+          [&](AlreadyDone& done) -> Claim {
+            // A mutex never runs over finished work, and never reports it as a duplicate.
+            if (!completes) throw InProgress(TimePoint{});
+            throw Duplicate(std::move(done.result));
+          },
+          [](HeldByOther& held) -> Claim { throw InProgress(held.lease_expiry); },
+      },
+      result);
+}
+
+}  // namespace
+
+Guard::Guard(LockBackend& backend, Claim claim, bool completes)
+    : backend_(&backend),
+      claim_(std::move(claim)),
+      completes_(completes),
+      exceptions_at_entry_(std::uncaught_exceptions()) {}
+
+Guard::Guard(Guard&& other) noexcept
+    : backend_(other.backend_),
+      claim_(std::move(other.claim_)),
+      completes_(other.completes_),
+      held_(std::exchange(other.held_, false)),
+      exceptions_at_entry_(other.exceptions_at_entry_) {}
+
+Guard::~Guard() {
+  if (!held_) return;
+  const bool unwinding = std::uncaught_exceptions() > exceptions_at_entry_;
+  if (completes_ && !unwinding) {
+    (void)complete();
+    return;
+  }
+  try {
+    release();
+  } catch (const std::exception& e) {
+    // The lease lapses by itself, so the key self-heals; nothing may escape a destructor.
+    auto record = about(claim_, Severity::kWarning, "release_failed",
+                        "release failed; the key frees itself when the lease lapses");
+    record.fields.emplace_back("error", e.what());
+    log(record);
+  }
+}
+
+CompleteStatus Guard::complete(std::optional<std::string> result) noexcept {
+  if (!held_) return CompleteStatus::kNotHeld;
+  held_ = false;
+  try {
+    if (backend_->complete(claim_, std::move(result))) return CompleteStatus::kCompleted;
+    log(about(claim_, Severity::kError, "fenced_out",
+              "work finished but a newer claim took the key over (the work outran its lease); "
+              "acking anyway: the reclaimer may run the work again, only a longer lease prevents "
+              "it"));
+    return CompleteStatus::kFencedOut;
+  } catch (const std::exception& e) {
+    auto record = about(claim_, Severity::kError, "complete_failed",
+                        "work finished but recording it failed; acking anyway so the side effect "
+                        "is not repeated; the key frees itself when the lease lapses");
+    record.fields.emplace_back("error", e.what());
+    log(record);
+    return CompleteStatus::kStoreFailed;
+  } catch (...) {
+    log(about(claim_, Severity::kError, "complete_failed",
+              "work finished but recording it failed with an unknown error; acking anyway"));
+    return CompleteStatus::kStoreFailed;
+  }
+}
+
+void Guard::release() {
+  if (!held_) return;
+  held_ = false;
+  backend_->release(claim_);
+}
+
+Guard lock(std::string_view key, LockBackend& backend, LockOptions options) {
+  return Guard(backend, claim_or_throw(key, backend, options, true), true);
+}
+
+Guard mutex(std::string_view key, LockBackend& backend, LockOptions options) {
+  return Guard(backend, claim_or_throw(key, backend, options, false), false);
+}
+
+}  // namespace idempotency

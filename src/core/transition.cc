@@ -1,0 +1,84 @@
+// The record state machine: every row of the seed's transition table, in one pure function.
+#include <algorithm>
+#include <utility>
+
+#include "idempotency/record.h"
+
+namespace idempotency {
+namespace {
+
+// A record past its expires_at suppresses nothing and may vanish at any moment (Redis reaps
+// it exactly then), so no answer may depend on whether it is still physically there, except
+// a claim's fence: a surviving record keeps rising (fence + 1), a deleted one restarts at 1.
+bool is_expired(const Record& r, Millis now) { return now >= r.expires_at; }
+
+Transition unchanged(const std::optional<Record>& current, Answer answer) {
+  return Transition{current, answer, false};
+}
+
+Transition apply_claim(const std::optional<Record>& current, const ClaimOp& op, Millis now) {
+  auto fresh = [&](std::int64_t fence) {
+    Record r;
+    r.state = RecordState::kClaimed;
+    r.fence = fence;
+    r.lease_expiry = now + op.lease;
+    r.expires_at = now + op.lease + op.ttl;
+    r.claim_token = op.claim_token;
+    r.fingerprint = op.fingerprint;
+    return Transition{r, Answer{ClaimAnswer::kWon, true}, true};
+  };
+  if (!current) return fresh(1);
+  const Record& r = *current;
+  // A retried claim call finds its own claim: re-affirm it, same fence, nothing written.
+  if (r.state == RecordState::kClaimed && !op.claim_token.empty() &&
+      r.claim_token == op.claim_token && !is_expired(r, now)) {
+    return unchanged(current, Answer{ClaimAnswer::kWon, true});
+  }
+  if (is_expired(r, now)) return fresh(r.fence + 1);
+  if (r.state == RecordState::kDone) return unchanged(current, Answer{ClaimAnswer::kAlreadyDone, false});
+  if (now < r.lease_expiry) return unchanged(current, Answer{ClaimAnswer::kHeldByOther, false});
+  return fresh(r.fence + 1);  // the holder crashed or gave up: reclaim (self-heal)
+}
+
+Transition apply_complete(const std::optional<Record>& current, const CompleteOp& op,
+                          Millis now) {
+  if (!current || is_expired(*current, now) || current->fence != op.fence) {
+    return unchanged(current, Answer{std::nullopt, false});
+  }
+  if (current->state == RecordState::kDone) return unchanged(current, Answer{std::nullopt, true});
+  // No lease guard: until someone reclaims, the lapsed holder is the only one that ran the work.
+  Record r = *current;
+  r.state = RecordState::kDone;
+  r.result = op.result;
+  r.expires_at = now + op.ttl;
+  return Transition{r, Answer{std::nullopt, true}, true};
+}
+
+Transition apply_release(const std::optional<Record>& current, const ReleaseOp& op, Millis now) {
+  if (!current || is_expired(*current, now) || current->fence != op.fence ||
+      current->state == RecordState::kDone) {
+    return unchanged(current, Answer{std::nullopt, false});
+  }
+  Record r = *current;
+  r.lease_expiry = now;
+  // Advancing the fence kills the released claim; keeping the record keeps the fence.
+  r.fence += 1;
+  r.expires_at = std::max(r.expires_at, now + op.ttl);
+  return Transition{r, Answer{std::nullopt, true}, true};
+}
+
+}  // namespace
+
+Transition transition(const std::optional<Record>& current, const Operation& op,
+                      Millis now) {
+  struct Visitor {
+    const std::optional<Record>& current;
+    Millis now;
+    Transition operator()(const ClaimOp& o) const { return apply_claim(current, o, now); }
+    Transition operator()(const CompleteOp& o) const { return apply_complete(current, o, now); }
+    Transition operator()(const ReleaseOp& o) const { return apply_release(current, o, now); }
+  };
+  return std::visit(Visitor{current, now}, op);
+}
+
+}  // namespace idempotency

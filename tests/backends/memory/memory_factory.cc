@@ -1,0 +1,15 @@
+#include "idempotency/memory_lock.h"
+#include "support/backend_factory.h"
+
+namespace idempotency::testing {
+
+BackendFactory memory_factory() {
+  return BackendFactory{
+      .name = "Memory",
+      .make = [](const BackendOptions& options) -> std::unique_ptr<LockBackend> {
+        return std::make_unique<InMemoryLock>(options);
+      },
+      .reaps_at_expiry = false};
+}
+
+}  // namespace idempotency::testing

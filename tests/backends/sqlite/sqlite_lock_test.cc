@@ -1,0 +1,184 @@
+// SqliteLock beyond the contract: durability, several processes on one file, and faults
+// (unopenable, corrupt, locked) surfacing as StoreError with SQLite's message.
+#include "idempotency/sqlite_lock.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "idempotency/errors.h"
+#include "support/claim_matchers.h"
+#include "support/temp_dir.h"
+
+namespace idempotency::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using ::testing::HasSubstr;
+
+constexpr milliseconds kLease = std::chrono::minutes(15);
+
+TEST(SqliteLock, RecordsSurviveReopeningTheFile) {
+  TempDir dir;
+  const std::string path = dir.file("idem.db");
+  Claim c;
+  {
+    SqliteLock first(path);
+    c = won(first.claim("orders:1", kLease));
+    EXPECT_TRUE(first.complete(c, std::string("receipt")));
+  }
+  SqliteLock second(path);
+  EXPECT_EQ(done(second.claim("orders:1", kLease)).result, std::optional<std::string>("receipt"));
+  EXPECT_EQ(second.record("orders:1")->fence, c.fence);
+}
+
+TEST(SqliteLock, TwoInstancesOnOneFileSeeEachOther) {
+  TempDir dir;
+  SqliteLock a(dir.file("idem.db"));
+  SqliteLock b(dir.file("idem.db"));
+  Claim c = won(a.claim("k", kLease));
+  held(b.claim("k", kLease));
+  EXPECT_TRUE(a.complete(c));
+  done(b.claim("k", kLease));
+}
+
+TEST(SqliteLock, TablesInOneFileAreIndependent) {
+  TempDir dir;
+  SqliteLock orders(dir.file("idem.db"), SqliteOptions{.table = "orders"});
+  SqliteLock emails(dir.file("idem.db"), SqliteOptions{.table = "emails"});
+  (void)won(orders.claim("k", kLease));
+  (void)won(emails.claim("k", kLease));
+}
+
+// Runs `body` in `n` child processes and returns the sum of their exit codes.
+template <class Body>
+int sum_over_children(int n, Body body) {
+  std::vector<pid_t> children;
+  for (int i = 0; i < n; ++i) {
+    const pid_t pid = fork();
+    if (pid == 0) _exit(body());
+    children.push_back(pid);
+  }
+  int total = 0;
+  for (pid_t pid : children) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status));
+    total += WEXITSTATUS(status);
+  }
+  return total;
+}
+
+TEST(SqliteLock, ProcessesAndThreadsRacingOneKeyProduceExactlyOneWon) {
+  TempDir dir;
+  const std::string path = dir.file("race.db");
+  { SqliteLock init(path); }  // create the schema before the race
+  const int wins = sum_over_children(4, [&] {
+    SqliteLock backend(path);
+    std::atomic<int> won_here{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&] {
+        if (std::holds_alternative<Won>(backend.claim("race", kLease))) won_here++;
+      });
+    }
+    for (auto& t : threads) t.join();
+    return won_here.load();
+  });
+  EXPECT_EQ(wins, 1);
+}
+
+TEST(SqliteLock, ProcessesRacingManyKeysWinEachKeyExactlyOnce) {
+  TempDir dir;
+  const std::string path = dir.file("race.db");
+  { SqliteLock init(path); }
+  constexpr int kKeys = 250;  // exit codes carry at most 255 wins per child
+  std::vector<int> per_child;
+  const int wins = sum_over_children(3, [&] {
+    SqliteLock backend(path);
+    int won_here = 0;
+    for (int k = 0; k < kKeys; ++k) {
+      if (std::holds_alternative<Won>(backend.claim("key-" + std::to_string(k), kLease))) {
+        ++won_here;
+      }
+    }
+    return won_here;
+  });
+  // Every child claims every key, so each key was won at least once; a sum of exactly kKeys
+  // means none was won twice.
+  EXPECT_EQ(wins, kKeys);
+}
+
+TEST(SqliteLock, AnUnopenableFileIsAStoreErrorWithSqlitesMessage) {
+  try {
+    SqliteLock backend("/nonexistent-dir/sub/idem.db");
+    FAIL() << "expected StoreError";
+  } catch (const StoreError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("unable to open database file"));
+  }
+}
+
+TEST(SqliteLock, ACorruptFileIsAStoreErrorNeverAWon) {
+  TempDir dir;
+  const std::string path = dir.file("corrupt.db");
+  std::ofstream(path) << std::string(8192, 'x');
+  try {
+    SqliteLock backend(path);
+    FAIL() << "expected StoreError";
+  } catch (const StoreError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("file is not a database"));
+  }
+}
+
+TEST(SqliteLock, ALockedDatabasePastTheBusyTimeoutIsAStoreError) {
+  TempDir dir;
+  const std::string path = dir.file("locked.db");
+  SqliteLock backend(path, SqliteOptions{.busy_timeout = milliseconds(100)});
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK);
+  try {
+    (void)backend.claim("orders:secret-123", kLease);
+    ADD_FAILURE() << "expected StoreError";
+  } catch (const StoreError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("locked"));
+    EXPECT_THAT(e.what(), ::testing::Not(HasSubstr("secret-123")));
+  }
+  sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(other);
+  (void)won(backend.claim("orders:secret-123", kLease));  // nothing was half-written
+}
+
+TEST(SqliteLock, ADiskFullWriteIsAStoreErrorAndLosesNothing) {
+  TempDir dir;
+  const std::string path = dir.file("full.db");
+  SqliteLock backend(path, SqliteOptions{.max_pages = 16});
+  Claim first = won(backend.claim("first", kLease));
+  const std::string big(64 * 1024, 'r');  // more than 16 pages can hold
+  EXPECT_THROW((void)backend.complete(first, big), StoreError);
+  held(backend.claim("first", kLease));  // the claim is intact, not half-completed
+  EXPECT_TRUE(backend.complete(first, std::string("small")));
+}
+
+TEST(SqliteLock, BadTableNamesAreRejected) {
+  TempDir dir;
+  EXPECT_THROW(SqliteLock(dir.file("x.db"), SqliteOptions{.table = "x; DROP TABLE y"}),
+               std::invalid_argument);
+  EXPECT_THROW(SqliteLock(dir.file("x.db"), SqliteOptions{.table = ""}), std::invalid_argument);
+}
+
+TEST(SqliteLock, SchemaIsPrintableForOperators) {
+  const std::string ddl = SqliteLock::schema("orders");
+  EXPECT_THAT(ddl, HasSubstr("CREATE TABLE IF NOT EXISTS \"orders\""));
+  EXPECT_THAT(ddl, HasSubstr("expires_at_ms"));
+}
+
+}  // namespace
+}  // namespace idempotency::testing

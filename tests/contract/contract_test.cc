@@ -1,0 +1,339 @@
+// The contract every backend keeps: each row of the seed's transition table and each of its
+// backend-level scenarios. Time moves through the injected ManualClock, never by sleeping.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "contract/suites.h"
+#include "idempotency/errors.h"
+#include "idempotency/guard.h"
+#include "idempotency/key.h"
+#include "support/claim_matchers.h"
+
+namespace idempotency::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::minutes;
+
+constexpr milliseconds kLease = minutes(15);
+
+// --- ABSENT -------------------------------------------------------------------------------
+
+TEST_P(BackendContract, ClaimOnAbsentKeyWinsWithFenceOne) {
+  Claim c = won(backend_->claim("orders:1", kLease));
+  EXPECT_EQ(c.key, "orders:1");
+  EXPECT_EQ(c.fence, 1);
+  EXPECT_EQ(c.lease_expiry, clock_->now() + kLease);
+  EXPECT_FALSE(c.claim_token.empty());
+}
+
+TEST_P(BackendContract, KeysAreIndependent) {
+  Claim a = won(backend_->claim("orders:a", kLease));
+  Claim b = won(backend_->claim("orders:b", kLease));
+  EXPECT_EQ(a.fence, 1);
+  EXPECT_EQ(b.fence, 1);
+  EXPECT_TRUE(backend_->complete(a));
+  held(backend_->claim("orders:b", kLease));
+}
+
+// --- CLAIMED ------------------------------------------------------------------------------
+
+TEST_P(BackendContract, ClaimWhileLeaseLiveIsHeldByOtherAndChangesNothing) {
+  Claim c = won(backend_->claim("k", kLease));
+  clock_->advance(kLease - milliseconds(1));
+  HeldByOther h = held(backend_->claim("k", kLease));
+  EXPECT_EQ(h.lease_expiry, c.lease_expiry);
+  EXPECT_TRUE(backend_->complete(c)) << "the holder's claim must be untouched";
+}
+
+TEST_P(BackendContract, CrashedHolderSelfHealsAfterLeaseExpiry) {
+  Claim crashed = won(backend_->claim("k", kLease));
+  clock_->advance(kLease);  // now == lease_expiry: the lease has lapsed
+  Claim next = won(backend_->claim("k", kLease));
+  EXPECT_EQ(next.fence, crashed.fence + 1);
+  EXPECT_EQ(next.lease_expiry, clock_->now() + kLease);
+}
+
+TEST_P(BackendContract, CompleteOnFenceMatchMarksDone) {
+  Claim c = won(backend_->claim("k", kLease));
+  EXPECT_TRUE(backend_->complete(c, std::string("receipt-1")));
+  AlreadyDone d = done(backend_->claim("k", kLease));
+  EXPECT_EQ(d.result, std::optional<std::string>("receipt-1"));
+}
+
+TEST_P(BackendContract, CompleteCommitsOnFenceMatchEvenAfterTheLeaseLapsed) {
+  Claim c = won(backend_->claim("k", kLease));
+  clock_->advance(kLease + minutes(5));  // work outran the lease; nobody reclaimed
+  EXPECT_TRUE(backend_->complete(c));
+  done(backend_->claim("k", kLease));
+}
+
+TEST_P(BackendContract, ZombieCannotCompleteOverANewerClaim) {
+  Claim zombie = won(backend_->claim("k", kLease));
+  clock_->advance(kLease);
+  Claim fresh = won(backend_->claim("k", kLease));
+  EXPECT_FALSE(backend_->complete(zombie, std::string("zombie")));
+  held(backend_->claim("k", kLease));
+  EXPECT_TRUE(backend_->complete(fresh, std::string("fresh")));
+  EXPECT_EQ(done(backend_->claim("k", kLease)).result, std::optional<std::string>("fresh"));
+}
+
+TEST_P(BackendContract, ZombieCannotReleaseOverANewerClaim) {
+  Claim zombie = won(backend_->claim("k", kLease));
+  clock_->advance(kLease);
+  Claim fresh = won(backend_->claim("k", kLease));
+  backend_->release(zombie);
+  held(backend_->claim("k", kLease));  // the newer holder still holds
+  EXPECT_TRUE(backend_->complete(fresh));
+}
+
+TEST_P(BackendContract, ReleaseExpiresTheLeaseAdvancesTheFenceAndKeepsTheRecord) {
+  Claim c = won(backend_->claim("k", kLease));
+  backend_->release(c);
+  EXPECT_FALSE(backend_->complete(c)) << "a released claim is dead";
+  Claim next = won(backend_->claim("k", kLease));
+  // Released fence 1 became 2 in place; the reclaim makes it 3. A deleted record would give 1.
+  EXPECT_EQ(next.fence, c.fence + 2);
+}
+
+TEST_P(BackendContract, ReleaseWithAStaleFenceIsANoOp) {
+  Claim c = won(backend_->claim("k", kLease));
+  Claim stale = c;
+  stale.fence = c.fence + 7;
+  backend_->release(stale);
+  held(backend_->claim("k", kLease));
+  EXPECT_TRUE(backend_->complete(c));
+}
+
+TEST_P(BackendContract, CompleteWithAStaleFenceIsRefusedAndChangesNothing) {
+  Claim c = won(backend_->claim("k", kLease));
+  Claim stale = c;
+  stale.fence = c.fence - 1;
+  EXPECT_FALSE(backend_->complete(stale));
+  held(backend_->claim("k", kLease));
+}
+
+TEST_P(BackendContract, CompleteOnAnAbsentKeyIsRefused) {
+  Claim ghost{"never-claimed", 1, clock_->now() + kLease, "token"};
+  EXPECT_FALSE(backend_->complete(ghost));
+  backend_->release(ghost);
+  EXPECT_EQ(won(backend_->claim("never-claimed", kLease)).fence, 1);
+}
+
+// --- DONE ---------------------------------------------------------------------------------
+
+TEST_P(BackendContract, DoneWithinTtlAnswersAlreadyDoneWithResultAndFingerprint) {
+  Claim c = won(backend_->claim("k", kLease, ClaimRequest{.fingerprint = "fp-1"}));
+  EXPECT_TRUE(backend_->complete(c, std::string("result")));
+  clock_->advance(backend_->ttl() - milliseconds(1));
+  AlreadyDone d = done(backend_->claim("k", kLease));
+  EXPECT_EQ(d.result, std::optional<std::string>("result"));
+  EXPECT_EQ(d.fingerprint, std::optional<std::string>("fp-1"));
+}
+
+TEST_P(BackendContract, DoneAnswersCompleteTrueOnlyForItsOwnFence) {
+  Claim c = won(backend_->claim("k", kLease));
+  EXPECT_TRUE(backend_->complete(c, std::string("first")));
+  EXPECT_TRUE(backend_->complete(c, std::string("second"))) << "idempotent for its own fence";
+  Claim other = c;
+  other.fence = c.fence + 1;
+  EXPECT_FALSE(backend_->complete(other));
+  EXPECT_EQ(done(backend_->claim("k", kLease)).result, std::optional<std::string>("first"));
+}
+
+TEST_P(BackendContract, DoneIgnoresRelease) {
+  Claim c = won(backend_->claim("k", kLease));
+  EXPECT_TRUE(backend_->complete(c));
+  backend_->release(c);
+  done(backend_->claim("k", kLease));
+}
+
+TEST_P(BackendContract, TtlIsMeasuredFromSuccess) {
+  Claim c = won(backend_->claim("k", kLease));
+  clock_->advance(minutes(10));
+  EXPECT_TRUE(backend_->complete(c));
+  clock_->advance(backend_->ttl() - milliseconds(1));
+  done(backend_->claim("k", kLease));
+  clock_->advance(milliseconds(1));  // exactly ttl after success
+  won(backend_->claim("k", kLease));
+}
+
+TEST_P(BackendContract, TtlExpiryMakesADoneKeyReclaimableWithFencePlusOne) {
+  Claim c = won(backend_->claim("k", kLease));
+  EXPECT_TRUE(backend_->complete(c));
+  clock_->advance(backend_->ttl());
+  Claim next = won(backend_->claim("k", kLease));
+  // A store that reaps exactly at expires_at (Redis) starts a fresh record instead.
+  EXPECT_EQ(next.fence, GetParam().reaps_at_expiry ? 1 : c.fence + 1);
+  EXPECT_FALSE(backend_->complete(c)) << "the old claim is stale after the reclaim";
+}
+
+TEST_P(BackendContract, APurgedRecordRestartsAtFenceOne) {
+  Claim c = won(backend_->claim("k", kLease));
+  EXPECT_TRUE(backend_->complete(c));
+  Claim live = won(backend_->claim("live", kLease));
+  clock_->advance(backend_->ttl());
+  const std::size_t purged = backend_->purge_expired();
+  if (!GetParam().reaps_at_expiry) {
+    EXPECT_EQ(purged, 1U);
+  }
+  EXPECT_EQ(won(backend_->claim("k", kLease)).fence, 1);
+  EXPECT_TRUE(backend_->complete(live)) << "purge must keep records within their retention";
+}
+
+TEST_P(BackendContract, AnAbandonedClaimIsKeptForLeasePlusTtl) {
+  Claim c = won(backend_->claim("k", kLease));
+  clock_->advance(kLease + backend_->ttl() - milliseconds(1));
+  EXPECT_EQ(backend_->purge_expired(), 0U);
+  EXPECT_EQ(won(backend_->claim("k", kLease)).fence, c.fence + 1);
+}
+
+// --- claim token ----------------------------------------------------------------------------
+
+TEST_P(BackendContract, ClaimIsRetrySafeViaClaimToken) {
+  ClaimRequest retry{.claim_token = "call-1"};
+  Claim first = won(backend_->claim("k", kLease, retry));
+  clock_->advance(milliseconds(10));
+  Claim again = won(backend_->claim("k", kLease, retry));  // the reply was lost; retried
+  EXPECT_EQ(again.fence, first.fence);
+  EXPECT_EQ(again.lease_expiry, first.lease_expiry);
+  EXPECT_EQ(again.claim_token, "call-1");
+  held(backend_->claim("k", kLease));  // any other call still finds it held
+  EXPECT_TRUE(backend_->complete(again));
+}
+
+TEST_P(BackendContract, ClaimReaffirmUnderRetryOnTheReclaimPath) {
+  Claim crashed = won(backend_->claim("k", kLease));
+  clock_->advance(kLease);
+  ClaimRequest retry{.claim_token = "call-2"};
+  Claim reclaimed = won(backend_->claim("k", kLease, retry));
+  Claim again = won(backend_->claim("k", kLease, retry));
+  EXPECT_EQ(reclaimed.fence, crashed.fence + 1);
+  EXPECT_EQ(again.fence, reclaimed.fence) << "a retried reclaim must not bump the fence twice";
+  EXPECT_FALSE(backend_->complete(crashed));
+  EXPECT_TRUE(backend_->complete(again));
+}
+
+TEST_P(BackendContract, AReusedTokenDoesNotReaffirmAnotherCallsClaim) {
+  won(backend_->claim("k", kLease, ClaimRequest{.claim_token = "a"}));
+  held(backend_->claim("k", kLease, ClaimRequest{.claim_token = "b"}));
+}
+
+// --- payloads -------------------------------------------------------------------------------
+
+TEST_P(BackendContract, ResultBytesRoundTripExactly) {
+  const std::string binary("\0\x01\xff\n\"'\\end", 10);
+  Claim c = won(backend_->claim("bin", kLease));
+  EXPECT_TRUE(backend_->complete(c, binary));
+  EXPECT_EQ(done(backend_->claim("bin", kLease)).result, std::optional<std::string>(binary));
+
+  Claim e = won(backend_->claim("empty", kLease));
+  EXPECT_TRUE(backend_->complete(e, std::string()));
+  EXPECT_EQ(done(backend_->claim("empty", kLease)).result, std::optional<std::string>(""));
+
+  Claim n = won(backend_->claim("none", kLease));
+  EXPECT_TRUE(backend_->complete(n));
+  EXPECT_EQ(done(backend_->claim("none", kLease)).result, std::nullopt);
+}
+
+TEST_P(BackendContract, HeldByOtherCarriesTheHoldersFingerprint) {
+  won(backend_->claim("k", kLease, ClaimRequest{.fingerprint = "body-sha"}));
+  EXPECT_EQ(held(backend_->claim("k", kLease)).fingerprint, std::optional<std::string>("body-sha"));
+}
+
+TEST_P(BackendContract, KeysAreOpaqueBytes) {
+  const std::string odd("a\0b:\xc3\xa9 'x\" ;--", 15);
+  Claim c = won(backend_->claim(odd, kLease));
+  EXPECT_EQ(c.key, odd);
+  EXPECT_TRUE(backend_->complete(c));
+  done(backend_->claim(odd, kLease));
+  won(backend_->claim(std::string("a\0c", 3), kLease));
+  won(backend_->claim(std::string(kMaxKeyBytes, 'x'), kLease));
+}
+
+// --- bad input ------------------------------------------------------------------------------
+
+TEST_P(BackendContract, BadInputIsRejectedBeforeAnyStoreCall) {
+  EXPECT_THROW((void)backend_->claim("", kLease), std::invalid_argument);
+  EXPECT_THROW((void)backend_->claim(std::string(kMaxKeyBytes + 1, 'x'), kLease),
+               std::invalid_argument);
+  EXPECT_THROW((void)backend_->claim("k", milliseconds(0)), std::invalid_argument);
+  EXPECT_THROW((void)backend_->claim("k", milliseconds(-5)), std::invalid_argument);
+  EXPECT_THROW((void)backend_->claim("k", kMaxLease + milliseconds(1)), std::invalid_argument);
+  EXPECT_EQ(won(backend_->claim("k", kLease)).fence, 1) << "nothing was stored";
+}
+
+TEST_P(BackendContract, BadTtlIsRejectedAtConstruction) {
+  EXPECT_THROW(make(milliseconds(0)), std::invalid_argument);
+  EXPECT_THROW(make(milliseconds(-1)), std::invalid_argument);
+  EXPECT_THROW(make(kMaxTtl + milliseconds(1)), std::invalid_argument);
+}
+
+// --- the guards on every backend ----------------------------------------------------------
+
+TEST_P(BackendContract, LockRunsTheBodyOnceAndSuppressesTheRedelivery) {
+  int runs = 0;
+  {
+    auto held_lock = lock("msg-1", *backend_);
+    ++runs;
+  }
+  EXPECT_THROW({ auto again = lock("msg-1", *backend_); ++runs; }, Duplicate);
+  EXPECT_EQ(runs, 1);
+}
+
+TEST_P(BackendContract, LockReleasesOnExceptionSoTheRedeliveryRunsOnce) {
+  int runs = 0;
+  EXPECT_THROW(
+      {
+        auto g = lock("msg-2", *backend_);
+        throw std::runtime_error("transient");
+      },
+      std::runtime_error);
+  {
+    auto g = lock("msg-2", *backend_);
+    ++runs;
+  }
+  EXPECT_THROW((void)lock("msg-2", *backend_), Duplicate);
+  EXPECT_EQ(runs, 1);
+}
+
+TEST_P(BackendContract, MutexCycleReclaimsWithoutEverCompleting) {
+  std::int64_t last_fence = 0;
+  for (int i = 0; i < 3; ++i) {
+    auto g = mutex("po:7", *backend_);
+    EXPECT_GT(g.fence(), last_fence) << "the fence rises on every cycle (no ABA)";
+    last_fence = g.fence();
+    EXPECT_THROW((void)mutex("po:7", *backend_), InProgress);
+  }
+  auto g = lock("po:7", *backend_);  // never DONE: a lock on the same key still runs
+  EXPECT_GT(g.fence(), last_fence);
+}
+
+TEST_P(BackendContract, MutexOnADoneKeyIsInProgress) {
+  { auto g = lock("done", *backend_); }
+  EXPECT_THROW((void)mutex("done", *backend_), InProgress);
+}
+
+TEST_P(BackendContract, ConcurrentClaimsOnOneKeyAdmitExactlyOne) {
+  constexpr int kThreads = 8;
+  std::atomic<int> wins{0};
+  std::atomic<int> others{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&] {
+      ClaimResult r = backend_->claim("race", kLease);
+      (std::holds_alternative<Won>(r) ? wins : others)++;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wins, 1);
+  EXPECT_EQ(others, kThreads - 1);
+}
+
+}  // namespace
+}  // namespace idempotency::testing

@@ -1,0 +1,36 @@
+// BackendFactory: how the one contract suite (and the differential and concurrency tests)
+// builds a fresh backend of each kind. A backend joins every suite by providing one of these.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <string>
+
+#include "idempotency/backend.h"
+
+namespace idempotency::testing {
+
+struct BackendFactory {
+  /// Shown in test names: "Memory", "Sqlite", "Redis", "Postgres".
+  std::string name;
+  /// Makes a fresh, empty backend (its own table / prefix / file) with `options`. Every
+  /// backend honours `options.clock` when it is set (Redis and PostgreSQL then judge time by
+  /// it instead of the server clock), so the suite moves time without sleeping.
+  std::function<std::unique_ptr<LockBackend>(const BackendOptions& options)> make;
+  /// True when the store deletes a record exactly at its expires_at (Redis PEXPIREAT), so a
+  /// claim after it restarts at fence 1 instead of fence + 1.
+  bool reaps_at_expiry = false;
+};
+
+inline std::ostream& operator<<(std::ostream& os, const BackendFactory& f) {
+  return os << f.name;
+}
+
+/// Factories for each backend built into this tree; each lives beside its backend's tests.
+BackendFactory memory_factory();
+BackendFactory sqlite_factory();
+BackendFactory redis_factory();
+BackendFactory postgres_factory();
+
+}  // namespace idempotency::testing

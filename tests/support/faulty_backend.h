@@ -1,0 +1,57 @@
+// FaultyBackend: wraps any backend and injects faults, as leveldb's SpecialEnv wraps Env.
+// Flags are atomics so a test may flip them while other threads run.
+#pragma once
+
+#include <atomic>
+#include <memory>
+
+#include "idempotency/backend.h"
+#include "idempotency/errors.h"
+
+namespace idempotency::testing {
+
+class FaultyBackend final : public LockBackend {
+ public:
+  explicit FaultyBackend(LockBackend& inner)
+      : LockBackend(BackendOptions{.ttl = inner.ttl()}), inner_(inner) {}
+
+  /// complete() throws StoreError (after doing nothing) while set.
+  std::atomic<bool> fail_complete{false};
+  /// complete() answers false, as if a newer claim fenced this one out, while set.
+  std::atomic<bool> fence_out_complete{false};
+  /// release() throws StoreError while set.
+  std::atomic<bool> fail_release{false};
+  /// claim() throws StoreError before reaching the store while set.
+  std::atomic<bool> fail_claim{false};
+  /// claim() reaches the store, then throws as if the reply was lost, while set.
+  std::atomic<bool> drop_claim_reply{false};
+
+  std::atomic<int> completes{0};
+  std::atomic<int> releases{0};
+
+ protected:
+  ClaimResult do_claim(std::string_view key, std::chrono::milliseconds lease,
+                       const ClaimRequest& request) override {
+    if (fail_claim) throw StoreError("injected: claim failed");
+    ClaimResult r = inner_.claim(key, lease, request);
+    if (drop_claim_reply) throw StoreError("injected: claim reply lost");
+    return r;
+  }
+  bool do_complete(const Claim& claim, std::optional<std::string> result) override {
+    ++completes;
+    if (fail_complete) throw StoreError("injected: complete failed");
+    if (fence_out_complete) return false;
+    return inner_.complete(claim, std::move(result));
+  }
+  void do_release(const Claim& claim) override {
+    ++releases;
+    if (fail_release) throw StoreError("injected: release failed");
+    inner_.release(claim);
+  }
+  std::size_t do_purge_expired() override { return inner_.purge_expired(); }
+
+ private:
+  LockBackend& inner_;
+};
+
+}  // namespace idempotency::testing

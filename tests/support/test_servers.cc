@@ -1,0 +1,33 @@
+#include "support/test_servers.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+namespace idempotency::testing {
+namespace {
+
+std::string from_env_or_file(const char* env, const char* file) {
+  if (const char* v = std::getenv(env); v != nullptr && *v != '\0') return v;
+  std::ifstream in(std::string(IDEMPOTENCY_TEST_SERVERS_DIR) + "/" + file);
+  std::string url;
+  std::getline(in, url);
+  return url;
+}
+
+}  // namespace
+
+std::string redis_url() { return from_env_or_file("REDIS_URL", "redis.url"); }
+
+std::string postgres_url() { return from_env_or_file("POSTGRES_URL", "postgres.url"); }
+
+std::string unique_name(const std::string& stem) {
+  static std::atomic<int> counter{0};
+  return stem + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++);
+}
+
+}  // namespace idempotency::testing

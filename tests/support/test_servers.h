@@ -1,0 +1,22 @@
+// Where the tests find the real Redis and PostgreSQL servers.
+//
+// `REDIS_URL` / `POSTGRES_URL` point at servers a developer runs; otherwise the CTest
+// fixture scripts (tests/support/servers/) start private ones on free 127.0.0.1 ports and
+// write their URLs into files that these functions read. With CI=true a missing server
+// fails the test instead of skipping it.
+#pragma once
+
+#include <string>
+
+namespace idempotency::testing {
+
+/// redis_url() returns the test Redis URL, or "" when no server was started or named.
+std::string redis_url();
+
+/// postgres_url() returns the test PostgreSQL URL, or "" when none was started or named.
+std::string postgres_url();
+
+/// unique_name() returns a fresh identifier-safe name (e.g. for a table or key prefix).
+std::string unique_name(const std::string& stem);
+
+}  // namespace idempotency::testing
