@@ -115,8 +115,7 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(short_lease + milliseconds(50));  // a long GC pause
     const int takeover = deliver(backend, "orders:m-4", short_lease);
     std::printf("   the redelivery reclaimed the key -> %d (fence %lld -> %lld)\n", takeover,
-                static_cast<long long>(zombie.fence()),
-                static_cast<long long>(zombie.fence() + 1));
+                static_cast<long long>(zombie.fence()), static_cast<long long>(zombie.fence() + 1));
     const auto status = zombie.complete();
     expect(status == idem::CompleteStatus::kFencedOut,
            "the zombie's late completion was fenced out and logged, not acked twice");
@@ -124,7 +123,7 @@ int main(int argc, char** argv) {
   const int later = deliver(backend, "orders:m-4", short_lease);
   expect(later == 204, "the key stays DONE under the newer claim");
 
-  std::printf("\n%s\n", failures == 0 ? "all scenarios behaved as promised"
-                                      : "SOME SCENARIOS FAILED");
+  std::printf("\n%s\n",
+              failures == 0 ? "all scenarios behaved as promised" : "SOME SCENARIOS FAILED");
   return failures == 0 ? 0 : 1;
 }

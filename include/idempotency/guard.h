@@ -66,8 +66,8 @@ class [[nodiscard]] Guard {
   void release();
 
  private:
-  friend Guard lock(std::string_view, LockBackend&, LockOptions);
-  friend Guard mutex(std::string_view, LockBackend&, LockOptions);
+  friend Guard lock(std::string_view, LockBackend&, const LockOptions&);
+  friend Guard mutex(std::string_view, LockBackend&, const LockOptions&);
   Guard(LockBackend& backend, Claim claim, bool completes);
 
   LockBackend* backend_;
@@ -80,11 +80,11 @@ class [[nodiscard]] Guard {
 /// lock() claims `key` for work that must run at most once. Throws `Duplicate` when the key
 /// is DONE within its ttl, `InProgress` when a live holder has it, `std::invalid_argument`
 /// for a bad key or lease, and `StoreError` when the store fails.
-Guard lock(std::string_view key, LockBackend& backend, LockOptions options = {});
+Guard lock(std::string_view key, LockBackend& backend, const LockOptions& options = {});
 
 /// mutex() claims `key` for work that must not overlap but must each run. The guard always
 /// releases and never completes. Throws `InProgress` when a live holder has the key or the
 /// key is DONE (a mutex never runs over finished work).
-Guard mutex(std::string_view key, LockBackend& backend, LockOptions options = {});
+Guard mutex(std::string_view key, LockBackend& backend, const LockOptions& options = {});
 
 }  // namespace idempotency

@@ -15,30 +15,32 @@ template <class... Ts>
 struct Overloaded : Ts... {
   using Ts::operator()...;
 };
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;  // clang 14 lacks C++20's aggregate deduction
 
 LogRecord about(const Claim& claim, Severity severity, std::string event, std::string message) {
-  return LogRecord{severity,
-                   std::move(event),
-                   std::move(message),
-                   {{"key_fingerprint", key_fingerprint(claim.key)},
-                    {"fence", std::to_string(claim.fence)}}};
+  return LogRecord{
+      severity,
+      std::move(event),
+      std::move(message),
+      {{"key_fingerprint", key_fingerprint(claim.key)}, {"fence", std::to_string(claim.fence)}}};
 }
 
 // Claims the key or throws the outcome a guard cannot hold.
 Claim claim_or_throw(std::string_view key, LockBackend& backend, const LockOptions& options,
                      bool completes) {
   ClaimResult result = backend.claim(key, options.lease, ClaimRequest{{}, options.fingerprint});
-  return std::visit(
-      Overloaded{
-          [](Won& won) { return std::move(won.claim); },
-          [&](AlreadyDone& done) -> Claim {
-            // A mutex never runs over finished work, and never reports it as a duplicate.
-            if (!completes) throw InProgress(TimePoint{});
-            throw Duplicate(std::move(done.result));
-          },
-          [](HeldByOther& held) -> Claim { throw InProgress(held.lease_expiry); },
-      },
-      result);
+  return std::visit(Overloaded{
+                        [](Won& won) { return std::move(won.claim); },
+                        [&](AlreadyDone& done) -> Claim {
+                          // A mutex never runs over finished work, and never reports it as a
+                          // duplicate.
+                          if (!completes) throw InProgress(TimePoint{});
+                          throw Duplicate(std::move(done.result));
+                        },
+                        [](HeldByOther& held) -> Claim { throw InProgress(held.lease_expiry); },
+                    },
+                    result);
 }
 
 }  // namespace
@@ -104,11 +106,11 @@ void Guard::release() {
   backend_->release(claim_);
 }
 
-Guard lock(std::string_view key, LockBackend& backend, LockOptions options) {
+Guard lock(std::string_view key, LockBackend& backend, const LockOptions& options) {
   return Guard(backend, claim_or_throw(key, backend, options, true), true);
 }
 
-Guard mutex(std::string_view key, LockBackend& backend, LockOptions options) {
+Guard mutex(std::string_view key, LockBackend& backend, const LockOptions& options) {
   return Guard(backend, claim_or_throw(key, backend, options, false), false);
 }
 

@@ -15,11 +15,21 @@ void append_json_string(std::string& out, std::string_view s) {
   out.push_back('"');
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           std::array<char, 7> esc{};
@@ -55,11 +65,16 @@ SinkSlot& slot() {
 
 const char* severity_name(Severity s) noexcept {
   switch (s) {
-    case Severity::kDebug: return "DEBUG";
-    case Severity::kInfo: return "INFO";
-    case Severity::kWarning: return "WARNING";
-    case Severity::kError: return "ERROR";
-    case Severity::kCritical: return "CRITICAL";
+    case Severity::kDebug:
+      return "DEBUG";
+    case Severity::kInfo:
+      return "INFO";
+    case Severity::kWarning:
+      return "WARNING";
+    case Severity::kError:
+      return "ERROR";
+    case Severity::kCritical:
+      return "CRITICAL";
   }
   return "DEFAULT";
 }

@@ -35,13 +35,13 @@ Transition apply_claim(const std::optional<Record>& current, const ClaimOp& op, 
     return unchanged(current, Answer{ClaimAnswer::kWon, true});
   }
   if (is_expired(r, now)) return fresh(r.fence + 1);
-  if (r.state == RecordState::kDone) return unchanged(current, Answer{ClaimAnswer::kAlreadyDone, false});
+  if (r.state == RecordState::kDone)
+    return unchanged(current, Answer{ClaimAnswer::kAlreadyDone, false});
   if (now < r.lease_expiry) return unchanged(current, Answer{ClaimAnswer::kHeldByOther, false});
   return fresh(r.fence + 1);  // the holder crashed or gave up: reclaim (self-heal)
 }
 
-Transition apply_complete(const std::optional<Record>& current, const CompleteOp& op,
-                          Millis now) {
+Transition apply_complete(const std::optional<Record>& current, const CompleteOp& op, Millis now) {
   if (!current || is_expired(*current, now) || current->fence != op.fence) {
     return unchanged(current, Answer{std::nullopt, false});
   }
@@ -69,8 +69,7 @@ Transition apply_release(const std::optional<Record>& current, const ReleaseOp& 
 
 }  // namespace
 
-Transition transition(const std::optional<Record>& current, const Operation& op,
-                      Millis now) {
+Transition transition(const std::optional<Record>& current, const Operation& op, Millis now) {
   struct Visitor {
     const std::optional<Record>& current;
     Millis now;

@@ -282,7 +282,12 @@ TEST_P(BackendContract, LockRunsTheBodyOnceAndSuppressesTheRedelivery) {
     auto held_lock = lock("msg-1", *backend_);
     ++runs;
   }
-  EXPECT_THROW({ auto again = lock("msg-1", *backend_); ++runs; }, Duplicate);
+  EXPECT_THROW(
+      {
+        auto again = lock("msg-1", *backend_);
+        ++runs;
+      },
+      Duplicate);
   EXPECT_EQ(runs, 1);
 }
 

@@ -74,8 +74,8 @@ TEST_P(Differential, RandomSequencesMatchThePureFunction) {
           const std::optional<std::string> fp =
               rng() % 2 ? std::optional<std::string>("fp" + std::to_string(step)) : std::nullopt;
           Transition expected = model.apply(key, ClaimOp{token, lease, kTtl, fp}, now);
-          ClaimResult actual = backend->claim(key, std::chrono::milliseconds(lease),
-                                              ClaimRequest{token, fp});
+          ClaimResult actual =
+              backend->claim(key, std::chrono::milliseconds(lease), ClaimRequest{token, fp});
           ASSERT_EQ(outcome_name(actual),
                     outcome_name(claim_result(key, *expected.record, *expected.answer.claim)));
           const Record& r = *expected.record;
@@ -99,7 +99,8 @@ TEST_P(Differential, RandomSequencesMatchThePureFunction) {
           const Claim c = pick(claims);
           std::optional<std::string> result;
           if (rng() % 2) result = "r" + std::to_string(step);
-          const bool expected = model.apply(c.key, CompleteOp{c.fence, result, kTtl}, now).answer.ok;
+          const bool expected =
+              model.apply(c.key, CompleteOp{c.fence, result, kTtl}, now).answer.ok;
           EXPECT_EQ(backend->complete(c, result), expected);
           break;
         }

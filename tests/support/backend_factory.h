@@ -23,9 +23,7 @@ struct BackendFactory {
   bool reaps_at_expiry = false;
 };
 
-inline std::ostream& operator<<(std::ostream& os, const BackendFactory& f) {
-  return os << f.name;
-}
+inline std::ostream& operator<<(std::ostream& os, const BackendFactory& f) { return os << f.name; }
 
 /// Factories for each backend built into this tree; each lives beside its backend's tests.
 BackendFactory memory_factory();

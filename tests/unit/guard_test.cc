@@ -164,9 +164,7 @@ TEST_F(GuardTest, AGuardMadeDuringUnwindingStillCompletesWhenItsOwnScopeEndsClea
   // flight" against the count when it was made, not against zero.
   struct MakesAGuardWhileUnwinding {
     FaultyBackend* backend;
-    ~MakesAGuardWhileUnwinding() {
-      auto held = lock("inner", *backend);
-    }
+    ~MakesAGuardWhileUnwinding() { auto held = lock("inner", *backend); }
   };
   try {
     MakesAGuardWhileUnwinding m{&backend_};

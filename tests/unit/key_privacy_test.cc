@@ -86,8 +86,9 @@ TEST(KeyPrivacy, TheFingerprintIsStableShortAndNotTheKey) {
 
 TEST(KeyPrivacy, KeyValidationMessagesNameTheProblemNotTheKey) {
   EXPECT_THAT(what_of([] { validate_key(""); }), HasSubstr("empty"));
-  EXPECT_THAT(what_of([] { validate_key(std::string(kSecretKey) + std::string(kMaxKeyBytes, 'x')); }),
-              ::testing::AllOf(HasSubstr("limit"), Not(HasSubstr(kSecret))));
+  EXPECT_THAT(
+      what_of([] { validate_key(std::string(kSecretKey) + std::string(kMaxKeyBytes, 'x')); }),
+      ::testing::AllOf(HasSubstr("limit"), Not(HasSubstr(kSecret))));
 }
 
 }  // namespace

@@ -11,11 +11,10 @@ namespace idempotency::testing {
 namespace {
 
 TEST(Log, TheDefaultLineIsOneJsonObjectWithCloudLoggingFields) {
-  const std::string line = format_json_line(LogRecord{
-      Severity::kWarning, "contention", "a \"quoted\"\nmessage\x01", {{"fence", "3"}}});
-  EXPECT_EQ(line,
-            R"({"severity":"WARNING","message":"a \"quoted\"\nmessage\u0001",)"
-            R"("event":"contention","fence":"3"})");
+  const std::string line = format_json_line(
+      LogRecord{Severity::kWarning, "contention", "a \"quoted\"\nmessage\x01", {{"fence", "3"}}});
+  EXPECT_EQ(line, R"({"severity":"WARNING","message":"a \"quoted\"\nmessage\u0001",)"
+                  R"("event":"contention","fence":"3"})");
   EXPECT_EQ(line.find('\n'), std::string::npos);
 }
 

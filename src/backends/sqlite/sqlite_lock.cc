@@ -32,7 +32,8 @@ bool is_identifier(std::string_view name) {
 }
 
 [[noreturn]] void fail(sqlite3* db, const std::string& what) {
-  throw StoreError("sqlite: " + what + ": " + (db != nullptr ? sqlite3_errmsg(db) : "out of memory"));
+  throw StoreError("sqlite: " + what + ": " +
+                   (db != nullptr ? sqlite3_errmsg(db) : "out of memory"));
 }
 
 void check(sqlite3* db, int rc, const char* what) {
@@ -45,8 +46,9 @@ void exec(sqlite3* db, const std::string& sql, const char* what) {
 
 void bind_blob(sqlite3* db, sqlite3_stmt* s, int index, std::string_view bytes) {
   // A zero-length blob still binds as a blob, not NULL.
-  check(db, sqlite3_bind_blob64(s, index, bytes.empty() ? "" : bytes.data(), bytes.size(),
-                                SQLITE_TRANSIENT),
+  check(db,
+        sqlite3_bind_blob64(s, index, bytes.empty() ? "" : bytes.data(), bytes.size(),
+                            SQLITE_TRANSIENT),
         "bind");
 }
 
@@ -82,8 +84,8 @@ struct SqliteLock::Impl {
 
   StmtPtr prepare(const std::string& sql) {
     sqlite3_stmt* raw = nullptr;
-    check(db.get(), sqlite3_prepare_v3(db.get(), sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &raw,
-                                       nullptr),
+    check(db.get(),
+          sqlite3_prepare_v3(db.get(), sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &raw, nullptr),
           "prepare");
     return StmtPtr(raw);
   }
@@ -172,9 +174,9 @@ SqliteLock::SqliteLock(const std::string& path, SqliteOptions options)
   if (options.max_pages < 0) throw std::invalid_argument("sqlite max_pages must not be negative");
   impl_->clock = options.backend.clock ? std::move(options.backend.clock) : system_clock();
   sqlite3* raw = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &raw,
-                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                                 nullptr);
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &raw,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   impl_->db.reset(raw);
   if (rc != SQLITE_OK) fail(raw, "cannot open the database file");
   sqlite3_extended_result_codes(raw, 1);
@@ -191,7 +193,8 @@ SqliteLock::SqliteLock(const std::string& path, SqliteOptions options)
   const std::string t = "\"" + options.table + "\"";
   impl_->select = impl_->prepare(
       "SELECT state, fence, lease_expiry_ms, expires_at_ms, claim_token, result, fingerprint "
-      "FROM " + t + " WHERE key = ?1");
+      "FROM " +
+      t + " WHERE key = ?1");
   impl_->upsert = impl_->prepare(
       "INSERT OR REPLACE INTO " + t +
       " (key, state, fence, lease_expiry_ms, expires_at_ms, claim_token, result, fingerprint) "

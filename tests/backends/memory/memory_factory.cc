@@ -4,12 +4,11 @@
 namespace idempotency::testing {
 
 BackendFactory memory_factory() {
-  return BackendFactory{
-      .name = "Memory",
-      .make = [](const BackendOptions& options) -> std::unique_ptr<LockBackend> {
-        return std::make_unique<InMemoryLock>(options);
-      },
-      .reaps_at_expiry = false};
+  return BackendFactory{.name = "Memory",
+                        .make = [](const BackendOptions& options) -> std::unique_ptr<LockBackend> {
+                          return std::make_unique<InMemoryLock>(options);
+                        },
+                        .reaps_at_expiry = false};
 }
 
 }  // namespace idempotency::testing

@@ -8,16 +8,15 @@
 namespace idempotency::testing {
 
 BackendFactory sqlite_factory() {
-  return BackendFactory{
-      .name = "Sqlite",
-      .make = [](const BackendOptions& options) -> std::unique_ptr<LockBackend> {
-        // One file for the whole program, a fresh table per backend.
-        static const TempDir dir;
-        return std::make_unique<SqliteLock>(
-            dir.file("contract.db"),
-            SqliteOptions{.backend = options, .table = unique_name("records")});
-      },
-      .reaps_at_expiry = false};
+  return BackendFactory{.name = "Sqlite",
+                        .make = [](const BackendOptions& options) -> std::unique_ptr<LockBackend> {
+                          // One file for the whole program, a fresh table per backend.
+                          static const TempDir dir;
+                          return std::make_unique<SqliteLock>(
+                              dir.file("contract.db"),
+                              SqliteOptions{.backend = options, .table = unique_name("records")});
+                        },
+                        .reaps_at_expiry = false};
 }
 
 }  // namespace idempotency::testing

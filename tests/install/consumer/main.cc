@@ -8,7 +8,10 @@ int main(int argc, char** argv) {
   if (argc != 2) return 2;
   idempotency::SqliteLock backend(argv[1]);
   int runs = 0;
-  { auto held = idempotency::lock("consumer:1", backend); ++runs; }
+  {
+    auto held = idempotency::lock("consumer:1", backend);
+    ++runs;
+  }
   try {
     auto again = idempotency::lock("consumer:1", backend);
     ++runs;

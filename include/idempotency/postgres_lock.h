@@ -1,0 +1,84 @@
+// PostgresLock: records in one PostgreSQL table, decided server-side in one round trip.
+//
+// Each operation is a single prepared statement: `claim` is one `INSERT … ON CONFLICT DO
+// UPDATE … RETURNING` that re-expresses the core's `transition()` in SQL, so two processes
+// racing a new key get exactly one `Won`; `complete` and `release` are one `UPDATE` each.
+// Time is judged by the server's `clock_timestamp()` (epoch milliseconds) unless
+// `BackendOptions::clock` is set, in which case the client clock's instant is sent instead.
+// Connections come from a bounded pool; one broken by a server restart or
+// `pg_terminate_backend` is dropped and the call is retried once on a fresh connection (every
+// operation is safe to repeat: a retried claim carries its claim token and re-affirms).
+//
+// Example:
+//   idempotency::PostgresLock backend("postgres://app@db.internal/app?sslmode=verify-full",
+//                                     {.table = "orders_idempotency"});
+//
+// Thread safety: safe from any number of threads; each call borrows its own connection.
+// Not fork-safe: build a new PostgresLock in a child process.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "idempotency/backend.h"
+#include "idempotency/record.h"
+
+namespace idempotency {
+
+/// Options for PostgresLock. Fill with designated initializers.
+struct PostgresOptions {
+  BackendOptions backend;
+  /// The table holding the records, `name` or `schema.name` (letters, digits, `_`; at most
+  /// 48 bytes a part). Several subscriptions can share a database with one table each.
+  std::string table = "idempotency_records";
+  /// Create the table (and its expiry index) when missing. Turn off for a role without
+  /// CREATE permission and apply `schema(table)` by hand instead.
+  bool create_table = true;
+  /// Most connections open at once; a call waits for a free one up to `pool_wait`.
+  std::size_t pool_size = 8;
+  /// How long a call waits for a pooled connection before `StoreError`.
+  std::chrono::milliseconds pool_wait = std::chrono::seconds(30);
+  /// Server-side limit per statement (0: none); a statement that exceeds it is a
+  /// `StoreError`.
+  std::chrono::milliseconds statement_timeout = std::chrono::seconds(30);
+  /// Rows `purge_expired()` deletes per statement, so it never holds many locks at once.
+  std::size_t purge_batch = 1000;
+};
+
+/// PostgresLock stores records in a PostgreSQL table through libpq.
+class PostgresLock final : public LockBackend {
+ public:
+  /// PostgresLock() connects with a libpq conninfo string (`host=… dbname=…`) or a
+  /// `postgres://` / `postgresql://` URL (TLS and every libpq option included; the PG*
+  /// environment variables fill what is left out), creates the table when allowed, and
+  /// prepares its statements. Throws `std::invalid_argument` naming the malformed part
+  /// (never the password) or a bad option, and `StoreError` with the server's message when
+  /// it cannot connect or authenticate, or the table is missing and may not be created.
+  explicit PostgresLock(std::string_view conninfo_or_url, PostgresOptions options = {});
+  ~PostgresLock() override;
+
+  /// record() returns a copy of `key`'s stored record, if any (for inspection and tests);
+  /// expired records are returned as stored.
+  [[nodiscard]] std::optional<Record> record(std::string_view key);
+
+  /// schema() returns the DDL that creates the table named `table` and its expiry index,
+  /// for an operator to apply by hand. Throws `std::invalid_argument` for a bad name.
+  [[nodiscard]] static std::string schema(std::string_view table = "idempotency_records");
+
+ protected:
+  ClaimResult do_claim(std::string_view key, std::chrono::milliseconds lease,
+                       const ClaimRequest& request) override;
+  bool do_complete(const Claim& claim, std::optional<std::string> result) override;
+  void do_release(const Claim& claim) override;
+  std::size_t do_purge_expired() override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace idempotency

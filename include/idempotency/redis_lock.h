@@ -1,0 +1,100 @@
+// RedisLock: the Redis / Memorystore backend (one hash per key, one Lua script per call).
+//
+//   idempotency::RedisLock backend("redis://:secret@10.0.0.3:6379/2");
+//   auto held = idempotency::lock(message_id, backend);
+//
+// Each record is one Redis hash under `RedisOptions::key_prefix`, so every call touches a
+// single key and the backend is Redis-Cluster-safe. claim, complete and release are each
+// one round trip: a Lua script, loaded once and called with EVALSHA, re-expresses the
+// core's `transition()` and decides on the server. Time is the server's own (`TIME`), so
+// clock skew between client instances cannot break a lease; every write sets the key's
+// expiry to the record's `expires_at`, so Redis deletes the record exactly when its
+// retention window ends (a claim after that starts again at fence 1).
+//
+// Error handling: a call that fails (server down, timeout, auth refused, an unexpected
+// reply) throws `StoreError` with the server's message, never the key, and never reports
+// an outcome it did not receive. A dropped connection is re-established on the next call.
+//
+// Thread safety: safe from any number of threads; calls share a bounded pool of
+// connections (`RedisOptions::pool_size`) and wait for a free one when all are busy.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "idempotency/backend.h"
+#include "idempotency/record.h"
+
+namespace idempotency {
+
+/// Options for RedisLock. Fill with designated initializers.
+struct RedisOptions {
+  /// ttl, and the clock: nullptr (the default) judges time by the server's `TIME`; a clock
+  /// set here is used instead (tests move time with it; production should leave it null).
+  BackendOptions backend;
+  /// Prepended to every key; several subscriptions or environments can share one server.
+  std::string key_prefix = "idempotency:";
+  /// The most connections open at once; a call waits when all are busy. At least 1.
+  std::size_t pool_size = 8;
+  /// How long opening a connection may take before `StoreError`. Positive.
+  std::chrono::milliseconds connect_timeout{2000};
+  /// How long one command may wait for its reply before `StoreError`. Positive.
+  std::chrono::milliseconds command_timeout{2000};
+};
+
+/// RedisEndpoint is a parsed `redis://` URL.
+struct RedisEndpoint {
+  std::string host;
+  int port = 6379;
+  /// ACL user name (Redis 6+); empty: the default user.
+  std::string user;
+  /// Password for AUTH; empty: no AUTH.
+  std::string password;
+  /// Database number for SELECT.
+  int db = 0;
+};
+
+/// parse_redis_url() parses `redis://[[user]:password@]host[:port][/db]` (user and password
+/// percent-decoded; an IPv6 host in brackets). Throws `std::invalid_argument` naming the
+/// part that is wrong; the message never contains the password.
+[[nodiscard]] RedisEndpoint parse_redis_url(std::string_view url);
+
+/// RedisLock stores records in Redis, deciding every transition server-side in Lua.
+class RedisLock final : public LockBackend {
+ public:
+  /// RedisLock() parses `url`, opens one connection (AUTH, SELECT) and loads the script, so
+  /// a wrong address or password fails here. Throws `std::invalid_argument` for a malformed
+  /// URL or a bad option, and `StoreError` with the server's message when the server is
+  /// unreachable, refuses the credentials or times out.
+  explicit RedisLock(std::string_view url, RedisOptions options = {});
+  ~RedisLock() override;
+
+  /// record() returns `key`'s record as stored, if any (for inspection and tests). With the
+  /// server clock a record past `expires_at` is already gone; with an injected clock it may
+  /// still be stored until Redis reaps it, and every operation treats it as absent.
+  /// Throws `StoreError` when the server fails or the stored hash is not a record.
+  [[nodiscard]] std::optional<Record> record(std::string_view key);
+
+  /// key_prefix() returns the prefix every key is stored under.
+  [[nodiscard]] const std::string& key_prefix() const noexcept;
+
+ protected:
+  ClaimResult do_claim(std::string_view key, std::chrono::milliseconds lease,
+                       const ClaimRequest& request) override;
+  bool do_complete(const Claim& claim, std::optional<std::string> result) override;
+  void do_release(const Claim& claim) override;
+  /// Returns 0 without a store call: Redis deletes each record itself at its `expires_at`
+  /// (PEXPIREAT), and a record an injected clock has expired is treated as absent by every
+  /// operation, so there is nothing left to purge.
+  std::size_t do_purge_expired() override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace idempotency
