@@ -54,4 +54,24 @@ class InProgress : public Error {
   TimePoint lease_expiry_;
 };
 
+/// Cancelled is thrown by `once` to a caller whose `std::stop_token` was stopped: to a
+/// joined caller alone, or to an owner whose execution was cancelled (nothing was stored).
+class Cancelled : public Error {
+ public:
+  Cancelled();
+};
+
+/// ReentryError is thrown when a thread that owns a key (inside `once` or holding a `lock`
+/// guard) asks for the same key again: waiting for itself would deadlock.
+class ReentryError : public Error {
+ public:
+  /// ReentryError() keeps the key for the caller; `what()` never contains it.
+  explicit ReentryError(std::string key);
+  /// key() returns the key that was reused.
+  [[nodiscard]] const std::string& key() const noexcept { return key_; }
+
+ private:
+  std::string key_;
+};
+
 }  // namespace idempotency

@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -68,18 +69,27 @@ class [[nodiscard]] Guard {
  private:
   friend Guard lock(std::string_view, LockBackend&, const LockOptions&);
   friend Guard mutex(std::string_view, LockBackend&, const LockOptions&);
-  Guard(LockBackend& backend, Claim claim, bool completes);
+  Guard(LockBackend& backend, Claim claim, bool completes, std::shared_ptr<void> registration);
 
   LockBackend* backend_;
   Claim claim_;
+  std::shared_ptr<void> registration_;  // this thread owns the key: re-entry is an error
   bool completes_;
   bool held_ = true;
   int exceptions_at_entry_;
 };
 
+namespace detail {
+/// complete_after_work() completes `claim` after its work ran, applying the seed's catch
+/// points: a store failure and a fence-out are logged, never thrown.
+CompleteStatus complete_after_work(LockBackend& backend, const Claim& claim,
+                                   std::optional<std::string> result) noexcept;
+}  // namespace detail
+
 /// lock() claims `key` for work that must run at most once. Throws `Duplicate` when the key
 /// is DONE within its ttl, `InProgress` when a live holder has it, `std::invalid_argument`
-/// for a bad key or lease, and `StoreError` when the store fails.
+/// for a bad key or lease, `ReentryError` when this thread already owns the key, and
+/// `StoreError` when the store fails.
 Guard lock(std::string_view key, LockBackend& backend, const LockOptions& options = {});
 
 /// mutex() claims `key` for work that must not overlap but must each run. The guard always

@@ -6,9 +6,11 @@
 
 #include "idempotency/backend.h"
 #include "idempotency/clock.h"
+#include "idempotency/codec.h"
 #include "idempotency/errors.h"
 #include "idempotency/guard.h"
 #include "idempotency/key.h"
 #include "idempotency/log.h"
 #include "idempotency/memory_lock.h"
+#include "idempotency/once.h"
 #include "idempotency/record.h"

@@ -10,4 +10,10 @@ Duplicate::Duplicate(std::optional<std::string> result)
 InProgress::InProgress(TimePoint lease_expiry)
     : Error("in progress: a live holder has the key"), lease_expiry_(lease_expiry) {}
 
+Cancelled::Cancelled() : Error("cancelled: the caller's stop token was stopped") {}
+
+ReentryError::ReentryError(std::string key)
+    : Error("re-entry: this thread already owns the key; waiting for itself would deadlock"),
+      key_(std::move(key)) {}
+
 }  // namespace idempotency

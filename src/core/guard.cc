@@ -4,6 +4,7 @@
 #include <utility>
 #include <variant>
 
+#include "idempotency/detail/once_engine.h"
 #include "idempotency/errors.h"
 #include "idempotency/key.h"
 #include "idempotency/log.h"
@@ -45,15 +46,17 @@ Claim claim_or_throw(std::string_view key, LockBackend& backend, const LockOptio
 
 }  // namespace
 
-Guard::Guard(LockBackend& backend, Claim claim, bool completes)
+Guard::Guard(LockBackend& backend, Claim claim, bool completes, std::shared_ptr<void> registration)
     : backend_(&backend),
       claim_(std::move(claim)),
+      registration_(std::move(registration)),
       completes_(completes),
       exceptions_at_entry_(std::uncaught_exceptions()) {}
 
 Guard::Guard(Guard&& other) noexcept
     : backend_(other.backend_),
       claim_(std::move(other.claim_)),
+      registration_(std::move(other.registration_)),
       completes_(other.completes_),
       held_(std::exchange(other.held_, false)),
       exceptions_at_entry_(other.exceptions_at_entry_) {}
@@ -79,39 +82,55 @@ Guard::~Guard() {
 CompleteStatus Guard::complete(std::optional<std::string> result) noexcept {
   if (!held_) return CompleteStatus::kNotHeld;
   held_ = false;
+  registration_.reset();
+  return detail::complete_after_work(*backend_, claim_, std::move(result));
+}
+
+namespace detail {
+
+CompleteStatus complete_after_work(LockBackend& backend, const Claim& claim,
+                                   std::optional<std::string> result) noexcept {
   try {
-    if (backend_->complete(claim_, std::move(result))) return CompleteStatus::kCompleted;
-    log(about(claim_, Severity::kError, "fenced_out",
+    if (backend.complete(claim, std::move(result))) return CompleteStatus::kCompleted;
+    log(about(claim, Severity::kError, "fenced_out",
               "work finished but a newer claim took the key over (the work outran its lease); "
               "acking anyway: the reclaimer may run the work again, only a longer lease prevents "
               "it"));
     return CompleteStatus::kFencedOut;
   } catch (const std::exception& e) {
-    auto record = about(claim_, Severity::kError, "complete_failed",
+    auto record = about(claim, Severity::kError, "complete_failed",
                         "work finished but recording it failed; acking anyway so the side effect "
                         "is not repeated; the key frees itself when the lease lapses");
     record.fields.emplace_back("error", e.what());
     log(record);
     return CompleteStatus::kStoreFailed;
   } catch (...) {
-    log(about(claim_, Severity::kError, "complete_failed",
+    log(about(claim, Severity::kError, "complete_failed",
               "work finished but recording it failed with an unknown error; acking anyway"));
     return CompleteStatus::kStoreFailed;
   }
 }
 
+}  // namespace detail
+
 void Guard::release() {
   if (!held_) return;
   held_ = false;
+  registration_.reset();
   backend_->release(claim_);
 }
 
 Guard lock(std::string_view key, LockBackend& backend, const LockOptions& options) {
-  return Guard(backend, claim_or_throw(key, backend, options, true), true);
+  validate_key(key);
+  auto registration = detail::register_guard(backend, key);
+  return Guard(backend, claim_or_throw(key, backend, options, true), true, std::move(registration));
 }
 
 Guard mutex(std::string_view key, LockBackend& backend, const LockOptions& options) {
-  return Guard(backend, claim_or_throw(key, backend, options, false), false);
+  validate_key(key);
+  auto registration = detail::register_guard(backend, key);
+  return Guard(backend, claim_or_throw(key, backend, options, false), false,
+               std::move(registration));
 }
 
 }  // namespace idempotency

@@ -26,12 +26,14 @@ class FaultyBackend final : public LockBackend {
   /// claim() reaches the store, then throws as if the reply was lost, while set.
   std::atomic<bool> drop_claim_reply{false};
 
+  std::atomic<int> claims{0};
   std::atomic<int> completes{0};
   std::atomic<int> releases{0};
 
  protected:
   ClaimResult do_claim(std::string_view key, std::chrono::milliseconds lease,
                        const ClaimRequest& request) override {
+    ++claims;
     if (fail_claim) throw StoreError("injected: claim failed");
     ClaimResult r = inner_.claim(key, lease, request);
     if (drop_claim_reply) throw StoreError("injected: claim reply lost");

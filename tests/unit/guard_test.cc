@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <stdexcept>
+#include <thread>
 
 #include "idempotency/errors.h"
 #include "idempotency/memory_lock.h"
@@ -81,9 +82,11 @@ TEST_F(GuardTest, FencedOutAfterTheWorkIsAnAlertableErrorNotAnException) {
   {
     auto zombie = lock("k", backend_, LockOptions{.lease = milliseconds(100)});
     clock_->advance(milliseconds(100));
-    auto reclaimer = lock("k", backend_);  // a redelivery reclaimed the lapsed key
-    EXPECT_EQ(reclaimer.fence(), zombie.fence() + 1);
-    EXPECT_EQ(zombie.complete(), CompleteStatus::kFencedOut);
+    std::jthread redelivery([&] {  // another worker reclaims the lapsed key
+      auto reclaimer = lock("k", backend_);
+      EXPECT_EQ(reclaimer.fence(), zombie.fence() + 1);
+      EXPECT_EQ(zombie.complete(), CompleteStatus::kFencedOut);
+    });
   }
   EXPECT_EQ(logs_.count("fenced_out"), 1);
   const auto records = logs_.records();
@@ -104,12 +107,14 @@ TEST_F(GuardTest, AStoreErrorAtClaimPropagates) {
 
 TEST_F(GuardTest, ALiveHolderIsInProgressWithItsLeaseExpiry) {
   auto held = lock("k", backend_, LockOptions{.lease = milliseconds(500)});
-  try {
-    (void)lock("k", backend_);
-    FAIL() << "expected InProgress";
-  } catch (const InProgress& e) {
-    EXPECT_EQ(e.lease_expiry(), held.claim().lease_expiry);
-  }
+  std::jthread other_worker([&] {
+    try {
+      (void)lock("k", backend_);
+      ADD_FAILURE() << "expected InProgress";
+    } catch (const InProgress& e) {
+      EXPECT_EQ(e.lease_expiry(), held.claim().lease_expiry);
+    }
+  });
 }
 
 TEST_F(GuardTest, WorkThatOutrunsAnUnreclaimedLeaseStillCompletes) {

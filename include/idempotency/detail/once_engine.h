@@ -1,0 +1,81 @@
+// The type-erased engine behind `once` (internal: use once.h). The template in once.h adapts
+// a callable and a codec to these hooks; everything else lives in src/core/once.cc.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <typeindex>
+
+#include "idempotency/backend.h"
+
+namespace idempotency {
+
+/// How a `once` call ended.
+enum class Status {
+  kExecuted,    ///< This call owned the key and ran the operation.
+  kJoined,      ///< It arrived while an owner in this process ran and received its outcome.
+  kReplayed,    ///< It arrived after a success and received the stored result.
+  kDuplicate,   ///< The key is DONE but holds no result this call can return (e.g. set by lock()).
+  kInProgress,  ///< A live owner in another process has the key (after any `wait_for`).
+};
+
+/// status_name() returns "executed", "joined", "replayed", "duplicate" or "in_progress".
+[[nodiscard]] const char* status_name(Status s) noexcept;
+
+/// Options for `once`.
+struct OnceOptions {
+  /// The lease of the claim: it must exceed the operation's longest runtime.
+  std::chrono::milliseconds lease = kDefaultLease;
+  /// Stored with the claim; see `ClaimRequest::fingerprint`.
+  std::optional<std::string> fingerprint;
+  /// On a live holder in another process, wait up to this long for it to finish and replay
+  /// its result instead of answering `kInProgress`. Zero: do not wait.
+  std::chrono::milliseconds wait_for{0};
+  /// Cancels this caller: a joined caller alone gets `Cancelled`; an owner's execution is
+  /// cancelled (the token is passed to the operation when it accepts one) and handed off.
+  std::stop_token stop;
+};
+
+namespace detail {
+
+/// A type-erased result: the value shared by every caller, and its stored bytes.
+struct ErasedValue {
+  std::shared_ptr<const void> value;
+  std::optional<std::string> bytes;
+};
+
+/// What the template layer supplies to the engine.
+struct OnceHooks {
+  std::type_index type = typeid(void);
+  /// Runs the operation as owner and encodes its result.
+  std::function<ErasedValue(std::stop_token)> execute;
+  /// Decodes stored result bytes; empty for `void` operations.
+  std::function<std::shared_ptr<const void>(const std::string&)> decode;
+};
+
+/// What the engine answers; the template layer restores the type.
+struct ErasedOutcome {
+  Status status = Status::kExecuted;
+  std::shared_ptr<const void> value;
+  std::int64_t fence = 0;
+  std::optional<TimePoint> lease_expiry;
+};
+
+/// run_once() is the engine: single-flight in process, claim / complete / release through
+/// the backend, joins, replays, cancellation hand-off and re-entry detection.
+ErasedOutcome run_once(std::string_view key, LockBackend& backend, const OnceOptions& options,
+                       const OnceHooks& hooks);
+
+/// Registers a lock/mutex guard's ownership of (backend, key) for re-entry detection; throws
+/// `ReentryError` when this thread already owns it. The returned handle unregisters on
+/// destruction (from any thread).
+std::shared_ptr<void> register_guard(const LockBackend& backend, std::string_view key);
+
+}  // namespace detail
+}  // namespace idempotency

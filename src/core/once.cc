@@ -1,0 +1,324 @@
+// The engine behind once(): in-process single-flight over the cross-process record.
+//
+// A process-wide table maps (backend, key) to the calls that own it here: at most one
+// `once` flight (joinable: later callers wait on it) and any number of lock/mutex guards (not
+// joinable; registered only so a thread asking for a key it already owns is caught). Lock
+// order is always table, then flight.
+#include <algorithm>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "idempotency/errors.h"
+#include "idempotency/guard.h"
+#include "idempotency/key.h"
+#include "idempotency/log.h"
+#include "idempotency/once.h"
+
+namespace idempotency {
+
+const char* status_name(Status s) noexcept {
+  switch (s) {
+    case Status::kExecuted:
+      return "executed";
+    case Status::kJoined:
+      return "joined";
+    case Status::kReplayed:
+      return "replayed";
+    case Status::kDuplicate:
+      return "duplicate";
+    case Status::kInProgress:
+      return "in_progress";
+  }
+  return "unknown";
+}
+
+namespace detail {
+namespace {
+
+struct Flight {
+  enum class Phase { kRunning, kFinished, kHandoff };
+  std::mutex mutex;
+  std::condition_variable_any cv;
+  Phase phase = Phase::kRunning;
+  std::thread::id owner = std::this_thread::get_id();
+  std::type_index type = typeid(void);
+  std::size_t waiters = 0;
+  std::exception_ptr error;
+  ErasedOutcome outcome;
+};
+
+struct Entry {
+  std::shared_ptr<Flight> flight;
+  std::vector<std::pair<std::uint64_t, std::thread::id>> guards;
+};
+
+struct TableKey {
+  const LockBackend* backend;
+  std::string key;
+  bool operator==(const TableKey&) const = default;
+};
+
+struct TableKeyHash {
+  std::size_t operator()(const TableKey& k) const noexcept {
+    return std::hash<std::string>{}(k.key) ^ (std::hash<const void*>{}(k.backend) << 1U);
+  }
+};
+
+class Table {
+ public:
+  static Table& instance() {
+    static Table table;
+    return table;
+  }
+
+  std::mutex mutex;
+  std::unordered_map<TableKey, Entry, TableKeyHash> entries;
+  std::uint64_t next_guard_id = 1;
+
+  // Requires `mutex`. Throws ReentryError when this thread owns the key through any call.
+  void check_reentry(const Entry& entry, std::string_view key) {
+    const auto me = std::this_thread::get_id();
+    if (entry.flight) {
+      std::lock_guard fl(entry.flight->mutex);
+      if (entry.flight->owner == me) throw ReentryError(std::string(key));
+    }
+    for (const auto& [id, thread] : entry.guards) {
+      if (thread == me) throw ReentryError(std::string(key));
+    }
+  }
+
+  // Requires `mutex`.
+  void erase_if_empty(const TableKey& k) {
+    auto it = entries.find(k);
+    if (it != entries.end() && !it->second.flight && it->second.guards.empty()) entries.erase(it);
+  }
+};
+
+// Unregisters a guard's ownership when the guard finishes.
+struct GuardRegistration {
+  GuardRegistration(TableKey k, std::uint64_t i) : key(std::move(k)), id(i) {}
+  GuardRegistration(const GuardRegistration&) = delete;
+  GuardRegistration& operator=(const GuardRegistration&) = delete;
+  TableKey key;
+  std::uint64_t id;
+  ~GuardRegistration() {
+    Table& table = Table::instance();
+    std::lock_guard lock(table.mutex);
+    auto it = table.entries.find(key);
+    if (it == table.entries.end()) return;
+    std::erase_if(it->second.guards, [this](const auto& g) { return g.first == id; });
+    table.erase_if_empty(key);
+  }
+};
+
+void release_after_failure(LockBackend& backend, const Claim& claim) noexcept {
+  try {
+    backend.release(claim);
+  } catch (const std::exception& e) {
+    log(LogRecord{Severity::kWarning,
+                  "release_failed",
+                  "release failed; the key frees itself when the lease lapses",
+                  {{"key_fingerprint", key_fingerprint(claim.key)},
+                   {"fence", std::to_string(claim.fence)},
+                   {"error", e.what()}}});
+  }
+}
+
+// Sleeps up to `d`, waking early (and throwing Cancelled) when `stop` is requested.
+void sleep_unless_stopped(std::chrono::milliseconds d, const std::stop_token& stop) {
+  std::mutex m;
+  std::condition_variable_any cv;
+  std::unique_lock lock(m);
+  if (cv.wait_for(lock, stop, d, [] { return false; }); stop.stop_requested()) throw Cancelled();
+}
+
+// Claims the key in the store and, on a win, runs the operation. Runs on the owner thread.
+ErasedOutcome claim_and_execute(std::string_view key, LockBackend& backend,
+                                const OnceOptions& options, const OnceHooks& hooks) {
+  if (options.stop.stop_requested()) throw Cancelled();
+  const auto deadline = std::chrono::steady_clock::now() + options.wait_for;
+  std::chrono::milliseconds backoff(10);
+  while (true) {
+    ClaimResult result = backend.claim(key, options.lease, ClaimRequest{{}, options.fingerprint});
+    if (auto* won = std::get_if<Won>(&result)) {
+      const Claim& claim = won->claim;
+      ErasedValue value;
+      try {
+        value = hooks.execute(options.stop);
+      } catch (...) {
+        // Failures and cancellations are never stored: give the key up and propagate.
+        release_after_failure(backend, claim);
+        if (options.stop.stop_requested()) throw Cancelled();
+        throw;
+      }
+      (void)complete_after_work(backend, claim, std::move(value.bytes));
+      return ErasedOutcome{Status::kExecuted, std::move(value.value), claim.fence, std::nullopt};
+    }
+    if (auto* done = std::get_if<AlreadyDone>(&result)) {
+      if (!hooks.decode) return ErasedOutcome{Status::kReplayed, nullptr, 0, std::nullopt};
+      if (!done->result) return ErasedOutcome{Status::kDuplicate, nullptr, 0, std::nullopt};
+      return ErasedOutcome{Status::kReplayed, hooks.decode(*done->result), 0, std::nullopt};
+    }
+    const auto& held = std::get<HeldByOther>(result);
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      return ErasedOutcome{Status::kInProgress, nullptr, 0, held.lease_expiry};
+    }
+    // Poll with back-off until the other holder finishes, gives up, or the wait runs out.
+    sleep_unless_stopped(
+        std::min(backoff, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now)),
+        options.stop);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+  }
+}
+
+// Publishes the owner's outcome to the joined callers and retires the flight.
+void finish(const TableKey& k, const std::shared_ptr<Flight>& flight, std::exception_ptr error,
+            ErasedOutcome outcome) {
+  Table& table = Table::instance();
+  {
+    std::lock_guard tl(table.mutex);
+    std::lock_guard fl(flight->mutex);
+    flight->phase = Flight::Phase::kFinished;
+    flight->error = std::move(error);
+    flight->outcome = std::move(outcome);
+    auto it = table.entries.find(k);
+    if (it != table.entries.end() && it->second.flight == flight) it->second.flight.reset();
+    table.erase_if_empty(k);
+  }
+  flight->cv.notify_all();
+}
+
+// The owner was cancelled: one waiting joiner takes over; with none, the flight ends.
+void hand_off(const TableKey& k, const std::shared_ptr<Flight>& flight) {
+  Table& table = Table::instance();
+  {
+    std::lock_guard tl(table.mutex);
+    std::lock_guard fl(flight->mutex);
+    if (flight->waiters > 0) {
+      flight->phase = Flight::Phase::kHandoff;
+      flight->owner = std::thread::id();
+    } else {
+      flight->phase = Flight::Phase::kFinished;
+      flight->error = std::make_exception_ptr(Cancelled());
+      auto it = table.entries.find(k);
+      if (it != table.entries.end() && it->second.flight == flight) it->second.flight.reset();
+      table.erase_if_empty(k);
+    }
+  }
+  flight->cv.notify_all();
+}
+
+ErasedOutcome run_as_owner(const TableKey& k, const std::shared_ptr<Flight>& flight,
+                           LockBackend& backend, const OnceOptions& options,
+                           const OnceHooks& hooks) {
+  ErasedOutcome outcome;
+  try {
+    outcome = claim_and_execute(k.key, backend, options, hooks);
+  } catch (const Cancelled&) {
+    hand_off(k, flight);
+    throw;
+  } catch (...) {
+    finish(k, flight, std::current_exception(), {});
+    throw;
+  }
+  finish(k, flight, nullptr, outcome);
+  return outcome;
+}
+
+}  // namespace
+
+ErasedOutcome run_once(std::string_view key, LockBackend& backend, const OnceOptions& options,
+                       const OnceHooks& hooks) {
+  validate_key(key);
+  if (options.stop.stop_requested()) throw Cancelled();
+  const TableKey k{&backend, std::string(key)};
+  Table& table = Table::instance();
+  std::shared_ptr<Flight> flight;
+  {
+    std::unique_lock tl(table.mutex);
+    Entry& entry = table.entries[k];
+    try {
+      table.check_reentry(entry, key);
+    } catch (...) {
+      table.erase_if_empty(k);
+      throw;
+    }
+    if (!entry.flight) {
+      entry.flight = std::make_shared<Flight>();
+      entry.flight->type = hooks.type;
+      flight = entry.flight;
+    } else {
+      flight = entry.flight;
+      std::unique_lock fl(flight->mutex);
+      if (flight->type != hooks.type) {
+        throw std::logic_error("once: one key used with two different result types");
+      }
+      ++flight->waiters;
+      // Join: wait for the owner's outcome, or take over if the owner is cancelled.
+      while (true) {
+        tl.unlock();  // never wait while holding the table
+        const bool settled = flight->cv.wait(
+            fl, options.stop, [&] { return flight->phase != Flight::Phase::kRunning; });
+        fl.unlock();
+        tl.lock();  // re-take in the table -> flight order
+        fl.lock();
+        if (!settled && flight->phase == Flight::Phase::kRunning) {
+          --flight->waiters;
+          throw Cancelled();  // only this caller; the shared execution goes on
+        }
+        if (flight->phase == Flight::Phase::kFinished) {
+          --flight->waiters;
+          if (flight->error) std::rethrow_exception(flight->error);
+          ErasedOutcome joined = flight->outcome;
+          if (joined.status == Status::kExecuted) joined.status = Status::kJoined;
+          return joined;
+        }
+        if (flight->phase == Flight::Phase::kHandoff) {
+          --flight->waiters;
+          if (options.stop.stop_requested()) {
+            if (flight->waiters == 0) {
+              flight->phase = Flight::Phase::kFinished;
+              flight->error = std::make_exception_ptr(Cancelled());
+              auto it = table.entries.find(k);
+              if (it != table.entries.end() && it->second.flight == flight) {
+                it->second.flight.reset();
+              }
+              table.erase_if_empty(k);
+            }
+            throw Cancelled();
+          }
+          flight->phase = Flight::Phase::kRunning;
+          flight->owner = std::this_thread::get_id();
+          break;  // this caller is the new owner
+        }
+      }
+    }
+  }
+  return run_as_owner(k, flight, backend, options, hooks);
+}
+
+std::shared_ptr<void> register_guard(const LockBackend& backend, std::string_view key) {
+  Table& table = Table::instance();
+  std::lock_guard lock(table.mutex);
+  TableKey k{&backend, std::string(key)};
+  Entry& entry = table.entries[k];
+  try {
+    table.check_reentry(entry, key);
+  } catch (...) {
+    table.erase_if_empty(k);
+    throw;
+  }
+  const std::uint64_t id = table.next_guard_id++;
+  entry.guards.emplace_back(id, std::this_thread::get_id());
+  return std::make_shared<GuardRegistration>(std::move(k), id);
+}
+
+}  // namespace detail
+}  // namespace idempotency
