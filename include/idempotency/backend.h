@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -113,6 +114,13 @@ class LockBackend {
   /// many it deleted. Never needed for correctness; it only reclaims storage.
   std::size_t purge_expired();
 
+  /// wait_for_change() blocks until `key`'s record may have changed, `timeout` passed, or
+  /// `stop` was requested, whichever comes first; spurious wake-ups are allowed. `once` calls
+  /// it while it waits for a holder in another process. Backends whose store can notify
+  /// (Redis pub/sub, PostgreSQL LISTEN/NOTIFY) wake early; the default just sleeps.
+  void wait_for_change(std::string_view key, std::chrono::milliseconds timeout,
+                       const std::stop_token& stop);
+
   /// ttl() is the duplicate-suppression window this backend was built with.
   [[nodiscard]] std::chrono::milliseconds ttl() const noexcept { return ttl_; }
 
@@ -130,6 +138,9 @@ class LockBackend {
   virtual void do_release(const Claim& claim) = 0;
   /// The storage work behind purge_expired().
   virtual std::size_t do_purge_expired() = 0;
+  /// The wait behind wait_for_change(); the default sleeps `timeout` (or until `stop`).
+  virtual void do_wait_for_change(std::string_view key, std::chrono::milliseconds timeout,
+                                  const std::stop_token& stop);
 
  private:
   void warn_sizing_once(std::chrono::milliseconds lease);

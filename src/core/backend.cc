@@ -1,5 +1,7 @@
 #include "idempotency/backend.h"
 
+#include <condition_variable>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -74,6 +76,21 @@ void LockBackend::release(const Claim& claim) {
 }
 
 std::size_t LockBackend::purge_expired() { return do_purge_expired(); }
+
+void LockBackend::wait_for_change(std::string_view key, std::chrono::milliseconds timeout,
+                                  const std::stop_token& stop) {
+  validate_key(key);
+  if (timeout <= std::chrono::milliseconds::zero() || stop.stop_requested()) return;
+  do_wait_for_change(key, timeout, stop);
+}
+
+void LockBackend::do_wait_for_change(std::string_view /*key*/, std::chrono::milliseconds timeout,
+                                     const std::stop_token& stop) {
+  std::mutex m;
+  std::condition_variable_any cv;
+  std::unique_lock lock(m);
+  (void)cv.wait_for(lock, stop, timeout, [] { return false; });
+}
 
 void LockBackend::warn_sizing_once(std::chrono::milliseconds lease) {
   if (lease + ttl_ > kMaxHolderLifetime || sizing_warned_.exchange(true)) return;

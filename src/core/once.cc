@@ -130,14 +130,6 @@ void release_after_failure(LockBackend& backend, const Claim& claim) noexcept {
   }
 }
 
-// Sleeps up to `d`, waking early (and throwing Cancelled) when `stop` is requested.
-void sleep_unless_stopped(std::chrono::milliseconds d, const std::stop_token& stop) {
-  std::mutex m;
-  std::condition_variable_any cv;
-  std::unique_lock lock(m);
-  if (cv.wait_for(lock, stop, d, [] { return false; }); stop.stop_requested()) throw Cancelled();
-}
-
 // Claims the key in the store and, on a win, runs the operation. Runs on the owner thread.
 ErasedOutcome claim_and_execute(std::string_view key, LockBackend& backend,
                                 const OnceOptions& options, const OnceHooks& hooks) {
@@ -170,10 +162,14 @@ ErasedOutcome claim_and_execute(std::string_view key, LockBackend& backend,
     if (now >= deadline) {
       return ErasedOutcome{Status::kInProgress, nullptr, 0, held.lease_expiry};
     }
-    // Poll with back-off until the other holder finishes, gives up, or the wait runs out.
-    sleep_unless_stopped(
-        std::min(backoff, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now)),
+    // Wait for the other holder to finish or give up: woken by the store where it can
+    // notify, else polled with back-off, until the wait runs out.
+    backend.wait_for_change(
+        key,
+        std::min(backoff, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
+                              std::chrono::milliseconds(1)),
         options.stop);
+    if (options.stop.stop_requested()) throw Cancelled();
     backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
   }
 }

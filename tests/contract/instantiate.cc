@@ -16,4 +16,10 @@ INSTANTIATE_TEST_SUITE_P(IDEMPOTENCY_BACKEND_NAME, Concurrency,
                          ::testing::Values(IDEMPOTENCY_BACKEND_FACTORY()),
                          [](const auto& info) { return info.param.name; });
 
+#ifdef IDEMPOTENCY_CROSS_INSTANCE
+INSTANTIATE_TEST_SUITE_P(IDEMPOTENCY_BACKEND_NAME, CrossInstance,
+                         ::testing::Values(IDEMPOTENCY_BACKEND_FACTORY()),
+                         [](const auto& info) { return info.param.name; });
+#endif
+
 }  // namespace idempotency::testing

@@ -30,4 +30,17 @@ class BackendContract : public BackendTest {};
 class Differential : public BackendTest {};
 class Concurrency : public BackendTest {};
 
+/// Two instances over one store, as two processes sharing it have.
+class CrossInstance : public ::testing::TestWithParam<BackendFactory> {
+ protected:
+  void SetUp() override {
+    auto twins = GetParam().make_twins(BackendOptions{.clock = clock_});
+    a_ = std::move(twins.first);
+    b_ = std::move(twins.second);
+  }
+  std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
+  std::unique_ptr<LockBackend> a_;
+  std::unique_ptr<LockBackend> b_;
+};
+
 }  // namespace idempotency::testing

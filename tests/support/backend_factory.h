@@ -6,6 +6,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <utility>
 
 #include "idempotency/backend.h"
 
@@ -21,6 +22,11 @@ struct BackendFactory {
   /// True when the store deletes a record exactly at its expires_at (Redis PEXPIREAT), so a
   /// claim after it restarts at fence 1 instead of fence + 1.
   bool reaps_at_expiry = false;
+  /// Makes two backend instances over one fresh store, as two processes sharing it would
+  /// have (for the cross-instance `once` suite). Empty for a store no two instances share.
+  std::function<std::pair<std::unique_ptr<LockBackend>, std::unique_ptr<LockBackend>>(
+      const BackendOptions& options)>
+      make_twins;
 };
 
 inline std::ostream& operator<<(std::ostream& os, const BackendFactory& f) { return os << f.name; }

@@ -16,7 +16,20 @@ BackendFactory sqlite_factory() {
                               dir.file("contract.db"),
                               SqliteOptions{.backend = options, .table = unique_name("records")});
                         },
-                        .reaps_at_expiry = false};
+                        .reaps_at_expiry = false,
+                        .make_twins =
+                            [](const BackendOptions& options) {
+                              static const TempDir dir;
+                              const std::string table = unique_name("twins");
+                              auto make = [&] {
+                                return std::make_unique<SqliteLock>(
+                                    dir.file("twins.db"),
+                                    SqliteOptions{.backend = options, .table = table});
+                              };
+                              std::unique_ptr<LockBackend> a = make();
+                              std::unique_ptr<LockBackend> b = make();
+                              return std::make_pair(std::move(a), std::move(b));
+                            }};
 }
 
 }  // namespace idempotency::testing

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "idempotency/errors.h"
+#include "idempotency/once.h"
 #include "support/claim_matchers.h"
 #include "support/temp_dir.h"
 
@@ -114,6 +115,54 @@ TEST(SqliteLock, ProcessesRacingManyKeysWinEachKeyExactlyOnce) {
   // Every child claims every key, so each key was won at least once; a sum of exactly kKeys
   // means none was won twice.
   EXPECT_EQ(wins, kKeys);
+}
+
+TEST(SqliteLock, OnceReplaysInOneProcessWhatAnotherProcessExecuted) {
+  TempDir dir;
+  const std::string path = dir.file("once.db");
+  { SqliteLock init(path); }
+  const int child_executed = sum_over_children(1, [&] {
+    SqliteLock backend(path);
+    return once("orders:1", backend, [] { return std::string("from-child"); }).status() ==
+                   Status::kExecuted
+               ? 1
+               : 0;
+  });
+  ASSERT_EQ(child_executed, 1);
+  SqliteLock backend(path);
+  auto replay = once("orders:1", backend, [] { return std::string("from-parent"); });
+  EXPECT_EQ(replay.status(), Status::kReplayed);
+  EXPECT_EQ(replay.value(), "from-child");
+}
+
+TEST(SqliteLock, OnceWaitsForAHolderInAnotherProcessAndReplays) {
+  TempDir dir;
+  const std::string path = dir.file("wait.db");
+  SqliteLock backend(path);
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    SqliteLock child(path);
+    auto o = once("orders:2", child, [&] {
+      (void)write(ready[1], "x", 1);  // holding the key now
+      std::this_thread::sleep_for(milliseconds(300));
+      return std::string("from-child");
+    });
+    _exit(o.status() == Status::kExecuted ? 0 : 1);
+  }
+  char byte = 0;
+  ASSERT_EQ(read(ready[0], &byte, 1), 1);
+  auto o = once(
+      "orders:2", backend, [] { return std::string("from-parent"); },
+      OnceOptions{.wait_for = std::chrono::seconds(30)});
+  int status = 0;
+  waitpid(pid, &status, 0);
+  close(ready[0]);
+  close(ready[1]);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(o.status(), Status::kReplayed);
+  EXPECT_EQ(o.value(), "from-child");
 }
 
 TEST(SqliteLock, AnUnopenableFileIsAStoreErrorWithSqlitesMessage) {
