@@ -100,10 +100,12 @@ class Outcome<void> {
 
 namespace detail {
 
-// Calls fn with the stop token when it accepts one.
+// Calls fn with what it accepts: (claim, stop token), (stop token) or nothing.
 template <class Fn>
-decltype(auto) call_with_token(Fn& fn, std::stop_token token) {
-  if constexpr (std::is_invocable_v<Fn&, std::stop_token>) {
+decltype(auto) call_operation(Fn& fn, const Claim& claim, std::stop_token token) {
+  if constexpr (std::is_invocable_v<Fn&, const Claim&, std::stop_token>) {
+    return std::invoke(fn, claim, std::move(token));
+  } else if constexpr (std::is_invocable_v<Fn&, std::stop_token>) {
     return std::invoke(fn, std::move(token));
   } else {
     return std::invoke(fn);
@@ -111,14 +113,17 @@ decltype(auto) call_with_token(Fn& fn, std::stop_token token) {
 }
 
 template <class Fn>
-using operation_result_t = decltype(call_with_token(std::declval<Fn&>(), std::stop_token{}));
+using operation_result_t =
+    decltype(call_operation(std::declval<Fn&>(), std::declval<const Claim&>(), std::stop_token{}));
 
 }  // namespace detail
 
 /// once() runs `fn` at most once per `key` on `backend` and returns its `Outcome`. `fn` takes
-/// no arguments or a `std::stop_token`. Results are stored through `codec` (default
-/// `Codec<R>`). Throws what `fn` throws, `Cancelled`, `ReentryError`, `std::invalid_argument`
-/// for a bad key, and `StoreError` when the store fails before the operation ran.
+/// nothing, a `std::stop_token`, or `(const Claim&, std::stop_token)` — the claim carries the
+/// fencing token for the operation to fence its own writes. Results are stored through `codec`
+/// (default `Codec<R>`). Throws what `fn` throws, `Cancelled`, `ReentryError`,
+/// `std::invalid_argument` for a bad key, and `StoreError` when the store fails before the
+/// operation ran.
 template <class Fn, class R = std::remove_cvref_t<detail::operation_result_t<Fn>>,
           class C = Codec<R>>
 Outcome<R> once(std::string_view key, LockBackend& backend, Fn&& fn,
@@ -126,14 +131,14 @@ Outcome<R> once(std::string_view key, LockBackend& backend, Fn&& fn,
   detail::OnceHooks hooks;
   hooks.type = typeid(R);
   if constexpr (std::is_void_v<R>) {
-    hooks.execute = [&fn](std::stop_token token) {
-      detail::call_with_token(fn, std::move(token));
+    hooks.execute = [&fn](const Claim& claim, std::stop_token token) {
+      detail::call_operation(fn, claim, std::move(token));
       return detail::ErasedValue{};
     };
   } else {
     static_assert(CodecFor<C, R>, "once: no codec for this result type; specialize Codec<T>");
-    hooks.execute = [&fn, &codec](std::stop_token token) {
-      auto value = std::make_shared<const R>(detail::call_with_token(fn, std::move(token)));
+    hooks.execute = [&fn, &codec](const Claim& claim, std::stop_token token) {
+      auto value = std::make_shared<const R>(detail::call_operation(fn, claim, std::move(token)));
       std::string bytes = codec.encode(*value);
       return detail::ErasedValue{std::move(value), std::move(bytes)};
     };

@@ -142,7 +142,7 @@ ErasedOutcome claim_and_execute(std::string_view key, LockBackend& backend,
       const Claim& claim = won->claim;
       ErasedValue value;
       try {
-        value = hooks.execute(options.stop);
+        value = hooks.execute(claim, options.stop);
       } catch (...) {
         // Failures and cancellations are never stored: give the key up and propagate.
         release_after_failure(backend, claim);

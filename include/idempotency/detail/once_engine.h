@@ -54,7 +54,7 @@ struct ErasedValue {
 struct OnceHooks {
   std::type_index type = typeid(void);
   /// Runs the operation as owner and encodes its result.
-  std::function<ErasedValue(std::stop_token)> execute;
+  std::function<ErasedValue(const Claim&, std::stop_token)> execute;
   /// Decodes stored result bytes; empty for `void` operations.
   std::function<std::shared_ptr<const void>(const std::string&)> decode;
 };

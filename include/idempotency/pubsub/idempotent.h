@@ -1,0 +1,101 @@
+// idempotent(): wrap a Pub/Sub push handler so it runs at most once per key and its outcome
+// maps to ack / nack — an error can never be swallowed into a silent ack.
+//
+//   auto handle = idempotency::pubsub::idempotent(
+//       {.backend = std::make_shared<idempotency::SqliteLock>("/var/lib/idem.db")},
+//       [](const idempotency::pubsub::Delivery& d) { send_order_to_supplier(d.message, d.fence);
+//       });
+//   PushResponse response = handle(request);   // any HTTP server: headers + body in, status out
+//
+// | outcome                                   | HTTP | Pub/Sub |
+// |-------------------------------------------|------|---------|
+// | handler returned (or joined one that did) | 200  | ack     |
+// | duplicate: DONE within the ttl            | 204  | ack     |
+// | live holder elsewhere (after `wait_for`)  | 503  | nack, one warning log line |
+// | handler threw                             | 500  | nack    |
+// | no key / malformed envelope               | 400  | nack (fail closed) |
+// | authentication failed                     | 401  | nack    |
+//
+// Built on `once`: a duplicate delivery arriving on this instance while the first runs joins
+// it and is acked with its outcome instead of a 503. After the handler ran, a store that fails
+// to record it, or a fence-out, is logged and still acked: never nack a side effect that
+// already happened.
+//
+// Thread safety: the returned callable may be called from any number of threads.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "idempotency/backend.h"
+#include "idempotency/pubsub/message.h"
+#include "idempotency/pubsub/response.h"
+
+namespace idempotency::pubsub {
+
+/// What the handler receives: the decoded message and the claim's fencing token (0 when the
+/// handler runs unguarded) to fence its own downstream writes.
+struct Delivery {
+  const Message& message;
+  std::int64_t fence = 0;
+};
+
+/// The business handler. Returning acks the delivery; throwing nacks it.
+using Handler = std::function<void(const Delivery&)>;
+
+/// Resolves a message's idempotency key. Throwing or returning "" means "no key".
+using KeyFunction = std::function<std::string(const Message&)>;
+
+/// A push handler: request in, response out.
+using PushHandler = std::function<PushResponse(const PushRequest&)>;
+
+/// key_from_message_id() keys by the message id (else the CloudEvent id), with a prefix.
+[[nodiscard]] KeyFunction key_from_message_id(std::string prefix = {});
+/// key_from_attribute() keys by the attribute `name` (business dedup, e.g. "po_id"), with a
+/// prefix; a message without the attribute has no key.
+[[nodiscard]] KeyFunction key_from_attribute(std::string name, std::string prefix = {});
+/// key_from_ordering_key() keys by the message's ordering key, with a prefix.
+[[nodiscard]] KeyFunction key_from_ordering_key(std::string prefix = {});
+/// key_from_header() keys by the request header `name` (case-insensitive), with a prefix.
+[[nodiscard]] KeyFunction key_from_header(std::string name, std::string prefix = {});
+
+/// Options for idempotent(). Set `backend` or `backend_factory`.
+struct IdempotentOptions {
+  /// The backend, shared.
+  std::shared_ptr<LockBackend> backend;
+  /// Builds the backend on the first guarded request, once, thread-safely (a factory that
+  /// throws is retried by the next request). Never called when the wrapper is disabled.
+  std::function<std::shared_ptr<LockBackend>()> backend_factory;
+  /// The key; empty means `key_from_message_id()`.
+  KeyFunction key;
+  /// The claim's lease: it must exceed the handler's longest runtime.
+  std::chrono::milliseconds lease = kDefaultLease;
+  /// On a live holder in another instance, wait this long for its outcome before a 503.
+  std::chrono::milliseconds wait_for{0};
+  /// Called for each duplicate delivery (a metric, a log line). A hook that throws is logged
+  /// and ignored: observation never changes the ack.
+  std::function<void(const Message&)> on_duplicate;
+  /// Run the handler unguarded (with a warning) when no key can be resolved, instead of
+  /// failing closed with 400. A malformed envelope is a 400 either way.
+  bool allow_unguarded = false;
+  /// Limits for parsing the request.
+  ParseOptions parse;
+  /// Authenticates the request before anything else; returns a one-line reason to refuse it
+  /// with 401 (e.g. `OidcVerifier::verify`), or nothing to accept.
+  std::function<std::optional<std::string>(const PushRequest&)> authenticate;
+};
+
+/// idempotent() wraps `handler`. Throws `std::invalid_argument` when neither a backend nor a
+/// factory is set (unless disabled by `GCP_PUBSUB_IDEMPOTENCY_DISABLED`).
+[[nodiscard]] PushHandler idempotent(IdempotentOptions options, Handler handler);
+
+/// disabled_by_environment() is true when GCP_PUBSUB_IDEMPOTENCY_DISABLED is 1, true, yes or
+/// on (any case): idempotent() then passes every delivery straight to the handler with a
+/// warning and never builds the backend. For handler unit tests only, never production.
+[[nodiscard]] bool disabled_by_environment();
+
+}  // namespace idempotency::pubsub

@@ -1,0 +1,213 @@
+// idempotent(): parse -> authenticate -> resolve the key -> once() -> map the outcome to a status.
+#include "idempotency/pubsub/idempotent.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <variant>
+
+#include "idempotency/errors.h"
+#include "idempotency/key.h"
+#include "idempotency/log.h"
+#include "idempotency/once.h"
+
+namespace idempotency::pubsub {
+namespace {
+
+PushResponse respond(int status, std::string body) {
+  PushResponse r;
+  r.status = status;
+  if (status != 204) {
+    r.headers.push_back({"Content-Type", "text/plain; charset=utf-8"});
+    r.body = std::move(body);
+    r.body.push_back('\n');
+  }
+  return r;
+}
+
+// The delivery's context for log lines: never the key, only its fingerprint.
+std::vector<std::pair<std::string, std::string>> context(const Message& m, const std::string& key) {
+  std::vector<std::pair<std::string, std::string>> fields;
+  if (!key.empty()) fields.emplace_back("key_fingerprint", key_fingerprint(key));
+  if (m.delivery_attempt)
+    fields.emplace_back("delivery_attempt", std::to_string(*m.delivery_attempt));
+  if (m.subscription) fields.emplace_back("subscription", *m.subscription);
+  return fields;
+}
+
+// The backend, built at most once (a factory that throws is retried by the next request).
+class LazyBackend {
+ public:
+  LazyBackend(std::shared_ptr<LockBackend> backend,
+              std::function<std::shared_ptr<LockBackend>()> factory)
+      : backend_(std::move(backend)), factory_(std::move(factory)) {}
+
+  LockBackend& get() {
+    std::call_once(once_, [this] {
+      if (!backend_) backend_ = factory_();
+      if (!backend_) throw std::invalid_argument("idempotent: the backend factory returned null");
+    });
+    return *backend_;
+  }
+
+ private:
+  std::once_flag once_;
+  std::shared_ptr<LockBackend> backend_;
+  std::function<std::shared_ptr<LockBackend>()> factory_;
+};
+
+struct Wrapper {
+  IdempotentOptions options;
+  Handler handler;
+  bool disabled;
+  std::shared_ptr<LazyBackend> backend;
+
+  PushResponse run_unguarded(const Message& message, const char* why) const {
+    log(LogRecord{Severity::kWarning, "unguarded",
+                  std::string("running the handler unguarded: ") + why, context(message, {})});
+    try {
+      handler(Delivery{message, 0});
+    } catch (const std::exception& e) {
+      log(LogRecord{
+          Severity::kError, "handler_failed", "the handler threw; nacking", {{"error", e.what()}}});
+      return respond(500, "handler failed");
+    }
+    return respond(200, "ok");
+  }
+
+  std::string resolve_key(const Message& message, std::string& problem) const {
+    try {
+      std::string key = options.key ? options.key(message) : key_from_message_id()(message);
+      if (key.empty()) problem = "no idempotency key: the message has no value for the key";
+      return key;
+    } catch (...) {
+      problem = "no idempotency key: the key function failed";
+      return {};
+    }
+  }
+
+  void notify_duplicate(const Message& message, const std::string& key) const {
+    if (!options.on_duplicate) return;
+    try {
+      options.on_duplicate(message);
+    } catch (...) {
+      log(LogRecord{Severity::kWarning, "on_duplicate_failed",
+                    "the on_duplicate hook threw; ignored, the duplicate is still acked",
+                    context(message, key)});
+    }
+  }
+
+  PushResponse operator()(const PushRequest& request) const {
+    if (options.authenticate) {
+      if (auto reason = options.authenticate(request)) {
+        log(LogRecord{
+            Severity::kWarning, "unauthenticated", "refused a push request: " + *reason, {}});
+        return respond(401, *reason);
+      }
+    }
+    auto parsed = parse_push(request, options.parse);
+    if (auto* error = std::get_if<ParseError>(&parsed)) {
+      log(LogRecord{Severity::kWarning, "malformed_push", error->reason, {}});
+      return respond(400, error->reason);
+    }
+    const Message& message = std::get<Message>(parsed);
+    if (disabled) return run_unguarded(message, "GCP_PUBSUB_IDEMPOTENCY_DISABLED is set");
+
+    std::string problem;
+    const std::string key = resolve_key(message, problem);
+    if (!problem.empty() || key.size() > kMaxKeyBytes) {
+      if (problem.empty()) problem = "no idempotency key: the key is longer than the limit";
+      if (options.allow_unguarded) return run_unguarded(message, problem.c_str());
+      log(LogRecord{Severity::kWarning, "no_key", problem + "; failing closed",
+                    context(message, {})});
+      return respond(400, problem);
+    }
+
+    try {
+      auto outcome = once(
+          key, backend->get(),
+          [&](const Claim& claim, const std::stop_token&) {
+            handler(Delivery{message, claim.fence});
+          },
+          OnceOptions{.lease = options.lease, .wait_for = options.wait_for});
+      switch (outcome.status()) {
+        case Status::kExecuted:
+        case Status::kJoined:
+          return respond(200, "ok");
+        case Status::kReplayed:
+        case Status::kDuplicate:
+          notify_duplicate(message, key);
+          return respond(204, {});
+        case Status::kInProgress:
+          break;
+      }
+      auto fields = context(message, key);
+      int retry_after = 1;
+      if (outcome.lease_expiry()) {
+        const auto left = std::chrono::duration_cast<std::chrono::seconds>(
+            *outcome.lease_expiry() - std::chrono::system_clock::now());
+        retry_after = static_cast<int>(std::clamp<std::int64_t>(left.count(), 1, 600));
+      }
+      log(LogRecord{Severity::kWarning, "contention",
+                    "another instance holds this message's key; nacking so Pub/Sub retries later",
+                    std::move(fields)});
+      PushResponse r = respond(503, "in progress elsewhere; retry later");
+      r.headers.push_back({"Retry-After", std::to_string(retry_after)});
+      return r;
+    } catch (const StoreError& e) {
+      auto fields = context(message, key);
+      fields.emplace_back("error", e.what());
+      log(LogRecord{Severity::kError, "store_error",
+                    "the idempotency store failed before the handler ran; nacking",
+                    std::move(fields)});
+      return respond(503, "idempotency store unavailable; retry later");
+    } catch (const std::exception& e) {
+      auto fields = context(message, key);
+      fields.emplace_back("error", e.what());
+      log(LogRecord{Severity::kError, "handler_failed", "the handler threw; nacking",
+                    std::move(fields)});
+      return respond(500, "handler failed");
+    } catch (...) {
+      log(LogRecord{Severity::kError, "handler_failed",
+                    "the handler threw a non-exception; nacking", context(message, key)});
+      return respond(500, "handler failed");
+    }
+  }
+};
+
+}  // namespace
+
+bool disabled_by_environment() {
+  const char* raw = std::getenv("GCP_PUBSUB_IDEMPOTENCY_DISABLED");
+  if (raw == nullptr) return false;
+  std::string v(raw);
+  std::transform(v.begin(), v.end(), v.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return v == "1" || v == "true" || v == "yes" || v == "on";
+}
+
+PushHandler idempotent(IdempotentOptions options, Handler handler) {
+  if (!handler) throw std::invalid_argument("idempotent: the handler is empty");
+  const bool disabled = disabled_by_environment();
+  if (disabled) {
+    log(LogRecord{Severity::kWarning,
+                  "idempotency_disabled",
+                  "GCP_PUBSUB_IDEMPOTENCY_DISABLED is set: every delivery runs unguarded and "
+                  "duplicates re-run their side effects; never set it in production",
+                  {}});
+  } else if (!options.backend && !options.backend_factory) {
+    throw std::invalid_argument("idempotent: set a backend or a backend factory");
+  }
+  validate_lease(options.lease);
+  auto backend = std::make_shared<LazyBackend>(options.backend, options.backend_factory);
+  auto wrapper = std::make_shared<const Wrapper>(
+      Wrapper{std::move(options), std::move(handler), disabled, std::move(backend)});
+  return [wrapper](const PushRequest& request) { return (*wrapper)(request); };
+}
+
+}  // namespace idempotency::pubsub

@@ -1,0 +1,41 @@
+// Ready key functions for idempotent().
+#include <utility>
+
+#include "idempotency/pubsub/idempotent.h"
+
+namespace idempotency::pubsub {
+namespace {
+
+std::string prefixed(const std::string& prefix, std::string_view value) {
+  if (value.empty()) return {};  // no key: the caller fails closed
+  return prefix + std::string(value);
+}
+
+}  // namespace
+
+KeyFunction key_from_message_id(std::string prefix) {
+  return [prefix = std::move(prefix)](const Message& m) {
+    return prefixed(prefix, default_key(m).value_or(""));
+  };
+}
+
+KeyFunction key_from_attribute(std::string name, std::string prefix) {
+  return [name = std::move(name), prefix = std::move(prefix)](const Message& m) {
+    auto it = m.attributes.find(name);
+    return it == m.attributes.end() ? std::string() : prefixed(prefix, it->second);
+  };
+}
+
+KeyFunction key_from_ordering_key(std::string prefix) {
+  return [prefix = std::move(prefix)](const Message& m) {
+    return prefixed(prefix, m.ordering_key.value_or(""));
+  };
+}
+
+KeyFunction key_from_header(std::string name, std::string prefix) {
+  return [name = std::move(name), prefix = std::move(prefix)](const Message& m) {
+    return prefixed(prefix, m.header(name).value_or(""));
+  };
+}
+
+}  // namespace idempotency::pubsub

@@ -1,0 +1,337 @@
+// idempotent(): every row of the status table, the disabled switch, fail-closed, hooks,
+// fencing, lazy backends and key privacy, over real push envelopes.
+#include "idempotency/pubsub/idempotent.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <openssl/evp.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <latch>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "http_text.h"
+#include "idempotency/memory_lock.h"
+#include "support/faulty_backend.h"
+#include "support/log_capture.h"
+
+namespace idempotency::pubsub {
+namespace {
+
+using idempotency::testing::FaultyBackend;
+using idempotency::testing::LogCapture;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string base64(std::string_view bytes) {
+  std::string out(4 * ((bytes.size() + 2) / 3) + 1, '\0');
+  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(bytes.data()),
+                                static_cast<int>(bytes.size()));
+  out.resize(static_cast<std::size_t>(n));
+  return out;
+}
+
+// A wrapped push envelope as Pub/Sub sends it.
+PushRequest push(const std::string& message_id, const nlohmann::json& attributes = nullptr,
+                 int delivery_attempt = 1, const std::string& data = "order") {
+  nlohmann::json message = {{"messageId", message_id},
+                            {"message_id", message_id},
+                            {"publishTime", "2026-11-30T12:00:00.000Z"},
+                            {"data", base64(data)}};
+  if (!attributes.is_null()) message["attributes"] = attributes;
+  nlohmann::json envelope = {{"message", message},
+                             {"subscription", "projects/p/subscriptions/orders"},
+                             {"deliveryAttempt", delivery_attempt}};
+  PushRequest r;
+  r.headers = {{"Content-Type", "application/json"}};
+  r.body = envelope.dump();
+  return r;
+}
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class IdempotentTest : public ::testing::Test {
+ protected:
+  std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
+  std::shared_ptr<InMemoryLock> store_ =
+      std::make_shared<InMemoryLock>(BackendOptions{.clock = clock_});
+  LogCapture logs_;
+  std::atomic<int> runs_{0};
+
+  PushHandler wrap(IdempotentOptions options = {}) {
+    if (!options.backend && !options.backend_factory) options.backend = store_;
+    return idempotent(std::move(options), [this](const Delivery&) { ++runs_; });
+  }
+};
+
+TEST_F(IdempotentTest, TheFirstDeliveryIsHandledAndTheRedeliveryIsADuplicate) {
+  auto handle = wrap();
+  EXPECT_EQ(handle(push("m-1")).status, 200);
+  const PushResponse again = handle(push("m-1"));
+  EXPECT_EQ(again.status, 204);
+  EXPECT_TRUE(again.body.empty());
+  EXPECT_TRUE(is_ack(200) && is_ack(204));
+  EXPECT_EQ(runs_, 1);
+}
+
+TEST_F(IdempotentTest, EveryKeyedDeliveryFormFromGooglesDocsIsGuarded) {
+  auto handle = wrap();
+  for (const auto& entry : std::filesystem::directory_iterator(IDEMPOTENCY_PUBSUB_ENVELOPES_DIR)) {
+    SCOPED_TRACE(entry.path().filename().string());
+    const PushRequest request = testing::parse_http_text(read_file(entry.path()));
+    const int first = handle(request).status;
+    if (entry.path().filename() == "unwrapped_no_metadata.http") {
+      EXPECT_EQ(first, 400) << "no message id without write-metadata: fail closed";
+      continue;
+    }
+    const int before = runs_;
+    EXPECT_TRUE(first == 200 || first == 204);  // some fixtures share a message id
+    EXPECT_EQ(handle(request).status, 204);
+    EXPECT_EQ(runs_, before);
+  }
+}
+
+TEST_F(IdempotentTest, AConcurrentDuplicateOnThisInstanceJoinsAndIsAcked) {
+  std::latch inside(1);
+  std::latch finish(1);
+  std::atomic<int> runs{0};
+  auto handle = idempotent({.backend = store_}, [&](const Delivery&) {
+    ++runs;
+    inside.count_down();
+    finish.wait();
+  });
+  int first = 0;
+  int second = 0;
+  std::jthread a([&] { first = handle(push("m-2")).status; });
+  inside.wait();
+  std::jthread b([&] { second = handle(push("m-2")).status; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  finish.count_down();
+  a.join();
+  b.join();
+  EXPECT_EQ(first, 200);
+  EXPECT_TRUE(second == 200 || second == 204) << "joined (or, if late, a duplicate): acked";
+  EXPECT_EQ(runs, 1);
+}
+
+TEST_F(IdempotentTest, ALiveHolderElsewhereIs503WithRetryAfterAndOneWarningLine) {
+  (void)store_->claim("m-3", std::chrono::minutes(15));  // another instance holds it
+  auto handle = wrap();
+  const PushResponse r = handle(push("m-3", nullptr, 4));
+  EXPECT_EQ(r.status, 503);
+  EXPECT_FALSE(is_ack(r.status));
+  ASSERT_TRUE(find_header(r.headers, "retry-after").has_value());
+  EXPECT_GE(std::stoi(std::string(*find_header(r.headers, "Retry-After"))), 1);
+  ASSERT_EQ(logs_.count("contention"), 1);
+  const LogRecord record = logs_.records().back();
+  EXPECT_EQ(record.severity, Severity::kWarning);
+  const std::string line = format_json_line(record);
+  EXPECT_THAT(line, HasSubstr("\"delivery_attempt\":\"4\""));
+  EXPECT_THAT(line, HasSubstr("projects/p/subscriptions/orders"));
+  EXPECT_EQ(runs_, 0);
+}
+
+TEST_F(IdempotentTest, WaitForAcksOnceTheHolderElsewhereFinishes) {
+  Claim other = std::get<Won>(store_->claim("m-4", std::chrono::minutes(15))).claim;
+  auto handle = wrap({.wait_for = std::chrono::seconds(30)});
+  std::jthread finisher([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_TRUE(store_->complete(other));
+  });
+  EXPECT_EQ(handle(push("m-4")).status, 204);
+  EXPECT_EQ(runs_, 0);
+}
+
+TEST_F(IdempotentTest, AHandlerThatThrowsIsNackedAndTheRedeliveryRunsToSuccessOnce) {
+  int calls = 0;
+  std::vector<std::int64_t> fences;
+  auto handle = idempotent({.backend = store_}, [&](const Delivery& d) {
+    fences.push_back(d.fence);
+    if (++calls == 1) throw std::runtime_error("supplier timeout");
+  });
+  EXPECT_EQ(handle(push("m-5")).status, 500);
+  EXPECT_EQ(handle(push("m-5")).status, 200);
+  EXPECT_EQ(handle(push("m-5")).status, 204);
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(fences, (std::vector<std::int64_t>{1, 3})) << "the fence is handed to the handler";
+  EXPECT_EQ(logs_.count("handler_failed"), 1);
+}
+
+TEST_F(IdempotentTest, NoKeyFailsClosedWith400UnlessUnguardedIsAllowed) {
+  auto strict = wrap({.key = key_from_attribute("po_id")});
+  const PushResponse r = strict(push("m-6"));
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.body.find('\n'), r.body.size() - 1) << "one line";
+  EXPECT_EQ(runs_, 0);
+
+  auto lenient = wrap({.key = key_from_attribute("po_id"), .allow_unguarded = true});
+  EXPECT_EQ(lenient(push("m-6")).status, 200);
+  EXPECT_EQ(runs_, 1);
+  EXPECT_EQ(logs_.count("unguarded"), 1);
+}
+
+TEST_F(IdempotentTest, AKeyFunctionThatThrowsFailsClosed) {
+  auto handle = wrap({.key = [](const Message&) -> std::string { throw std::out_of_range("x"); }});
+  EXPECT_EQ(handle(push("m-7")).status, 400);
+  EXPECT_EQ(runs_, 0);
+}
+
+TEST_F(IdempotentTest, AMalformedEnvelopeIs400WithItsReasonAndNeverRunsTheHandler) {
+  auto handle = wrap({.allow_unguarded = true});
+  PushRequest bad;
+  bad.headers = {{"Content-Type", "application/json"}};
+  bad.body = R"({"message": {"messageId": "m-8", "data": "***not base64***"}})";
+  const PushResponse r = handle(bad);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("base64"));
+  EXPECT_EQ(runs_, 0);
+}
+
+TEST_F(IdempotentTest, ABusinessKeyCatchesARepublishUnderANewMessageId) {
+  auto handle = wrap({.key = key_from_attribute("po_id", "orders:")});
+  EXPECT_EQ(handle(push("m-9", {{"po_id", "PO-1"}})).status, 200);
+  EXPECT_EQ(handle(push("m-10", {{"po_id", "PO-1"}})).status, 204);
+  EXPECT_EQ(runs_, 1);
+  EXPECT_TRUE(store_->record("orders:PO-1").has_value());
+}
+
+TEST_F(IdempotentTest, OrderingKeyAndHeaderKeyHelpersResolve) {
+  Message m;
+  m.ordering_key = "customer-1";
+  m.headers = {{"X-Request-Id", "abc"}};
+  EXPECT_EQ(key_from_ordering_key("o:")(m), "o:customer-1");
+  EXPECT_EQ(key_from_header("x-request-id", "h:")(m), "h:abc");
+  EXPECT_EQ(key_from_header("missing")(m), "");
+  EXPECT_EQ(key_from_message_id()(m), "");
+}
+
+TEST_F(IdempotentTest, CompleteFailingAfterTheHandlerStillAcks) {
+  auto faulty = std::make_shared<FaultyBackend>(*store_);
+  faulty->fail_complete = true;
+  auto handle = wrap({.backend = faulty});
+  EXPECT_EQ(handle(push("m-11")).status, 200);
+  EXPECT_EQ(logs_.count("complete_failed"), 1);
+}
+
+TEST_F(IdempotentTest, BeingFencedOutAfterTheHandlerStillAcksWithAnAlertableError) {
+  auto faulty = std::make_shared<FaultyBackend>(*store_);
+  faulty->fence_out_complete = true;
+  auto handle = wrap({.backend = faulty});
+  EXPECT_EQ(handle(push("m-12")).status, 200);
+  EXPECT_EQ(logs_.count("fenced_out"), 1);
+}
+
+TEST_F(IdempotentTest, AStoreErrorBeforeTheHandlerIsANack) {
+  auto faulty = std::make_shared<FaultyBackend>(*store_);
+  faulty->fail_claim = true;
+  auto handle = wrap({.backend = faulty});
+  EXPECT_EQ(handle(push("m-13")).status, 503);
+  EXPECT_EQ(runs_, 0);
+}
+
+TEST_F(IdempotentTest, OnDuplicateIsCalledAndAHookThatThrowsIsIgnored) {
+  int hooks = 0;
+  auto handle = wrap({.on_duplicate = [&](const Message&) {
+    ++hooks;
+    throw std::runtime_error("metrics down");
+  }});
+  EXPECT_EQ(handle(push("m-14")).status, 200);
+  EXPECT_EQ(handle(push("m-14")).status, 204);
+  EXPECT_EQ(hooks, 1);
+  EXPECT_EQ(logs_.count("on_duplicate_failed"), 1);
+}
+
+TEST_F(IdempotentTest, TheBackendFactoryIsCalledOnceLazily) {
+  std::atomic<int> built{0};
+  auto handle = wrap({.backend_factory = [&] {
+    ++built;
+    return std::shared_ptr<LockBackend>(store_);
+  }});
+  EXPECT_EQ(built, 0);
+  std::vector<std::jthread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] { (void)handle(push("m-15-" + std::to_string(i))); });
+  }
+  threads.clear();
+  EXPECT_EQ(built, 1);
+  EXPECT_EQ(runs_, 8);
+}
+
+TEST_F(IdempotentTest, AFailingFactoryIsRetriedByTheNextRequest) {
+  int attempts = 0;
+  auto handle = wrap({.backend_factory = [&]() -> std::shared_ptr<LockBackend> {
+    if (++attempts == 1) throw StoreError("cannot reach the store");
+    return store_;
+  }});
+  EXPECT_EQ(handle(push("m-16")).status, 503);
+  EXPECT_EQ(handle(push("m-16")).status, 200);
+}
+
+TEST_F(IdempotentTest, AuthenticationFailureIs401AndTheHandlerNeverRuns) {
+  auto handle = wrap({.authenticate = [](const PushRequest& r) -> std::optional<std::string> {
+    if (r.header("authorization")) return std::nullopt;
+    return "no bearer token";
+  }});
+  const PushResponse r = handle(push("m-17"));
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(r.body, "no bearer token\n");
+  EXPECT_EQ(runs_, 0);
+}
+
+TEST_F(IdempotentTest, DisabledByTheEnvironmentRunsUnguardedAndNeverBuildsTheBackend) {
+  for (const char* value : {"1", "true", "YES", "On"}) {
+    ::setenv("GCP_PUBSUB_IDEMPOTENCY_DISABLED", value, 1);
+    EXPECT_TRUE(disabled_by_environment()) << value;
+  }
+  int built = 0;
+  auto handle = wrap({.backend_factory = [&] {
+    ++built;
+    return std::shared_ptr<LockBackend>(store_);
+  }});
+  EXPECT_EQ(handle(push("m-18")).status, 200);
+  EXPECT_EQ(handle(push("m-18")).status, 200);
+  ::unsetenv("GCP_PUBSUB_IDEMPOTENCY_DISABLED");
+  EXPECT_EQ(runs_, 2) << "a pass-through: the redelivery re-runs";
+  EXPECT_EQ(built, 0);
+  EXPECT_EQ(logs_.count("idempotency_disabled"), 1);
+  ::setenv("GCP_PUBSUB_IDEMPOTENCY_DISABLED", "0", 1);
+  EXPECT_FALSE(disabled_by_environment());
+  ::unsetenv("GCP_PUBSUB_IDEMPOTENCY_DISABLED");
+}
+
+TEST_F(IdempotentTest, NoLogLineContainsTheKey) {
+  auto faulty = std::make_shared<FaultyBackend>(*store_);
+  auto handle = idempotent({.backend = faulty,
+                            .key = key_from_attribute("po_id", "orders:"),
+                            .on_duplicate = [](const Message&) { throw std::runtime_error("x"); }},
+                           [](const Delivery& d) {
+                             if (d.message.data == "fail") throw std::runtime_error("failed");
+                           });
+  const nlohmann::json secret = {{"po_id", "secret-123"}};
+  (void)handle(push("a", secret, 1, "fail"));  // handler_failed
+  (void)handle(push("a", secret));             // handled
+  (void)handle(push("a", secret));             // duplicate + hook failure
+  faulty->fail_complete = true;
+  (void)handle(push("b", {{"po_id", "secret-123b"}}));  // complete_failed
+  faulty->fail_complete = false;
+  (void)store_->claim("orders:secret-123c", std::chrono::minutes(15));
+  (void)handle(push("c", {{"po_id", "secret-123c"}}));  // contention
+  EXPECT_GE(logs_.records().size(), 4U);
+  EXPECT_THAT(logs_.all_text(), Not(HasSubstr("secret-123")));
+}
+
+}  // namespace
+}  // namespace idempotency::pubsub
