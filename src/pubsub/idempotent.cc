@@ -159,6 +159,15 @@ struct Wrapper {
       PushResponse r = respond(503, "in progress elsewhere; retry later");
       r.headers.push_back({"Retry-After", std::to_string(retry_after)});
       return r;
+    } catch (const InProgress&) {
+      // The handler's own mutex met a live holder (the seed's two-verb pattern): the
+      // delivery's key was released like any failure; nack quietly so Pub/Sub retries.
+      log(LogRecord{Severity::kWarning, "contention",
+                    "the handler's mutex is held elsewhere; nacking so Pub/Sub retries later",
+                    context(message, key)});
+      PushResponse r = respond(503, "in progress elsewhere; retry later");
+      r.headers.push_back({"Retry-After", "1"});
+      return r;
     } catch (const StoreError& e) {
       auto fields = context(message, key);
       fields.emplace_back("error", e.what());

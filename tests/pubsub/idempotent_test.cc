@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "http_text.h"
+#include "idempotency/guard.h"
 #include "idempotency/memory_lock.h"
 #include "support/faulty_backend.h"
 #include "support/log_capture.h"
@@ -153,6 +154,21 @@ TEST_F(IdempotentTest, WaitForAcksOnceTheHolderElsewhereFinishes) {
   });
   EXPECT_EQ(handle(push("m-4")).status, 204);
   EXPECT_EQ(runs_, 0);
+}
+
+TEST_F(IdempotentTest, TheHandlersOwnMutexHeldElsewhereIsAQuiet503AndTheKeyIsReleased) {
+  (void)store_->claim("po:7", std::chrono::minutes(15));  // another instance updates PO 7
+  auto handle = idempotent({.backend = store_}, [&](const Delivery&) {
+    auto serialized = mutex("po:7", *store_);
+    ++runs_;
+  });
+  const PushResponse r = handle(push("m-19"));
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(logs_.count("contention"), 1);
+  EXPECT_EQ(logs_.count("handler_failed"), 0);
+  const ClaimResult retry = store_->claim("m-19", std::chrono::minutes(1));
+  ASSERT_TRUE(std::holds_alternative<Won>(retry)) << "the message's key was released";
+  EXPECT_EQ(std::get<Won>(retry).claim.fence, 3);
 }
 
 TEST_F(IdempotentTest, AHandlerThatThrowsIsNackedAndTheRedeliveryRunsToSuccessOnce) {

@@ -11,7 +11,8 @@
 // |-------------------------------------------|------|---------|
 // | handler returned (or joined one that did) | 200  | ack     |
 // | duplicate: DONE within the ttl            | 204  | ack     |
-// | live holder elsewhere (after `wait_for`)  | 503  | nack, one warning log line |
+// | live holder elsewhere (after `wait_for`),  | 503  | nack, one warning log line |
+// |   or the handler's own mutex() is held    |      |         |
 // | handler threw                             | 500  | nack    |
 // | no key / malformed envelope               | 400  | nack (fail closed) |
 // | authentication failed                     | 401  | nack    |
