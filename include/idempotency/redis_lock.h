@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <memory>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <string_view>
 
@@ -34,7 +35,8 @@ namespace idempotency {
 /// Options for RedisLock. Fill with designated initializers.
 struct RedisOptions {
   /// ttl, and the clock: nullptr (the default) judges time by the server's `TIME`; a clock
-  /// set here is used instead (tests move time with it; production should leave it null).
+  /// set here is used instead (tests move time with it; production should leave it null,
+  /// since then client clock skew could break leases).
   BackendOptions backend;
   /// Prepended to every key; several subscriptions or environments can share one server.
   std::string key_prefix = "idempotency:";
@@ -74,8 +76,10 @@ class RedisLock final : public LockBackend {
   ~RedisLock() override;
 
   /// record() returns `key`'s record as stored, if any (for inspection and tests). With the
-  /// server clock a record past `expires_at` is already gone; with an injected clock it may
-  /// still be stored until Redis reaps it, and every operation treats it as absent.
+  /// server clock a record past `expires_at` is already gone. With an injected clock Redis
+  /// reaps it 10 minutes of real time after its remaining lifetime ran out (the injected
+  /// clock may run at any pace), so it may still be returned; every operation treats a
+  /// record past `expires_at` as absent either way.
   /// Throws `StoreError` when the server fails or the stored hash is not a record.
   [[nodiscard]] std::optional<Record> record(std::string_view key);
 
@@ -91,6 +95,11 @@ class RedisLock final : public LockBackend {
   /// (PEXPIREAT), and a record an injected clock has expired is treated as absent by every
   /// operation, so there is nothing left to purge.
   std::size_t do_purge_expired() override;
+  /// Subscribes (on a connection of its own) to the channel the script publishes on when
+  /// the record is completed or released, so a waiter in another process wakes at once. Falls
+  /// back to sleeping when the server cannot be reached; `claim` then reports the failure.
+  void do_wait_for_change(std::string_view key, std::chrono::milliseconds timeout,
+                          const std::stop_token& stop) override;
 
  private:
   struct Impl;

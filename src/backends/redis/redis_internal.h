@@ -1,0 +1,51 @@
+// RedisLock internals shared by its sources and its tests (never installed): hiredis
+// ownership, the embedded script and the strict decoders of its replies.
+//
+// Thread safety: pure functions and value types.
+#pragma once
+
+#include <hiredis/hiredis.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "idempotency/backend.h"
+#include "idempotency/record.h"
+
+namespace idempotency::redis_detail {
+
+/// The Lua script (redis_script.lua), compiled in.
+extern const std::string_view kScript;
+
+/// Frees a hiredis reply tree.
+struct ReplyDeleter {
+  void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
+};
+using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
+
+/// Frees a hiredis connection (closing its socket).
+struct ContextDeleter {
+  void operator()(redisContext* c) const noexcept { redisFree(c); }
+};
+using ContextPtr = std::unique_ptr<redisContext, ContextDeleter>;
+
+/// decode_claim_reply() turns the script's reply to a claim into a `ClaimResult` for `key`
+/// and `claim_token`. Throws `StoreError` for a reply of any other shape: never a guess.
+[[nodiscard]] ClaimResult decode_claim_reply(const redisReply* reply, std::string_view key,
+                                             const std::string& claim_token);
+
+/// decode_flag_reply() reads the script's `{op, 0|1}` reply to complete or release.
+/// Throws `StoreError` for a reply of any other shape.
+[[nodiscard]] bool decode_flag_reply(const redisReply* reply, std::string_view op);
+
+/// decode_record() reads an HGETALL reply: nullopt for no record, else the record. Throws
+/// `StoreError` when the hash is not a well-formed record.
+[[nodiscard]] std::optional<Record> decode_record(const redisReply* reply);
+
+/// reply_from_resp() parses one complete RESP reply from `bytes` (for tests of the
+/// decoders). Throws `std::invalid_argument` when `bytes` is not exactly one reply.
+[[nodiscard]] ReplyPtr reply_from_resp(std::string_view bytes);
+
+}  // namespace idempotency::redis_detail

@@ -1,0 +1,381 @@
+// RedisLock: a bounded pool of hiredis connections and one EVALSHA per operation.
+#include "idempotency/redis_lock.h"
+
+#include <hiredis/hiredis.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/time.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <ctime>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "idempotency/errors.h"
+#include "idempotency/key.h"
+#include "redis_internal.h"
+
+namespace idempotency {
+
+using redis_detail::ContextPtr;
+using redis_detail::ReplyPtr;
+
+namespace {
+
+timeval to_timeval(std::chrono::milliseconds d) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(d.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((d.count() % 1000) * 1000);
+  return tv;
+}
+
+// hiredis writes with write(2): on a socket the server has closed that raises SIGPIPE, which
+// would kill the process. Block it in this thread for the call and swallow one that we caused
+// (the approach libpq takes), without touching the process's signal dispositions.
+class SigpipeGuard {
+ public:
+  SigpipeGuard() {
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    sigset_t pending;
+    sigemptyset(&pending);
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    blocked_ = pthread_sigmask(SIG_BLOCK, &pipe, &old_) == 0;
+  }
+  ~SigpipeGuard() {
+    if (!blocked_) return;
+    const int saved = errno;  // the caller reads errno after the command
+    if (!was_pending_) {
+      sigset_t pending;
+      sigemptyset(&pending);
+      if (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
+        sigset_t pipe;
+        sigemptyset(&pipe);
+        sigaddset(&pipe, SIGPIPE);
+        const timespec zero{0, 0};
+        while (sigtimedwait(&pipe, nullptr, &zero) < 0 && errno == EINTR) {
+        }
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+    errno = saved;
+  }
+  SigpipeGuard(const SigpipeGuard&) = delete;
+  SigpipeGuard& operator=(const SigpipeGuard&) = delete;
+
+ private:
+  sigset_t old_{};
+  bool was_pending_ = false;
+  bool blocked_ = false;
+};
+
+// Sends one command. nullptr means the connection failed (c->err says how) and must be
+// discarded; an error *reply* is returned like any other reply.
+ReplyPtr run(redisContext* c, const std::vector<std::string_view>& args) {
+  std::vector<const char*> argv;
+  std::vector<std::size_t> lens;
+  argv.reserve(args.size());
+  lens.reserve(args.size());
+  for (std::string_view a : args) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  SigpipeGuard guard;
+  return ReplyPtr(static_cast<redisReply*>(
+      redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data())));
+}
+
+std::string connection_error(const redisContext* c) {
+  return std::string("redis: ") + (c->errstr[0] != '\0' ? c->errstr : "connection failed");
+}
+
+bool is_error(const redisReply* r) { return r->type == REDIS_REPLY_ERROR; }
+
+std::string reply_text(const redisReply* r) { return std::string(r->str, r->len); }
+
+// The server's message for an error reply, without any echo of our arguments.
+[[noreturn]] void throw_reply_error(const redisReply* r, std::string_view context) {
+  throw StoreError("redis: " + std::string(context) + ": " + reply_text(r));
+}
+
+std::string optional_arg(const std::optional<std::string>& v) {
+  return v ? "+" + *v : std::string("-");
+}
+
+}  // namespace
+
+struct RedisLock::Impl {
+  RedisEndpoint endpoint;
+  RedisOptions options;
+  std::string sha;  // of kScript, as the server reported it; set once in the constructor
+
+  std::mutex mu;
+  std::condition_variable freed;
+  std::vector<ContextPtr> idle;  // guarded by mu
+  std::size_t open = 0;          // connections idle or lent out; guarded by mu
+
+  // A connection lent to one call; returned to the pool unless it failed.
+  class Lease {
+   public:
+    Lease(Impl* impl, ContextPtr ctx, bool reused)
+        : impl_(impl), ctx_(std::move(ctx)), reused_(reused) {}
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    ~Lease() { impl_->give_back(std::move(ctx_)); }
+    redisContext* get() const { return ctx_.get(); }
+    bool reused() const { return reused_; }
+
+   private:
+    Impl* impl_;
+    ContextPtr ctx_;
+    bool reused_;
+  };
+
+  ContextPtr connect() const {
+    ContextPtr c(redisConnectWithTimeout(endpoint.host.c_str(), endpoint.port,
+                                         to_timeval(options.connect_timeout)));
+    if (!c) throw StoreError("redis: cannot allocate a connection");
+    if (c->err != 0) {
+      throw StoreError("redis: cannot connect to " + endpoint.host + ":" +
+                       std::to_string(endpoint.port) + ": " + c->errstr);
+    }
+    if (redisSetTimeout(c.get(), to_timeval(options.command_timeout)) != REDIS_OK) {
+      throw StoreError(connection_error(c.get()));
+    }
+    if (!endpoint.password.empty()) {
+      std::vector<std::string_view> auth = {"AUTH"};
+      if (!endpoint.user.empty()) auth.push_back(endpoint.user);
+      auth.push_back(endpoint.password);
+      ReplyPtr r = run(c.get(), auth);
+      if (!r) throw StoreError(connection_error(c.get()));
+      if (is_error(r.get())) throw_reply_error(r.get(), "AUTH failed");
+    }
+    if (endpoint.db != 0) {
+      const std::string db = std::to_string(endpoint.db);
+      ReplyPtr r = run(c.get(), {"SELECT", db});
+      if (!r) throw StoreError(connection_error(c.get()));
+      if (is_error(r.get())) throw_reply_error(r.get(), "SELECT failed");
+    }
+    return c;
+  }
+
+  // Takes an idle connection, opens a new one while under pool_size, else waits.
+  Lease acquire() {
+    std::unique_lock lock(mu);
+    freed.wait(lock, [&] { return !idle.empty() || open < options.pool_size; });
+    if (!idle.empty()) {
+      ContextPtr c = std::move(idle.back());
+      idle.pop_back();
+      return Lease(this, std::move(c), true);
+    }
+    ++open;
+    lock.unlock();
+    try {
+      return Lease(this, connect(), false);
+    } catch (...) {
+      give_back(nullptr);
+      throw;
+    }
+  }
+
+  void give_back(ContextPtr c) noexcept {
+    {
+      std::lock_guard lock(mu);
+      if (c && c->err == 0) {
+        idle.push_back(std::move(c));
+      } else {
+        --open;
+      }
+    }
+    freed.notify_one();
+    // A failed context, if any, is freed here, outside the lock.
+  }
+
+  // After a connection failed, the others likely point at the same dead server process.
+  void drop_idle() noexcept {
+    std::vector<ContextPtr> stale;
+    {
+      std::lock_guard lock(mu);
+      stale.swap(idle);
+      open -= stale.size();
+    }
+    freed.notify_all();
+  }
+
+  std::string load_script(redisContext* c) {
+    ReplyPtr r = run(c, {"SCRIPT", "LOAD", redis_detail::kScript});
+    if (!r) throw StoreError(connection_error(c));
+    if (is_error(r.get())) throw_reply_error(r.get(), "SCRIPT LOAD failed");
+    if (r->type != REDIS_REPLY_STRING || r->len != 40) {
+      throw StoreError("redis: unexpected reply to SCRIPT LOAD");
+    }
+    return reply_text(r.get());
+  }
+
+  // One round trip: EVALSHA (plus SCRIPT LOAD and a second EVALSHA after NOSCRIPT, when the
+  // server lost its script cache). Every operation is safe to repeat (a retried claim carries
+  // its claim token, complete and release their fence), so a call that finds its pooled
+  // connection closed by the server retries once on a fresh one. A timeout is not retried.
+  ReplyPtr eval(const std::string& redis_key, const std::vector<std::string>& argv) {
+    std::vector<std::string_view> args = {"EVALSHA", sha, "1", redis_key};
+    for (const std::string& a : argv) args.emplace_back(a);
+    for (int attempt = 0;; ++attempt) {
+      Lease conn = acquire();
+      ReplyPtr r = run(conn.get(), args);
+      if (r && is_error(r.get()) && reply_text(r.get()).rfind("NOSCRIPT", 0) == 0) {
+        if (load_script(conn.get()) != sha) {
+          throw StoreError("redis: the server reports another digest for the script");
+        }
+        r = run(conn.get(), args);
+      }
+      if (!r) {
+        const redisContext* c = conn.get();
+        const bool closed = c->err == REDIS_ERR_EOF ||
+                            (c->err == REDIS_ERR_IO && (errno == ECONNRESET || errno == EPIPE));
+        std::string message = connection_error(c);
+        drop_idle();
+        if (closed && conn.reused() && attempt == 0) continue;
+        throw StoreError(message);
+      }
+      if (is_error(r.get())) throw_reply_error(r.get(), "script failed");
+      return r;
+    }
+  }
+
+  std::string now_arg() const {
+    if (!options.backend.clock) return "";  // the script asks the server's TIME
+    return std::to_string(to_millis(options.backend.clock->now()));
+  }
+
+  std::string redis_key(std::string_view key) const {
+    std::string k;
+    k.reserve(options.key_prefix.size() + key.size());
+    k.append(options.key_prefix);
+    k.append(key);
+    return k;
+  }
+};
+
+RedisLock::RedisLock(std::string_view url, RedisOptions options)
+    : LockBackend(options.backend), impl_(std::make_unique<Impl>()) {
+  if (options.pool_size == 0) throw std::invalid_argument("RedisOptions::pool_size must be >= 1");
+  if (options.connect_timeout <= std::chrono::milliseconds::zero()) {
+    throw std::invalid_argument("RedisOptions::connect_timeout must be positive");
+  }
+  if (options.command_timeout <= std::chrono::milliseconds::zero()) {
+    throw std::invalid_argument("RedisOptions::command_timeout must be positive");
+  }
+  impl_->endpoint = parse_redis_url(url);
+  impl_->options = std::move(options);
+  // Connect now, so a wrong address or password fails at start-up rather than mid-traffic.
+  Impl::Lease conn = impl_->acquire();
+  impl_->sha = impl_->load_script(conn.get());
+}
+
+RedisLock::~RedisLock() = default;
+
+const std::string& RedisLock::key_prefix() const noexcept { return impl_->options.key_prefix; }
+
+std::optional<Record> RedisLock::record(std::string_view key) {
+  validate_key(key);
+  const std::string k = impl_->redis_key(key);
+  Impl::Lease conn = impl_->acquire();
+  ReplyPtr r = run(conn.get(), {"HGETALL", k});
+  if (!r) {
+    std::string message = connection_error(conn.get());
+    impl_->drop_idle();
+    throw StoreError(message);
+  }
+  if (is_error(r.get())) throw_reply_error(r.get(), "HGETALL failed");
+  return redis_detail::decode_record(r.get());
+}
+
+ClaimResult RedisLock::do_claim(std::string_view key, std::chrono::milliseconds lease,
+                                const ClaimRequest& request) {
+  ReplyPtr r =
+      impl_->eval(impl_->redis_key(key),
+                  {"claim", impl_->now_arg(), request.claim_token, std::to_string(lease.count()),
+                   std::to_string(ttl().count()), optional_arg(request.fingerprint)});
+  return redis_detail::decode_claim_reply(r.get(), key, request.claim_token);
+}
+
+bool RedisLock::do_complete(const Claim& claim, std::optional<std::string> result) {
+  ReplyPtr r = impl_->eval(impl_->redis_key(claim.key),
+                           {"complete", impl_->now_arg(), std::to_string(claim.fence),
+                            std::to_string(ttl().count()), optional_arg(result)});
+  return redis_detail::decode_flag_reply(r.get(), "complete");
+}
+
+void RedisLock::do_release(const Claim& claim) {
+  ReplyPtr r = impl_->eval(
+      impl_->redis_key(claim.key),
+      {"release", impl_->now_arg(), std::to_string(claim.fence), std::to_string(ttl().count())});
+  (void)redis_detail::decode_flag_reply(r.get(), "release");
+}
+
+std::size_t RedisLock::do_purge_expired() { return 0; }
+
+void RedisLock::do_wait_for_change(std::string_view key, std::chrono::milliseconds timeout,
+                                   const std::stop_token& stop) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + timeout;
+  auto left = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  };
+  ContextPtr sub;
+  try {
+    // A subscribed connection can run no other command, so it is not taken from the pool.
+    sub = impl_->connect();
+    const std::string channel = impl_->redis_key(key);
+    ReplyPtr r = run(sub.get(), {"SUBSCRIBE", channel});
+    if (!r || r->type != REDIS_REPLY_ARRAY) throw StoreError("redis: SUBSCRIBE failed");
+    // A message that arrived with the confirmation is already buffered: wake now.
+    void* raw = nullptr;
+    const int status = redisReaderGetReply(sub->reader, &raw);
+    const ReplyPtr extra(static_cast<redisReply*>(raw));
+    if (status != REDIS_OK || extra) return;
+    // A change made before the subscription took effect published nobody: look once.
+    std::optional<Record> rec = record(key);
+    if (!rec || rec->state == RecordState::kDone) return;
+    Millis now = 0;
+    if (impl_->options.backend.clock) {
+      now = to_millis(impl_->options.backend.clock->now());
+    } else {
+      Impl::Lease conn = impl_->acquire();
+      ReplyPtr t = run(conn.get(), {"TIME"});
+      if (!t || t->type != REDIS_REPLY_ARRAY || t->elements != 2) return;
+      now = std::stoll(reply_text(t->element[0])) * 1000 +
+            std::stoll(reply_text(t->element[1])) / 1000;
+    }
+    if (now >= rec->lease_expiry || now >= rec->expires_at) return;
+  } catch (const std::exception&) {
+    // Unreachable or failing server: sleep like any backend; the next claim reports it.
+    if (left() > std::chrono::milliseconds::zero()) {
+      LockBackend::do_wait_for_change(key, left(), stop);
+    }
+    return;
+  }
+  pollfd pfd{sub->fd, POLLIN, 0};
+  while (!stop.stop_requested()) {
+    const auto remaining = left();
+    if (remaining <= std::chrono::milliseconds::zero()) return;
+    // Short slices so a stop request is seen promptly.
+    const int slice = static_cast<int>(std::min<std::int64_t>(remaining.count(), 50));
+    const int n = ::poll(&pfd, 1, slice);
+    if (n > 0 || (n < 0 && errno != EINTR)) return;  // a message, EOF or an error: wake
+  }
+}
+
+}  // namespace idempotency

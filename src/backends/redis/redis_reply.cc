@@ -1,0 +1,158 @@
+// Strict decoding of the script's replies: any shape but the documented one is a StoreError,
+// so a script changed by hand on the server can never be read as an outcome.
+#include <charconv>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include "idempotency/clock.h"
+#include "idempotency/errors.h"
+#include "redis_internal.h"
+
+namespace idempotency::redis_detail {
+namespace {
+
+[[noreturn]] void unexpected(std::string_view what) {
+  throw StoreError("redis: unexpected reply to " + std::string(what) +
+                   " (was the idempotency script changed on the server?)");
+}
+
+bool is_string(const redisReply* r) { return r != nullptr && r->type == REDIS_REPLY_STRING; }
+
+std::string_view text(const redisReply* r) { return std::string_view(r->str, r->len); }
+
+bool has_tag(const redisReply* r, std::string_view tag, std::size_t elements) {
+  return r != nullptr && r->type == REDIS_REPLY_ARRAY && r->elements == elements &&
+         is_string(r->element[0]) && text(r->element[0]) == tag;
+}
+
+std::optional<std::int64_t> parse_int(std::string_view s) {
+  std::int64_t v = 0;
+  const char* end = s.data() + s.size();
+  auto [ptr, ec] = std::from_chars(s.data(), end, v);
+  if (s.empty() || ec != std::errc() || ptr != end) return std::nullopt;
+  return v;
+}
+
+std::int64_t int_element(const redisReply* r, std::string_view what) {
+  if (!is_string(r)) unexpected(what);
+  auto v = parse_int(text(r));
+  if (!v) unexpected(what);
+  return *v;
+}
+
+std::optional<std::string> optional_element(const redisReply* r, std::string_view what) {
+  if (r != nullptr && r->type == REDIS_REPLY_NIL) return std::nullopt;
+  if (!is_string(r)) unexpected(what);
+  return std::string(text(r));
+}
+
+}  // namespace
+
+ClaimResult decode_claim_reply(const redisReply* reply, std::string_view key,
+                               const std::string& claim_token) {
+  constexpr std::string_view kWhat = "claim";
+  if (has_tag(reply, "won", 3)) {
+    const std::int64_t fence = int_element(reply->element[1], kWhat);
+    const std::int64_t lease_expiry = int_element(reply->element[2], kWhat);
+    if (fence < 1) unexpected(kWhat);
+    return Won{Claim{std::string(key), fence, from_millis(lease_expiry), claim_token}};
+  }
+  if (has_tag(reply, "done", 3)) {
+    return AlreadyDone{optional_element(reply->element[1], kWhat),
+                       optional_element(reply->element[2], kWhat)};
+  }
+  if (has_tag(reply, "held", 3)) {
+    return HeldByOther{from_millis(int_element(reply->element[1], kWhat)),
+                       optional_element(reply->element[2], kWhat)};
+  }
+  unexpected(kWhat);
+}
+
+bool decode_flag_reply(const redisReply* reply, std::string_view op) {
+  if (!has_tag(reply, op, 2)) unexpected(op);
+  const redisReply* flag = reply->element[1];
+  if (flag == nullptr || flag->type != REDIS_REPLY_INTEGER ||
+      (flag->integer != 0 && flag->integer != 1)) {
+    unexpected(op);
+  }
+  return flag->integer == 1;
+}
+
+std::optional<Record> decode_record(const redisReply* reply) {
+  if (reply == nullptr || reply->type != REDIS_REPLY_ARRAY || reply->elements % 2 != 0) {
+    unexpected("HGETALL");
+  }
+  if (reply->elements == 0) return std::nullopt;
+  Record rec;
+  bool state = false, fence = false, lease = false, expires = false, token = false;
+  auto malformed = [] { throw StoreError("redis: the stored record is malformed"); };
+  for (std::size_t i = 0; i < reply->elements; i += 2) {
+    const redisReply* name = reply->element[i];
+    const redisReply* value = reply->element[i + 1];
+    if (!is_string(name) || !is_string(value)) unexpected("HGETALL");
+    const std::string_view field = text(name);
+    const std::string_view v = text(value);
+    auto number = [&]() -> std::int64_t {
+      auto n = parse_int(v);
+      if (!n) malformed();
+      return *n;
+    };
+    if (field == "state") {
+      if (v == "CLAIMED") {
+        rec.state = RecordState::kClaimed;
+      } else if (v == "DONE") {
+        rec.state = RecordState::kDone;
+      } else {
+        malformed();
+      }
+      state = true;
+    } else if (field == "fence") {
+      rec.fence = number();
+      if (rec.fence < 1) malformed();
+      fence = true;
+    } else if (field == "lease_expiry") {
+      rec.lease_expiry = number();
+      lease = true;
+    } else if (field == "expires_at") {
+      rec.expires_at = number();
+      expires = true;
+    } else if (field == "claim_token") {
+      rec.claim_token = std::string(v);
+      token = true;
+    } else if (field == "result") {
+      rec.result = std::string(v);
+    } else if (field == "fingerprint") {
+      rec.fingerprint = std::string(v);
+    }
+  }
+  if (!(state && fence && lease && expires && token)) malformed();
+  return rec;
+}
+
+ReplyPtr reply_from_resp(std::string_view bytes) {
+  struct ReaderDeleter {
+    void operator()(redisReader* r) const noexcept { redisReaderFree(r); }
+  };
+  std::unique_ptr<redisReader, ReaderDeleter> reader(redisReaderCreate());
+  if (!reader) throw std::bad_alloc();
+  if (redisReaderFeed(reader.get(), bytes.data(), bytes.size()) != REDIS_OK) {
+    throw std::invalid_argument("RESP bytes rejected");
+  }
+  void* raw = nullptr;
+  if (redisReaderGetReply(reader.get(), &raw) != REDIS_OK) {
+    throw std::invalid_argument("malformed RESP bytes");
+  }
+  ReplyPtr reply(static_cast<redisReply*>(raw));
+  if (!reply) throw std::invalid_argument("incomplete RESP bytes");
+  void* more = nullptr;
+  const int status = redisReaderGetReply(reader.get(), &more);
+  const ReplyPtr extra(static_cast<redisReply*>(more));
+  if (status != REDIS_OK || extra) throw std::invalid_argument("more than one RESP reply");
+  return reply;
+}
+
+}  // namespace idempotency::redis_detail

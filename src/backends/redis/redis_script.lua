@@ -1,0 +1,184 @@
+-- The record state machine of src/core/transition.cc, re-expressed for Redis: one call is
+-- one claim, complete or release on one key, decided atomically on the server.
+--
+-- KEYS[1]  the record's hash
+-- ARGV[1]  "claim" | "complete" | "release"
+-- ARGV[2]  now, epoch ms of an injected client clock; "" judges by the server's TIME
+-- claim:    ARGV[3] claim token, ARGV[4] lease ms, ARGV[5] ttl ms, ARGV[6] fingerprint
+-- complete: ARGV[3] fence, ARGV[4] ttl ms, ARGV[5] result
+-- release:  ARGV[3] fence, ARGV[4] ttl ms
+-- An optional value travels as "-" (none) or "+" followed by its bytes.
+--
+-- Replies (numbers as decimal strings; an absent optional as nil):
+--   claim    {"won", fence, lease_expiry} | {"done", result, fingerprint}
+--            | {"held", lease_expiry, fingerprint}
+--   complete {"complete", 1 | 0}   release {"release", 1 | 0}
+--
+-- The hash holds state (CLAIMED | DONE), fence, lease_expiry, expires_at, claim_token and,
+-- when present, result and fingerprint. Every write sets the key's expiry to expires_at, so
+-- Redis deletes the record exactly when its retention ends. A record at or past expires_at
+-- is therefore treated as absent here too (a claim restarts at fence 1): the answers are
+-- the same whether or not Redis has reaped it yet, and an injected clock may run at any pace.
+-- complete and release also PUBLISH on a channel named like the key, which
+-- RedisLock::wait_for_change() subscribes to. Lua numbers are doubles: exact for epoch ms
+-- and any real fence; a caller's fence is compared as text, never converted.
+if redis.replicate_commands then
+  redis.replicate_commands()  -- Redis < 5: allow TIME before writes (a no-op since 5)
+end
+
+local kInjectedClockSlackMs = 600000  -- 10 min; see store()
+local key = KEYS[1]
+local op = ARGV[1]
+
+-- A decimal integer of at most 15 digits: exact as a Lua number (a double).
+local function is_int(s)
+  return type(s) == 'string' and string.match(s, '^%-?%d+$') ~= nil and
+      string.len(string.match(s, '%d+')) <= 15
+end
+
+-- A decimal integer of any length (a fence is compared as text, never converted).
+local function is_digits(s)
+  return type(s) == 'string' and string.match(s, '^%-?%d+$') ~= nil
+end
+
+local function int_arg(i)
+  local s = ARGV[i]
+  if not is_int(s) then
+    error('idempotency script: argument ' .. i .. ' is not an integer', 0)
+  end
+  return tonumber(s)
+end
+
+local function opt_arg(i)
+  local s = ARGV[i]
+  if s == '-' then return nil end
+  if type(s) == 'string' and string.sub(s, 1, 1) == '+' then return string.sub(s, 2) end
+  error('idempotency script: argument ' .. i .. ' is not an optional', 0)
+end
+
+local function fmt(n) return string.format('%d', n) end
+
+local now
+local server_clock = (ARGV[2] == '')
+if server_clock then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+else
+  now = int_arg(2)
+end
+
+-- The stored record, or nil when there is none or it is past expires_at.
+local function load()
+  local flat = redis.call('HGETALL', key)
+  if #flat == 0 then return nil end
+  local h = {}
+  for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
+  if (h.state ~= 'CLAIMED' and h.state ~= 'DONE') or not is_int(h.fence) or
+      string.match(h.fence, '^[1-9]%d*$') == nil or not is_int(h.lease_expiry) or
+      not is_int(h.expires_at) or h.claim_token == nil then
+    error('idempotency script: the stored record is malformed', 0)
+  end
+  local rec = {
+    state = h.state,
+    fence_text = h.fence,
+    fence = tonumber(h.fence),
+    lease_expiry = tonumber(h.lease_expiry),
+    expires_at = tonumber(h.expires_at),
+    claim_token = h.claim_token,
+    result = h.result,
+    fingerprint = h.fingerprint,
+  }
+  if now >= rec.expires_at then return nil end  -- reaped, whether or not Redis got to it yet
+  return rec
+end
+
+local function store(rec)
+  redis.call('DEL', key)
+  local args = {'HSET', key, 'state', rec.state, 'fence', fmt(rec.fence),
+                'lease_expiry', fmt(rec.lease_expiry), 'expires_at', fmt(rec.expires_at),
+                'claim_token', rec.claim_token}
+  if rec.result then
+    table.insert(args, 'result')
+    table.insert(args, rec.result)
+  end
+  if rec.fingerprint then
+    table.insert(args, 'fingerprint')
+    table.insert(args, rec.fingerprint)
+  end
+  redis.call(unpack(args))
+  if server_clock then
+    redis.call('PEXPIREAT', key, fmt(rec.expires_at))
+  else
+    -- An injected clock is not the server's, so its instants mean nothing to PEXPIREAT:
+    -- keep the remaining lifetime instead, plus slack, because Redis counts it in real time
+    -- while the injected clock may crawl (a test's manual clock). The record is judged
+    -- expired by the injected clock alone (see load()); the slack only delays the reaping.
+    redis.call('PEXPIRE', key, fmt(rec.expires_at - now + kInjectedClockSlackMs))
+  end
+end
+
+local rec = load()
+
+if op == 'claim' then
+  local token = ARGV[3]
+  local lease = int_arg(4)
+  local ttl = int_arg(5)
+  local fingerprint = opt_arg(6)
+  if lease <= 0 or ttl <= 0 then
+    return redis.error_reply('ERR idempotency script: lease and ttl must be positive')
+  end
+  -- A retried claim call finds its own claim: re-affirm it, same fence, nothing written.
+  if rec and rec.state == 'CLAIMED' and token ~= '' and rec.claim_token == token then
+    return {'won', fmt(rec.fence), fmt(rec.lease_expiry)}
+  end
+  if rec and rec.state == 'DONE' then
+    return {'done', rec.result or false, rec.fingerprint or false}
+  end
+  if rec and now < rec.lease_expiry then
+    return {'held', fmt(rec.lease_expiry), rec.fingerprint or false}
+  end
+  -- Absent, or the holder's lease lapsed (it crashed or gave up): take it, fence + 1.
+  local fence = 1
+  if rec then fence = rec.fence + 1 end
+  store({state = 'CLAIMED', fence = fence, lease_expiry = now + lease,
+         expires_at = now + lease + ttl, claim_token = token, fingerprint = fingerprint})
+  return {'won', fmt(fence), fmt(now + lease)}
+end
+
+if op == 'complete' then
+  local fence = ARGV[3]
+  local ttl = int_arg(4)
+  local result = opt_arg(5)
+  if not is_digits(fence) or ttl <= 0 then
+    return redis.error_reply('ERR idempotency script: bad fence or ttl')
+  end
+  if rec == nil or rec.fence_text ~= fence then return {'complete', 0} end
+  if rec.state == 'DONE' then return {'complete', 1} end
+  -- No lease guard: until someone reclaims, the lapsed holder is the only one that ran.
+  rec.state = 'DONE'
+  rec.result = result
+  rec.expires_at = now + ttl
+  store(rec)
+  redis.call('PUBLISH', key, 'complete')  -- wakes wait_for_change() in other processes
+  return {'complete', 1}
+end
+
+if op == 'release' then
+  local fence = ARGV[3]
+  local ttl = int_arg(4)
+  if not is_digits(fence) or ttl <= 0 then
+    return redis.error_reply('ERR idempotency script: bad fence or ttl')
+  end
+  if rec == nil or rec.fence_text ~= fence or rec.state == 'DONE' then
+    return {'release', 0}
+  end
+  -- Advancing the fence kills the released claim; keeping the record keeps the fence.
+  rec.lease_expiry = now
+  rec.fence = rec.fence + 1
+  rec.expires_at = math.max(rec.expires_at, now + ttl)
+  store(rec)
+  redis.call('PUBLISH', key, 'release')
+  return {'release', 1}
+end
+
+return redis.error_reply('ERR idempotency script: unknown operation')

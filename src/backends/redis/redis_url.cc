@@ -1,0 +1,120 @@
+// parse_redis_url(): `redis://[[user]:password@]host[:port][/db]`. Every error names the part
+// that is wrong and never repeats the URL, which may carry a password.
+#include <charconv>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include "idempotency/redis_lock.h"
+
+namespace idempotency {
+namespace {
+
+[[noreturn]] void bad(const std::string& what) {
+  throw std::invalid_argument("malformed redis URL: " + what);
+}
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::string percent_decode(std::string_view s, const char* part) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out.push_back(s[i]);
+      continue;
+    }
+    if (i + 2 >= s.size() || hex_digit(s[i + 1]) < 0 || hex_digit(s[i + 2]) < 0) {
+      bad(std::string("bad percent-encoding in the ") + part);
+    }
+    out.push_back(static_cast<char>(hex_digit(s[i + 1]) * 16 + hex_digit(s[i + 2])));
+    i += 2;
+  }
+  return out;
+}
+
+int parse_number(std::string_view s, int max, const char* part) {
+  int v = 0;
+  const char* end = s.data() + s.size();
+  auto [ptr, ec] = std::from_chars(s.data(), end, v);
+  if (s.empty() || ec != std::errc() || ptr != end || v < 0 || v > max) {
+    bad(std::string("the ") + part + " must be a number from 0 to " + std::to_string(max));
+  }
+  return v;
+}
+
+}  // namespace
+
+RedisEndpoint parse_redis_url(std::string_view url) {
+  constexpr std::string_view kScheme = "redis://";
+  if (url.substr(0, kScheme.size()) != kScheme) {
+    if (url.substr(0, 9) == "rediss://") bad("the scheme rediss:// (TLS) is not supported");
+    bad("the scheme must be redis://");
+  }
+  std::string_view rest = url.substr(kScheme.size());
+  if (rest.find_first_of("?#") != std::string_view::npos) {
+    bad("query strings and fragments are not supported");
+  }
+  RedisEndpoint ep;
+
+  // The userinfo ends at the LAST '@' before the path: a password may contain '@'.
+  const std::size_t slash_before_at = rest.find('/');
+  const std::size_t at = rest.substr(0, slash_before_at).rfind('@');
+  if (at != std::string_view::npos) {
+    const std::string_view userinfo = rest.substr(0, at);
+    rest = rest.substr(at + 1);
+    const std::size_t colon = userinfo.find(':');
+    if (colon == std::string_view::npos) {
+      bad("the userinfo must be user:password or :password");
+    }
+    ep.user = percent_decode(userinfo.substr(0, colon), "user name");
+    ep.password = percent_decode(userinfo.substr(colon + 1), "password");
+    if (ep.password.empty()) bad("the password is empty");
+  }
+
+  const std::size_t slash = rest.find('/');
+  std::string_view hostport = rest.substr(0, slash);
+  if (slash != std::string_view::npos) {
+    const std::string_view db = rest.substr(slash + 1);
+    if (!db.empty()) ep.db = parse_number(db, 1'000'000, "database number");
+  }
+
+  std::string_view port;
+  if (!hostport.empty() && hostport.front() == '[') {  // [IPv6]:port
+    const std::size_t close = hostport.find(']');
+    if (close == std::string_view::npos) bad("the IPv6 host lacks its closing ']'");
+    ep.host = std::string(hostport.substr(1, close - 1));
+    const std::string_view after = hostport.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':') bad("unexpected text after the IPv6 host");
+      port = after.substr(1);
+      if (port.empty()) bad("the port is empty");
+    }
+  } else {
+    const std::size_t colon = hostport.find(':');
+    ep.host = std::string(hostport.substr(0, colon));
+    if (colon != std::string_view::npos) {
+      port = hostport.substr(colon + 1);
+      if (port.empty()) bad("the port is empty");
+    }
+  }
+  if (ep.host.empty()) bad("the host is empty");
+  for (char c : ep.host) {
+    if (c == '@' || c == '/' || c == ' ' || c == '[' || c == ']' || c == '%') {
+      bad("the host contains an invalid character");
+    }
+  }
+  if (!port.empty()) {
+    ep.port = parse_number(port, 65535, "port");
+    if (ep.port == 0) bad("the port must be from 1 to 65535");
+  }
+  return ep;
+}
+
+}  // namespace idempotency

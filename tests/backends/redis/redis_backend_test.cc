@@ -1,0 +1,462 @@
+// Redis-specific tests: URL parsing, options, strict reply decoding, real lease and ttl
+// expiry by the server's clock, clock skew, the stored record against the pure function.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "idempotency/errors.h"
+#include "idempotency/record.h"
+#include "idempotency/redis_lock.h"
+#include "private_redis.h"
+#include "redis_internal.h"
+#include "redis_test_util.h"
+
+namespace idempotency::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr const char* kPassword = "s3cr3t-PW";
+
+// ---------------------------------------------------------------- URL parsing
+
+TEST(RedisUrl, ParsesEveryForm) {
+  RedisEndpoint a = parse_redis_url("redis://cache.internal:6380/2");
+  EXPECT_EQ(a.host, "cache.internal");
+  EXPECT_EQ(a.port, 6380);
+  EXPECT_EQ(a.db, 2);
+  EXPECT_EQ(a.user, "");
+  EXPECT_EQ(a.password, "");
+
+  RedisEndpoint b = parse_redis_url("redis://alice:p%40ss:w@10.0.0.3:7000");
+  EXPECT_EQ(b.user, "alice");
+  EXPECT_EQ(b.password, "p@ss:w");
+  EXPECT_EQ(b.host, "10.0.0.3");
+  EXPECT_EQ(b.port, 7000);
+  EXPECT_EQ(b.db, 0);
+
+  RedisEndpoint c = parse_redis_url("redis://:pw@localhost");
+  EXPECT_EQ(c.user, "");
+  EXPECT_EQ(c.password, "pw");
+  EXPECT_EQ(c.port, 6379);
+
+  RedisEndpoint d = parse_redis_url("redis://[::1]:6390/15");
+  EXPECT_EQ(d.host, "::1");
+  EXPECT_EQ(d.port, 6390);
+  EXPECT_EQ(d.db, 15);
+
+  RedisEndpoint e = parse_redis_url("redis://h:1/");
+  EXPECT_EQ(e.db, 0);
+}
+
+TEST(RedisUrl, MalformedUrlsNameThePartAndNeverThePassword) {
+  const std::string pw = kPassword;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"http://u:" + pw + "@h:1", "scheme"},
+      {"rediss://u:" + pw + "@h:1", "TLS"},
+      {"redis://u:" + pw + "@h:port", "port"},
+      {"redis://u:" + pw + "@h:70000", "port"},
+      {"redis://u:" + pw + "@h:0", "port"},
+      {"redis://u:" + pw + "@h:", "port"},
+      {"redis://u:" + pw + "@:6379", "host"},
+      {"redis://u:" + pw + "@h:6379/x", "database"},
+      {"redis://u:" + pw + "@h:6379/-1", "database"},
+      {"redis://u:" + pw + "@h:6379?db=1", "query"},
+      {"redis://" + pw + "@h:6379", "userinfo"},
+      {"redis://u:" + pw + "%zz@h:6379", "percent-encoding"},
+      {"redis://u:@h:6379", "password"},
+      {"redis://u:" + pw + "@[::1:6379", "IPv6"},
+      {"", "scheme"},
+  };
+  for (const auto& [url, part] : cases) {
+    SCOPED_TRACE(part);
+    try {
+      (void)parse_redis_url(url);
+      ADD_FAILURE() << "accepted a malformed URL";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_THAT(e.what(), HasSubstr(part));
+      EXPECT_THAT(e.what(), Not(HasSubstr(pw)));
+    }
+    // The constructor rejects it the same way, before any connection.
+    EXPECT_THROW(RedisLock lock(url), std::invalid_argument);
+  }
+}
+
+TEST(RedisOptionsTest, BadOptionsAreRejected) {
+  const std::string url = "redis://127.0.0.1:1";
+  EXPECT_THROW(RedisLock(url, RedisOptions{.pool_size = 0}), std::invalid_argument);
+  EXPECT_THROW(RedisLock(url, RedisOptions{.connect_timeout = milliseconds(0)}),
+               std::invalid_argument);
+  EXPECT_THROW(RedisLock(url, RedisOptions{.command_timeout = milliseconds(-1)}),
+               std::invalid_argument);
+  EXPECT_THROW(RedisLock(url, RedisOptions{.backend = {.ttl = milliseconds(0)}}),
+               std::invalid_argument);
+}
+
+// ---------------------------------------------------------------- reply decoding
+
+redis_detail::ReplyPtr resp(std::string_view bytes) { return redis_detail::reply_from_resp(bytes); }
+
+TEST(RedisReply, DecodesEveryDocumentedShape) {
+  using redis_detail::decode_claim_reply;
+  ClaimResult w =
+      decode_claim_reply(resp("*3\r\n$3\r\nwon\r\n$1\r\n7\r\n$4\r\n1234\r\n").get(), "k", "tok");
+  ASSERT_TRUE(std::holds_alternative<Won>(w));
+  EXPECT_EQ(std::get<Won>(w).claim.fence, 7);
+  EXPECT_EQ(to_millis(std::get<Won>(w).claim.lease_expiry), 1234);
+  EXPECT_EQ(std::get<Won>(w).claim.claim_token, "tok");
+  EXPECT_EQ(std::get<Won>(w).claim.key, "k");
+
+  ClaimResult d =
+      decode_claim_reply(resp("*3\r\n$4\r\ndone\r\n$0\r\n\r\n$-1\r\n").get(), "k", "tok");
+  ASSERT_TRUE(std::holds_alternative<AlreadyDone>(d));
+  EXPECT_EQ(std::get<AlreadyDone>(d).result, std::optional<std::string>(""));
+  EXPECT_EQ(std::get<AlreadyDone>(d).fingerprint, std::nullopt);
+
+  ClaimResult h =
+      decode_claim_reply(resp("*3\r\n$4\r\nheld\r\n$2\r\n99\r\n$2\r\nfp\r\n").get(), "k", "t");
+  ASSERT_TRUE(std::holds_alternative<HeldByOther>(h));
+  EXPECT_EQ(to_millis(std::get<HeldByOther>(h).lease_expiry), 99);
+  EXPECT_EQ(std::get<HeldByOther>(h).fingerprint, std::optional<std::string>("fp"));
+
+  EXPECT_TRUE(
+      redis_detail::decode_flag_reply(resp("*2\r\n$8\r\ncomplete\r\n:1\r\n").get(), "complete"));
+  EXPECT_FALSE(
+      redis_detail::decode_flag_reply(resp("*2\r\n$7\r\nrelease\r\n:0\r\n").get(), "release"));
+}
+
+TEST(RedisReply, UnexpectedShapesAreStoreErrorsNeverGuesses) {
+  const std::vector<std::string> bad_claims = {
+      ":1\r\n",                                                // an integer
+      "+OK\r\n",                                               // a status
+      "$-1\r\n",                                               // nil
+      "*0\r\n",                                                // empty array
+      "*2\r\n$3\r\nwon\r\n$1\r\n1\r\n",                        // too short
+      "*4\r\n$3\r\nwon\r\n$1\r\n1\r\n$1\r\n2\r\n$1\r\n3\r\n",  // too long
+      "*3\r\n$3\r\nWON\r\n$1\r\n1\r\n$1\r\n2\r\n",             // unknown tag
+      "*3\r\n$3\r\nwon\r\n$1\r\nx\r\n$1\r\n2\r\n",             // fence not a number
+      "*3\r\n$3\r\nwon\r\n$1\r\n0\r\n$1\r\n2\r\n",             // fence below 1
+      "*3\r\n$3\r\nwon\r\n:1\r\n$1\r\n2\r\n",                  // fence as an integer
+      "*3\r\n$3\r\nwon\r\n$1\r\n1\r\n$-1\r\n",                 // lease missing
+      "*3\r\n$4\r\nheld\r\n$2\r\n1x\r\n$-1\r\n",               // lease not a number
+      "*3\r\n$4\r\ndone\r\n:5\r\n$-1\r\n",                     // result as an integer
+      "*3\r\n$4\r\ndone\r\n*0\r\n$-1\r\n",                     // result as an array
+  };
+  for (const auto& bytes : bad_claims) {
+    SCOPED_TRACE(bytes);
+    try {
+      (void)redis_detail::decode_claim_reply(resp(bytes).get(), "secret-key-123", "t");
+      ADD_FAILURE() << "decoded an unexpected shape";
+    } catch (const StoreError& e) {
+      EXPECT_THAT(e.what(), Not(HasSubstr("secret-key-123")));
+    }
+  }
+  const std::vector<std::string> bad_flags = {
+      ":1\r\n",
+      "*2\r\n$7\r\nrelease\r\n:1\r\n",   // another operation's tag
+      "*2\r\n$8\r\ncomplete\r\n:2\r\n",  // not 0 or 1
+      "*2\r\n$8\r\ncomplete\r\n$1\r\n1\r\n",
+      "*1\r\n$8\r\ncomplete\r\n",
+      "*3\r\n$8\r\ncomplete\r\n:1\r\n:1\r\n",
+  };
+  for (const auto& bytes : bad_flags) {
+    SCOPED_TRACE(bytes);
+    EXPECT_THROW((void)redis_detail::decode_flag_reply(resp(bytes).get(), "complete"), StoreError);
+  }
+  EXPECT_THROW((void)redis_detail::decode_record(resp("*1\r\n$5\r\nstate\r\n").get()), StoreError);
+  EXPECT_THROW(
+      (void)redis_detail::decode_record(resp("*2\r\n$5\r\nstate\r\n$7\r\nCLAIMED\r\n").get()),
+      StoreError);
+}
+
+// ---------------------------------------------------------------- against the server
+
+TEST(RedisLockTest, UnreachableServerIsAStoreError) {
+  const std::string url = "redis://127.0.0.1:" + std::to_string(free_port());
+  try {
+    RedisLock lock(url, RedisOptions{.connect_timeout = milliseconds(500)});
+    ADD_FAILURE() << "connected to nothing";
+  } catch (const StoreError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("refused"));
+  }
+}
+
+TEST(RedisLockTest, ATamperedRecordIsAStoreErrorWithoutTheKey) {
+  auto lock = fixture_lock();
+  RawRedis raw(fixture_redis_url());
+  const std::string key = "customer-order-4711";
+  Claim c = won(lock->claim(key, milliseconds(60'000)));
+  raw.command({"HSET", lock->key_prefix() + key, "state", "BOGUS"});
+  for (int op = 0; op < 3; ++op) {
+    try {
+      if (op == 0) (void)lock->claim(key, milliseconds(1000));
+      if (op == 1) (void)lock->complete(c);
+      if (op == 2) lock->release(c);
+      ADD_FAILURE() << "operation " << op << " read a malformed record";
+    } catch (const StoreError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("malformed"));
+      EXPECT_THAT(e.what(), Not(HasSubstr(key)));
+    }
+  }
+  EXPECT_THROW((void)lock->record(key), StoreError);
+  // A key of another type: Redis's own WRONGTYPE error, still without the key.
+  raw.command({"DEL", lock->key_prefix() + key});
+  raw.command({"SET", lock->key_prefix() + key, "x"});
+  try {
+    (void)lock->claim(key, milliseconds(1000));
+    ADD_FAILURE() << "claimed over a string key";
+  } catch (const StoreError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("WRONGTYPE"));
+    EXPECT_THAT(e.what(), Not(HasSubstr(key)));
+  }
+}
+
+TEST(RedisLockTest, EachRecordIsOneHashWhoseExpiryIsItsExpiresAt) {
+  auto lock = fixture_lock(BackendOptions{.ttl = std::chrono::minutes(5)});
+  RawRedis raw(fixture_redis_url());
+  Claim c = won(lock->claim("k", milliseconds(60'000), ClaimRequest{.fingerprint = "fp"}));
+  const std::string redis_key = lock->key_prefix() + "k";
+  EXPECT_EQ(raw.text({"TYPE", redis_key}), "hash");
+  std::optional<Record> r = lock->record("k");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->state, RecordState::kClaimed);
+  EXPECT_EQ(r->fence, 1);
+  EXPECT_EQ(r->lease_expiry, to_millis(c.lease_expiry));
+  EXPECT_EQ(r->expires_at, r->lease_expiry + 5 * 60'000);
+  EXPECT_EQ(r->claim_token, c.claim_token);
+  EXPECT_EQ(r->fingerprint, std::optional<std::string>("fp"));
+  EXPECT_EQ(raw.text({"PEXPIRETIME", redis_key}), std::to_string(r->expires_at));
+
+  ASSERT_TRUE(lock->complete(c, "result-bytes"));
+  r = lock->record("k");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->state, RecordState::kDone);
+  EXPECT_EQ(r->result, std::optional<std::string>("result-bytes"));
+  EXPECT_EQ(raw.text({"PEXPIRETIME", redis_key}), std::to_string(r->expires_at));
+  EXPECT_EQ(lock->purge_expired(), 0U);
+}
+
+TEST(RedisLockTest, DatabaseNumberFromTheUrlIsUsed) {
+  const std::string url = fixture_redis_url();
+  if (parse_redis_url(url).db != 0) GTEST_SKIP() << "REDIS_URL already names a database";
+  RedisLock lock(url + "/3", RedisOptions{.key_prefix = unique_name("idem_db") + ":"});
+  (void)won(lock.claim("k", milliseconds(60'000)));
+  RawRedis raw(url);
+  EXPECT_EQ(raw.text({"EXISTS", lock.key_prefix() + "k"}), "0");
+  raw.command({"SELECT", "3"});
+  EXPECT_EQ(raw.text({"EXISTS", lock.key_prefix() + "k"}), "1");
+}
+
+TEST(RedisLockTest, InjectedClockKeepsTheRemainingLifetimeOnTheServer) {
+  // The manual clock starts in the past of the server's clock: an absolute PEXPIREAT would
+  // delete the record at once. The script sets the remaining lifetime (plus 10 min of slack,
+  // as Redis counts it in real time) and judges expiry by the injected clock alone.
+  auto clock = std::make_shared<ManualClock>(TimePoint(milliseconds(1'000'000'000'000)));
+  auto lock = fixture_lock(BackendOptions{.ttl = std::chrono::minutes(10), .clock = clock});
+  RawRedis raw(fixture_redis_url());
+  Claim c = won(lock->claim("k", milliseconds(60'000)));
+  EXPECT_EQ(to_millis(c.lease_expiry), 1'000'000'060'000);
+  const long long pttl = std::stoll(raw.text({"PTTL", lock->key_prefix() + "k"}));
+  EXPECT_GT(pttl, 21 * 60'000 - 5'000);
+  EXPECT_LE(pttl, 21 * 60'000);
+  // Past expires_at by the injected clock the record counts as reaped: fence restarts at 1.
+  clock->advance(std::chrono::minutes(11));
+  EXPECT_FALSE(lock->complete(c));
+  EXPECT_EQ(won(lock->claim("k", milliseconds(60'000))).fence, 1);
+}
+
+// ---------------------------------------------------------------- the server's clock, for real
+
+long long server_time_ms(RawRedis& raw) {
+  RedisReplyPtr r = raw.command({"TIME"});
+  return std::stoll(std::string(r->element[0]->str)) * 1000 +
+         std::stoll(std::string(r->element[1]->str)) / 1000;
+}
+
+TEST(RedisServerClock, ALeaseLapsesForRealAndIsReclaimedWithFencePlusOne) {
+  auto lock = fixture_lock(BackendOptions{.ttl = milliseconds(300)});
+  const milliseconds lease(200);
+  Claim first = won(lock->claim("k", lease));
+  const auto started = std::chrono::steady_clock::now();
+  EXPECT_EQ(outcome(lock->claim("k", lease)), std::string("HeldByOther"));
+  std::optional<Claim> second;
+  ASSERT_TRUE(eventually([&] {
+    ClaimResult r = lock->claim("k", lease);
+    if (std::holds_alternative<Won>(r)) second = std::get<Won>(r).claim;
+    return second.has_value();
+  }));
+  const auto waited = std::chrono::steady_clock::now() - started;
+  EXPECT_GE(waited, milliseconds(150)) << "reclaimed long before the lease lapsed";
+  EXPECT_EQ(second->fence, first.fence + 1) << "the record outlives its lease by the ttl";
+  EXPECT_GE(second->lease_expiry, first.lease_expiry + lease);
+  EXPECT_FALSE(lock->complete(first)) << "the lapsed holder is fenced out";
+  EXPECT_TRUE(lock->complete(*second));
+}
+
+TEST(RedisServerClock, TheTtlEndsForRealAndRedisReapsTheRecord) {
+  auto lock = fixture_lock(BackendOptions{.ttl = milliseconds(300)});
+  RawRedis raw(fixture_redis_url());
+  Claim c = won(lock->claim("k", milliseconds(200)));
+  ASSERT_TRUE(lock->complete(c, "r"));
+  ClaimResult dup = lock->claim("k", milliseconds(200));
+  ASSERT_TRUE(std::holds_alternative<AlreadyDone>(dup));
+  EXPECT_EQ(std::get<AlreadyDone>(dup).result, std::optional<std::string>("r"));
+  // No call touches the key: Redis deletes it by itself at expires_at.
+  const std::string redis_key = lock->key_prefix() + "k";
+  ASSERT_TRUE(eventually([&] { return raw.text({"EXISTS", redis_key}) == "0"; }));
+  EXPECT_EQ(won(lock->claim("k", milliseconds(200))).fence, 1);
+}
+
+TEST(RedisServerClock, ClientClockSkewCannotBreakALease) {
+  // Two instances, as on two hosts. Neither reads its own clock: the lease is judged by the
+  // server's TIME alone, so a client whose wall clock runs hours ahead still sees the lease.
+  RawRedis raw(fixture_redis_url());
+  auto a = fixture_lock();
+  auto b =
+      std::make_unique<RedisLock>(fixture_redis_url(), RedisOptions{.key_prefix = a->key_prefix()});
+  const long long before = server_time_ms(raw);
+  Claim held = won(a->claim("k", milliseconds(60'000)));
+  const long long after = server_time_ms(raw);
+  EXPECT_GE(to_millis(held.lease_expiry), before + 60'000);
+  EXPECT_LE(to_millis(held.lease_expiry), after + 60'000);
+  ClaimResult other = b->claim("k", milliseconds(60'000));
+  ASSERT_TRUE(std::holds_alternative<HeldByOther>(other));
+  EXPECT_EQ(std::get<HeldByOther>(other).lease_expiry, held.lease_expiry);
+  // Only a clock the caller explicitly injects is believed (tests); it is never the default.
+  EXPECT_TRUE(a->complete(held));
+}
+
+// ---------------------------------------------------------------- wait_for_change
+
+TEST(RedisWaitForChange, AWaiterInAnotherInstanceWakesWhenTheHolderCompletes) {
+  auto holder = fixture_lock();
+  RedisLock waiter(fixture_redis_url(), RedisOptions{.key_prefix = holder->key_prefix()});
+  Claim c = won(holder->claim("k", std::chrono::minutes(1)));
+  std::thread completer([&] {
+    std::this_thread::sleep_for(milliseconds(200));
+    EXPECT_TRUE(holder->complete(c, "r"));
+  });
+  const auto start = std::chrono::steady_clock::now();
+  waiter.wait_for_change("k", std::chrono::seconds(20), std::stop_token());
+  const auto waited = std::chrono::steady_clock::now() - start;
+  completer.join();
+  EXPECT_LT(waited, std::chrono::seconds(5)) << "slept instead of being notified";
+  EXPECT_EQ(outcome(waiter.claim("k", std::chrono::minutes(1))), std::string("AlreadyDone"));
+}
+
+TEST(RedisWaitForChange, ReturnsAtOnceForASettledRecordAndHonoursTimeoutAndStop) {
+  auto lock = fixture_lock();
+  auto start = std::chrono::steady_clock::now();
+  lock->wait_for_change("absent", std::chrono::seconds(20), std::stop_token());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+
+  (void)won(lock->claim("held", std::chrono::minutes(1)));
+  start = std::chrono::steady_clock::now();
+  lock->wait_for_change("held", milliseconds(300), std::stop_token());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(250));
+
+  std::stop_source stop;
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    stop.request_stop();
+  });
+  start = std::chrono::steady_clock::now();
+  lock->wait_for_change("held", std::chrono::seconds(20), stop.get_token());
+  stopper.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+// ---------------------------------------------------------------- the pure function, records too
+
+TEST(RedisDifferential, StoredRecordsMatchThePureFunction) {
+  constexpr Millis kTtl = 300;
+  auto clock = std::make_shared<ManualClock>();
+  auto lock = fixture_lock(BackendOptions{.ttl = milliseconds(kTtl), .clock = clock});
+  std::map<std::string, std::optional<Record>> model;
+  std::vector<Claim> claims;
+  std::mt19937 rng(20261130);
+  const std::vector<std::string> keys = {"a", "b", std::string("\xff\x00 bin", 6)};
+  const std::vector<Millis> steps = {0, 1, 49, 50, 100, 299, 300, 301};
+  int tokens = 0;
+  for (int step = 0; step < 600; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const Millis now = to_millis(clock->now());
+    const std::string key = keys[rng() % keys.size()];
+    std::optional<Record>& slot = model[key];
+    if (slot && now >= slot->expires_at) slot.reset();  // Redis reaps at expires_at
+    switch (rng() % 5) {
+      case 0:
+      case 1: {
+        std::string token = "t" + std::to_string(++tokens);
+        if (!claims.empty() && rng() % 3 == 0) token = claims[rng() % claims.size()].claim_token;
+        const Millis lease = 50 + static_cast<Millis>(rng() % 3) * 100;
+        std::optional<std::string> fp;
+        if (rng() % 2) fp = std::string(rng() % 3, 'f');
+        Transition t = transition(slot, ClaimOp{token, lease, kTtl, fp}, now);
+        ClaimResult r = lock->claim(key, milliseconds(lease), ClaimRequest{token, fp});
+        const ClaimAnswer expected = *t.answer.claim;
+        ASSERT_EQ(std::holds_alternative<Won>(r), expected == ClaimAnswer::kWon);
+        ASSERT_EQ(std::holds_alternative<AlreadyDone>(r), expected == ClaimAnswer::kAlreadyDone);
+        if (auto* w = std::get_if<Won>(&r)) {
+          EXPECT_EQ(w->claim.fence, t.record->fence);
+          EXPECT_EQ(to_millis(w->claim.lease_expiry), t.record->lease_expiry);
+          claims.push_back(w->claim);
+        }
+        slot = t.record;
+        break;
+      }
+      case 2: {
+        if (claims.empty()) break;
+        const Claim c = claims[rng() % claims.size()];
+        std::optional<Record>& s = model[c.key];
+        if (s && now >= s->expires_at) s.reset();
+        std::optional<std::string> result;
+        if (rng() % 2) result = std::string(rng() % 4, 'r');
+        Transition t = transition(s, CompleteOp{c.fence, result, kTtl}, now);
+        EXPECT_EQ(lock->complete(c, result), t.answer.ok);
+        s = t.record;
+        break;
+      }
+      case 3: {
+        if (claims.empty()) break;
+        const Claim c = claims[rng() % claims.size()];
+        std::optional<Record>& s = model[c.key];
+        if (s && now >= s->expires_at) s.reset();
+        Transition t = transition(s, ReleaseOp{c.fence, kTtl}, now);
+        lock->release(c);
+        s = t.record;
+        break;
+      }
+      case 4:
+        clock->advance(milliseconds(steps[rng() % steps.size()]));
+        break;
+    }
+    // The stored record equals the model's (a record past expires_at counts as absent).
+    const Millis at = to_millis(clock->now());
+    for (const auto& k : keys) {
+      std::optional<Record> stored = lock->record(k);
+      if (stored && at >= stored->expires_at) stored.reset();
+      std::optional<Record> expected = model[k];
+      if (expected && at >= expected->expires_at) expected.reset();
+      ASSERT_EQ(stored.has_value(), expected.has_value()) << "key #" << k.size();
+      if (stored) {
+        ASSERT_EQ(*stored, *expected);
+      }
+    }
+    if (HasFatalFailure()) return;
+  }
+}
+
+}  // namespace
+}  // namespace idempotency::testing

@@ -1,0 +1,159 @@
+// Faults against a private redis-server of the test's own: a restart mid-run, a lost reply,
+// authentication (password and ACL user), and a command timeout.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "idempotency/errors.h"
+#include "idempotency/redis_lock.h"
+#include "private_redis.h"
+#include "redis_test_util.h"
+
+namespace idempotency::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr const char* kPassword = "s3cr3t-PW";
+
+TEST(RedisFaults, RestartMidRunThrowsDuringTheOutageAndLosesNothing) {
+  PrivateRedis server;
+  RedisLock lock(server.url(), RedisOptions{.pool_size = 4,
+                                            .connect_timeout = milliseconds(500),
+                                            .command_timeout = milliseconds(1000)});
+  const std::string secret_key = "payment-9f8e7d-customer";
+  std::vector<Claim> done, open;
+  for (int i = 0; i < 40; ++i) {
+    Claim c = won(lock.claim(secret_key + std::to_string(i), std::chrono::minutes(5)));
+    if (i % 2 == 0) {
+      ASSERT_TRUE(lock.complete(c, "result" + std::to_string(i)));
+      done.push_back(c);
+    } else {
+      open.push_back(c);
+    }
+  }
+
+  server.kill(SIGKILL);  // a crash, not a clean shutdown: only the AOF saves the records
+  auto expect_store_error = [&](auto&& call, const char* what) {
+    try {
+      call();
+      ADD_FAILURE() << what << " reported an outcome while the server was down";
+    } catch (const StoreError& e) {
+      EXPECT_THAT(e.what(), Not(HasSubstr(secret_key))) << what;
+    }
+  };
+  for (int round = 0; round < 3; ++round) {
+    expect_store_error([&] { (void)lock.claim(secret_key + "new", milliseconds(1000)); }, "claim");
+    expect_store_error([&] { (void)lock.complete(open[0]); }, "complete");
+    expect_store_error([&] { lock.release(open[1]); }, "release");
+  }
+
+  server.start();  // same port, same data directory
+  for (std::size_t i = 0; i < done.size(); ++i) {
+    ClaimResult r = lock.claim(done[i].key, milliseconds(1000));
+    ASSERT_TRUE(std::holds_alternative<AlreadyDone>(r)) << outcome(r);
+    EXPECT_EQ(std::get<AlreadyDone>(r).result,
+              std::optional<std::string>("result" + std::to_string(2 * i)));
+  }
+  for (const Claim& c : open) {
+    EXPECT_EQ(outcome(lock.claim(c.key, milliseconds(1000))), std::string("HeldByOther"));
+  }
+  EXPECT_TRUE(lock.complete(open[0], "late"));
+  lock.release(open[1]);
+  // The release advanced the fence once, the reclaim once more.
+  EXPECT_EQ(won(lock.claim(open[1].key, milliseconds(1000))).fence, open[1].fence + 2);
+  EXPECT_EQ(won(lock.claim(secret_key + "new", milliseconds(1000))).fence, 1);
+}
+
+TEST(RedisFaults, AScriptCacheFlushIsReloadedTransparently) {
+  PrivateRedis server;
+  RedisLock lock(server.url());
+  RawRedis raw(server.url());
+  Claim c = won(lock.claim("k", milliseconds(60'000)));
+  raw.command({"SCRIPT", "FLUSH"});
+  EXPECT_TRUE(lock.complete(c));
+  EXPECT_EQ(outcome(lock.claim("k", milliseconds(60'000))), std::string("AlreadyDone"));
+}
+
+TEST(RedisFaults, AClaimRetriedAfterItsReplyWasLostReaffirmsItsOwnClaim) {
+  PrivateRedis server;
+  RedisLock lock(server.url(), RedisOptions{.pool_size = 1, .command_timeout = milliseconds(150)});
+  // Block the server for a while from another connection; our claim is sent meanwhile, its
+  // call times out, and the server runs it later, writing a reply nobody reads.
+  std::thread sleeper([url = server.url()] {
+    RawRedis raw(url);
+    raw.command({"DEBUG", "SLEEP", "0.6"});
+  });
+  std::this_thread::sleep_for(milliseconds(150));
+  const ClaimRequest request{.claim_token = "retry-token-1"};
+  EXPECT_THROW((void)lock.claim("k", std::chrono::minutes(1), request), StoreError)
+      << "a timed-out call must throw, never report an outcome";
+  sleeper.join();
+  std::this_thread::sleep_for(milliseconds(100));  // the server now runs the orphaned claim
+
+  RedisLock other(server.url(), RedisOptions{.key_prefix = lock.key_prefix()});
+  ClaimResult seen = other.claim("k", std::chrono::minutes(1));
+  ASSERT_TRUE(std::holds_alternative<HeldByOther>(seen))
+      << "the orphaned claim ran: " << outcome(seen);
+
+  // The retry carries the same token: it re-affirms (same fence), instead of self-locking.
+  Claim mine = won(lock.claim("k", std::chrono::minutes(1), request));
+  EXPECT_EQ(mine.fence, 1);
+  EXPECT_EQ(mine.lease_expiry, std::get<HeldByOther>(seen).lease_expiry);
+  EXPECT_TRUE(lock.complete(mine));
+}
+
+TEST(RedisFaults, PasswordAndAclUserAuthentication) {
+  PrivateRedis server({"--requirepass", kPassword});
+  RedisLock ok(server.url(std::string(":") + kPassword));
+  EXPECT_EQ(won(ok.claim("k", milliseconds(60'000))).fence, 1);
+
+  for (const std::string userinfo : {":wrong-password", "nobody:wrong-password"}) {
+    try {
+      RedisLock bad(server.url(userinfo));
+      ADD_FAILURE() << "authenticated with a wrong password";
+    } catch (const StoreError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("AUTH failed"));
+      EXPECT_THAT(e.what(), Not(HasSubstr("wrong-password")));
+    }
+  }
+  try {
+    RedisLock anonymous(server.url());
+    ADD_FAILURE() << "worked without a password";
+  } catch (const StoreError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("NOAUTH"));
+  }
+
+  RawRedis admin(server.url(std::string(":") + kPassword));
+  ASSERT_EQ(admin.text({"ACL", "SETUSER", "alice", "on", ">alice-pw", "~*", "+@all"}), "OK");
+  RedisLock alice(server.url("alice:alice-pw"));
+  EXPECT_EQ(outcome(alice.claim("k", milliseconds(60'000))), std::string("HeldByOther"));
+}
+
+TEST(RedisFaults, ACommandTimeoutIsAStoreErrorAndTheNextCallWorks) {
+  PrivateRedis server;
+  RedisLock lock(server.url(), RedisOptions{.command_timeout = milliseconds(100)});
+  std::thread sleeper([url = server.url()] {
+    RawRedis raw(url);
+    raw.command({"DEBUG", "SLEEP", "0.4"});
+  });
+  std::this_thread::sleep_for(milliseconds(100));
+  try {
+    (void)lock.claim("timeout-key", milliseconds(60'000));
+    ADD_FAILURE() << "no timeout";
+  } catch (const StoreError& e) {
+    EXPECT_THAT(e.what(), Not(HasSubstr("timeout-key")));
+  }
+  sleeper.join();
+  EXPECT_NO_THROW((void)lock.claim("other", milliseconds(60'000)));
+}
+
+}  // namespace
+}  // namespace idempotency::testing

@@ -1,0 +1,64 @@
+// Helpers shared by the Redis-specific tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <variant>
+
+#include "idempotency/redis_lock.h"
+#include "support/test_servers.h"
+
+namespace idempotency::testing {
+
+/// The fixture server's URL; a missing server fails the test (never a silent pass).
+inline std::string fixture_redis_url() {
+  std::string url = redis_url();
+  if (url.empty()) {
+    throw std::runtime_error(
+        "no Redis server: run through ctest (the redis_server fixture starts one) or set "
+        "REDIS_URL");
+  }
+  return url;
+}
+
+/// A RedisLock on the fixture server under a fresh prefix.
+inline std::unique_ptr<RedisLock> fixture_lock(BackendOptions backend = {},
+                                               std::size_t pool_size = 8) {
+  return std::make_unique<RedisLock>(
+      fixture_redis_url(), RedisOptions{.backend = std::move(backend),
+                                        .key_prefix = unique_name("idem_redis_test") + ":",
+                                        .pool_size = pool_size});
+}
+
+/// Polls `condition` every 10 ms until it holds or `limit` passes; returns whether it held.
+template <typename F>
+bool eventually(F condition, std::chrono::milliseconds limit = std::chrono::seconds(5)) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return condition();
+}
+
+inline const char* outcome(const ClaimResult& r) {
+  if (std::holds_alternative<Won>(r)) return "Won";
+  if (std::holds_alternative<AlreadyDone>(r)) return "AlreadyDone";
+  return "HeldByOther";
+}
+
+/// The claim of a result that must be Won.
+inline Claim won(const ClaimResult& r) {
+  if (!std::holds_alternative<Won>(r)) {
+    throw std::runtime_error(std::string("expected Won, got ") + outcome(r));
+  }
+  return std::get<Won>(r).claim;
+}
+
+}  // namespace idempotency::testing
