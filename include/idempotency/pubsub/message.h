@@ -55,6 +55,8 @@ struct Header {
 /// The parts of an HTTP push request the parser reads.
 struct PushRequest {
   std::string method = "POST";
+  /// The request target: path and query, e.g. "/push?token=1".
+  std::string path = "/";
   std::vector<Header> headers;
   std::string body;
 

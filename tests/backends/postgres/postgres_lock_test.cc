@@ -1,0 +1,674 @@
+// PostgreSQL-specific tests: real server-clock expiry, multi-process races, faults
+// (terminated backends, lost replies, timeouts), bad input, batching, key hygiene.
+#include "idempotency/postgres_lock.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <libpq-fe.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "idempotency/clock.h"
+#include "idempotency/errors.h"
+#include "idempotency/key.h"
+#include "support/claim_matchers.h"
+#include "support/test_servers.h"
+
+namespace idempotency::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+struct ConnDeleter {
+  void operator()(PGconn* c) const noexcept { PQfinish(c); }
+};
+struct ResultDeleter {
+  void operator()(PGresult* r) const noexcept { PQclear(r); }
+};
+
+// Admin is a plain libpq connection the tests use to poke the server behind the backend.
+class Admin {
+ public:
+  explicit Admin(const std::string& url) : conn_(PQconnectdb(url.c_str())) {
+    if (PQstatus(conn_.get()) != CONNECTION_OK) {
+      throw std::runtime_error(std::string("admin connect: ") + PQerrorMessage(conn_.get()));
+    }
+  }
+  // exec() runs `sql` and returns the first value of the last result ("" when none).
+  std::string exec(const std::string& sql) {
+    std::unique_ptr<PGresult, ResultDeleter> r(PQexec(conn_.get(), sql.c_str()));
+    const auto status = PQresultStatus(r.get());
+    if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) {
+      throw std::runtime_error("admin exec: " + std::string(PQresultErrorMessage(r.get())));
+    }
+    if (status == PGRES_TUPLES_OK && PQntuples(r.get()) > 0) return PQgetvalue(r.get(), 0, 0);
+    return "";
+  }
+  // terminate() ends every server process of the application `name`; returns how many.
+  int terminate(const std::string& name) {
+    return std::stoi(
+        exec("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
+             "application_name = '" +
+             name + "' AND pid <> pg_backend_pid()"));
+  }
+  int connections(const std::string& name) {
+    return std::stoi(
+        exec("SELECT count(*) FROM pg_stat_activity WHERE application_name = '" + name + "'"));
+  }
+
+ private:
+  std::unique_ptr<PGconn, ConnDeleter> conn_;
+};
+
+// with_option() adds a libpq option to a URL or a key/value conninfo.
+std::string with_option(const std::string& conninfo, const std::string& key,
+                        const std::string& value) {
+  if (conninfo.find("://") == std::string::npos) return conninfo + " " + key + "=" + value;
+  return conninfo + (conninfo.find('?') == std::string::npos ? "?" : "&") + key + "=" + value;
+}
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+class PostgresLockTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    url_ = postgres_url();
+    if (url_.empty()) {
+      if (std::getenv("CI") != nullptr) GTEST_FAIL() << "CI is set but no PostgreSQL server";
+      GTEST_SKIP() << "no PostgreSQL test server (set POSTGRES_URL)";
+    }
+    app_ = unique_name("idem_app");
+    url_ = with_option(url_, "application_name", app_);
+    table_ = unique_name("idem_pg");
+  }
+
+  std::unique_ptr<PostgresLock> make(PostgresOptions options = {}) {
+    if (options.table == PostgresOptions{}.table) options.table = table_;
+    return std::make_unique<PostgresLock>(url_, options);
+  }
+
+  std::string url_;
+  std::string app_;
+  std::string table_;
+};
+
+// Polls `claim` until it wins or `limit` passes; returns the winning claim.
+std::optional<Claim> poll_until_won(LockBackend& backend, const std::string& key,
+                                    milliseconds lease, milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const auto r = backend.claim(key, lease);
+    if (const auto* w = std::get_if<Won>(&r)) return w->claim;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------------------
+// Real expiry, judged by the server clock
+
+TEST_F(PostgresLockTest, LeaseLapsesByServerClock) {
+  auto backend = make();
+  const auto start = std::chrono::steady_clock::now();
+  const Claim first = won(backend->claim("lease-key", milliseconds(200)));
+  const HeldByOther h = held(backend->claim("lease-key", milliseconds(200)));
+  EXPECT_EQ(h.lease_expiry, first.lease_expiry);
+  const auto second = poll_until_won(*backend, "lease-key", milliseconds(200), milliseconds(5000));
+  ASSERT_TRUE(second.has_value()) << "the lease never lapsed";
+  EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(150));
+  EXPECT_EQ(second->fence, first.fence + 1);
+  // The lapsed holder was fenced out by the reclaim.
+  EXPECT_FALSE(backend->complete(first, "late"));
+  EXPECT_TRUE(backend->complete(*second, "ok"));
+}
+
+TEST_F(PostgresLockTest, TtlEndsByServerClock) {
+  auto backend = make(PostgresOptions{.backend = {.ttl = milliseconds(300)}});
+  const Claim first = won(backend->claim("ttl-key", milliseconds(10'000)));
+  const auto completed = std::chrono::steady_clock::now();
+  ASSERT_TRUE(backend->complete(first, "stored"));
+  EXPECT_EQ(done(backend->claim("ttl-key", milliseconds(10'000))).result, "stored");
+  const auto again = poll_until_won(*backend, "ttl-key", milliseconds(10'000), milliseconds(5000));
+  ASSERT_TRUE(again.has_value()) << "the ttl never ended";
+  EXPECT_GE(std::chrono::steady_clock::now() - completed, milliseconds(250));
+  EXPECT_EQ(again->fence, first.fence + 1);
+}
+
+TEST_F(PostgresLockTest, ReleaseByServerClockAdvancesFence) {
+  auto backend = make();
+  const Claim first = won(backend->claim("release-key", milliseconds(60'000)));
+  backend->release(first);
+  const Claim second = won(backend->claim("release-key", milliseconds(60'000)));
+  EXPECT_EQ(second.fence, first.fence + 2);
+  EXPECT_FALSE(backend->complete(first));
+  EXPECT_TRUE(backend->complete(second));
+}
+
+// ---------------------------------------------------------------------------------------
+// Races: several processes x threads
+
+struct Tally {
+  int won = 0;
+  int done = 0;
+  int held = 0;
+  int errors = 0;
+};
+
+// run_children() forks `processes` children that wait for a common start signal, run
+// `body(child, tally, won_keys)` and report through a pipe; returns the merged tallies.
+template <class Body>
+Tally run_children(int processes, Body body, std::vector<int>* won_keys) {
+  int go[2];
+  int report[2];
+  EXPECT_EQ(::pipe(go), 0);
+  EXPECT_EQ(::pipe(report), 0);
+  std::vector<pid_t> children;
+  for (int p = 0; p < processes; ++p) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(go[1]);
+      ::close(report[0]);
+      char c;
+      while (::read(go[0], &c, 1) > 0) {
+      }
+      Tally tally;
+      std::vector<int> keys;
+      try {
+        body(p, tally, keys);
+      } catch (...) {
+        tally.errors += 1000;
+      }
+      int header[5] = {tally.won, tally.done, tally.held, tally.errors,
+                       static_cast<int>(keys.size())};
+      std::string buf(reinterpret_cast<const char*>(header), sizeof(header));
+      buf.append(reinterpret_cast<const char*>(keys.data()), keys.size() * sizeof(int));
+      // One message per child; PIPE_BUF does not matter because the parent reads per child.
+      const char* p_out = buf.data();
+      std::size_t left = buf.size();
+      while (left > 0) {
+        const auto n = ::write(report[1], p_out, left);
+        if (n <= 0) ::_exit(3);
+        p_out += n;
+        left -= static_cast<std::size_t>(n);
+      }
+      ::_exit(0);
+    }
+    children.push_back(pid);
+  }
+  ::close(go[0]);
+  ::close(report[1]);
+  ::close(go[1]);  // start everyone at once
+  std::string all;
+  char buf[65536];
+  while (true) {
+    const auto n = ::read(report[0], buf, sizeof(buf));
+    if (n <= 0) break;
+    all.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(report[0]);
+  for (pid_t pid : children) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  // The children's messages may interleave, so each child writes one message only after
+  // its work; writes above PIPE_BUF could interleave, so parse defensively.
+  Tally total;
+  std::size_t pos = 0;
+  while (pos + 5 * sizeof(int) <= all.size()) {
+    int header[5];
+    std::memcpy(header, all.data() + pos, sizeof(header));
+    pos += sizeof(header);
+    total.won += header[0];
+    total.done += header[1];
+    total.held += header[2];
+    total.errors += header[3];
+    for (int i = 0; i < header[4] && pos + sizeof(int) <= all.size(); ++i) {
+      int k;
+      std::memcpy(&k, all.data() + pos, sizeof(int));
+      pos += sizeof(int);
+      if (won_keys != nullptr) won_keys->push_back(k);
+    }
+  }
+  EXPECT_EQ(pos, all.size()) << "garbled child reports";
+  return total;
+}
+
+void count(const ClaimResult& r, Tally& t) {
+  if (std::holds_alternative<Won>(r)) ++t.won;
+  if (std::holds_alternative<AlreadyDone>(r)) ++t.done;
+  if (std::holds_alternative<HeldByOther>(r)) ++t.held;
+}
+
+TEST_F(PostgresLockTest, ProcessesAndThreadsRaceOneKeyExactlyOneWins) {
+  make();  // creates the table before the children race
+  constexpr int kProcesses = 4;
+  constexpr int kThreads = 4;
+  const std::string url = url_;
+  const std::string table = table_;
+  const Tally t = run_children(
+      kProcesses,
+      [&](int /*child*/, Tally& tally, std::vector<int>& /*keys*/) {
+        PostgresLock backend(url, PostgresOptions{.table = table, .pool_size = kThreads});
+        std::vector<Tally> per(kThreads);
+        std::vector<std::thread> threads;
+        for (int i = 0; i < kThreads; ++i) {
+          threads.emplace_back([&, i] {
+            try {
+              const auto r = backend.claim("one-key", milliseconds(30'000));
+              count(r, per[static_cast<std::size_t>(i)]);
+              if (const auto* w = std::get_if<Won>(&r)) {
+                std::this_thread::sleep_for(milliseconds(50));
+                if (!backend.complete(w->claim, "winner"))
+                  ++per[static_cast<std::size_t>(i)].errors;
+              }
+            } catch (...) {
+              ++per[static_cast<std::size_t>(i)].errors;
+            }
+          });
+        }
+        for (auto& th : threads) th.join();
+        for (const auto& p : per) {
+          tally.won += p.won;
+          tally.done += p.done;
+          tally.held += p.held;
+          tally.errors += p.errors;
+        }
+      },
+      nullptr);
+  EXPECT_EQ(t.errors, 0);
+  EXPECT_EQ(t.won, 1);
+  EXPECT_EQ(t.won + t.done + t.held, kProcesses * kThreads);
+}
+
+TEST_F(PostgresLockTest, ThousandKeysRacedEachWonExactlyOnce) {
+  make();
+  constexpr int kProcesses = 3;
+  constexpr int kThreads = 2;
+  constexpr int kKeys = 1000;
+  const std::string url = url_;
+  const std::string table = table_;
+  std::vector<int> won_keys;
+  const auto start = std::chrono::steady_clock::now();
+  const Tally t = run_children(
+      kProcesses,
+      [&](int child, Tally& tally, std::vector<int>& keys) {
+        PostgresLock backend(url, PostgresOptions{.table = table, .pool_size = kThreads});
+        std::vector<Tally> per(kThreads);
+        std::vector<std::vector<int>> wins(kThreads);
+        std::vector<std::thread> threads;
+        for (int i = 0; i < kThreads; ++i) {
+          threads.emplace_back([&, i] {
+            auto& mine = per[static_cast<std::size_t>(i)];
+            const int offset = (child * kThreads + i) * 97;  // different orders collide more
+            for (int n = 0; n < kKeys; ++n) {
+              const int k = (n + offset) % kKeys;
+              try {
+                const auto r = backend.claim("race-" + std::to_string(k), milliseconds(30'000));
+                count(r, mine);
+                if (const auto* w = std::get_if<Won>(&r)) {
+                  wins[static_cast<std::size_t>(i)].push_back(k);
+                  if (!backend.complete(w->claim)) ++mine.errors;
+                }
+              } catch (...) {
+                ++mine.errors;
+              }
+            }
+          });
+        }
+        for (auto& th : threads) th.join();
+        for (std::size_t i = 0; i < per.size(); ++i) {
+          tally.won += per[i].won;
+          tally.done += per[i].done;
+          tally.held += per[i].held;
+          tally.errors += per[i].errors;
+          keys.insert(keys.end(), wins[i].begin(), wins[i].end());
+        }
+      },
+      &won_keys);
+  EXPECT_EQ(t.errors, 0);
+  EXPECT_EQ(t.won, kKeys);
+  EXPECT_EQ(t.won + t.done + t.held, kProcesses * kThreads * kKeys);
+  std::map<int, int> times;
+  for (int k : won_keys) ++times[k];
+  EXPECT_EQ(times.size(), static_cast<std::size_t>(kKeys));
+  for (const auto& [k, n] : times) EXPECT_EQ(n, 1) << "key " << k;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(120));
+}
+
+// ---------------------------------------------------------------------------------------
+// Faults
+
+TEST_F(PostgresLockTest, TerminatedBackendIsReplacedOnNextCall) {
+  auto backend = make(PostgresOptions{.pool_size = 2});
+  Admin admin(postgres_url());
+  const Claim a = won(backend->claim("term-a", milliseconds(60'000)));
+  ASSERT_GE(admin.terminate(app_), 1);
+  // A call may fail once while the pool notices; it must never report a false outcome.
+  std::optional<Claim> b;
+  for (int attempt = 0; attempt < 2 && !b; ++attempt) {
+    try {
+      b = won(backend->claim("term-b", milliseconds(60'000)));
+    } catch (const StoreError&) {
+    }
+  }
+  ASSERT_TRUE(b.has_value());
+  EXPECT_TRUE(backend->complete(a));
+  EXPECT_TRUE(backend->complete(*b));
+}
+
+TEST_F(PostgresLockTest, TerminationsMidRunNeverGiveFalseOutcomes) {
+  auto backend = make(PostgresOptions{.pool_size = 4});
+  Admin admin(postgres_url());
+  std::atomic<bool> stop{false};
+  std::atomic<int> store_errors{0};
+  std::atomic<int> wrong{0};
+  std::atomic<int> ok{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      for (int n = 0; !stop.load(); ++n) {
+        const std::string key = "mid-" + std::to_string(i) + "-" + std::to_string(n);
+        try {
+          const auto r = backend->claim(key, milliseconds(60'000));
+          const auto* w = std::get_if<Won>(&r);
+          if (w == nullptr) {
+            ++wrong;  // a fresh key can only be won
+            continue;
+          }
+          if (!backend->complete(w->claim)) ++wrong;
+          ++ok;
+        } catch (const StoreError&) {
+          ++store_errors;
+        }
+      }
+    });
+  }
+  for (int round = 0; round < 10; ++round) {
+    std::this_thread::sleep_for(milliseconds(60));
+    admin.terminate(app_);
+  }
+  stop = true;
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_GT(ok.load(), 0);
+  // Afterwards the pool has recovered: calls succeed.
+  EXPECT_TRUE(backend->complete(won(backend->claim("after-storm", milliseconds(1000)))));
+  RecordProperty("store_errors", store_errors.load());
+}
+
+TEST_F(PostgresLockTest, RetriedClaimWithSameTokenReaffirms) {
+  auto backend = make();
+  Admin admin(postgres_url());
+  const ClaimRequest request{.claim_token = "retry-token-0001", .fingerprint = "body-hash"};
+  const Claim first = won(backend->claim("lost-reply", milliseconds(60'000), request));
+  // The reply is "lost": the connection dies, the caller retries with the same token.
+  admin.terminate(app_);
+  ClaimResult retried;
+  try {
+    retried = backend->claim("lost-reply", milliseconds(60'000), request);
+  } catch (const StoreError&) {
+    retried = backend->claim("lost-reply", milliseconds(60'000), request);
+  }
+  const Claim again = won(retried);
+  EXPECT_EQ(again.fence, first.fence);
+  EXPECT_EQ(again.lease_expiry, first.lease_expiry);
+  EXPECT_EQ(again.claim_token, "retry-token-0001");
+  // Anyone else still finds it held.
+  EXPECT_EQ(held(backend->claim("lost-reply", milliseconds(60'000))).fingerprint, "body-hash");
+  EXPECT_TRUE(backend->complete(again, "r"));
+  // After completion a retry with the same token is a duplicate, not a win.
+  EXPECT_EQ(done(backend->claim("lost-reply", milliseconds(60'000), request)).result, "r");
+}
+
+TEST_F(PostgresLockTest, StatementTimeoutIsStoreError) {
+  auto backend = make(PostgresOptions{.statement_timeout = milliseconds(300)});
+  Admin admin(postgres_url());
+  admin.exec("BEGIN");
+  admin.exec("LOCK TABLE \"" + table_ + "\" IN ACCESS EXCLUSIVE MODE");
+  try {
+    (void)backend->claim("timeout-key-abc", milliseconds(60'000));
+    ADD_FAILURE() << "claim did not time out";
+  } catch (const StoreError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("57014"));
+    EXPECT_THAT(e.what(), Not(HasSubstr("timeout-key-abc")));
+  }
+  admin.exec("ROLLBACK");
+  EXPECT_TRUE(std::holds_alternative<Won>(backend->claim("timeout-key-abc", milliseconds(1000))));
+}
+
+TEST_F(PostgresLockTest, PoolIsBounded) {
+  auto backend = make(PostgresOptions{.pool_size = 2});
+  Admin admin(postgres_url());
+  std::atomic<int> max_seen{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      for (int n = 0; n < 40; ++n) {
+        const auto r = backend->claim("pool-" + std::to_string(i) + "-" + std::to_string(n),
+                                      milliseconds(1000));
+        EXPECT_TRUE(std::holds_alternative<Won>(r));
+      }
+    });
+  }
+  for (int i = 0; i < 5; ++i) {
+    max_seen = std::max(max_seen.load(), admin.connections(app_));
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  for (auto& t : threads) t.join();
+  max_seen = std::max(max_seen.load(), admin.connections(app_));
+  EXPECT_GE(max_seen.load(), 1);
+  EXPECT_LE(max_seen.load(), 2);
+}
+
+// ---------------------------------------------------------------------------------------
+// Bad input
+
+TEST_F(PostgresLockTest, MalformedUrlNamesThePartNotThePassword) {
+  const std::string secret = "s3cr3t-Pa55word";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"postgres://alice:" + secret + "@localhost:notaport/db", "port"},
+      {"postgres://alice:" + secret + "@localhost:99999/db", "port"},
+      {"mysql://alice:" + secret + "@localhost/db", "scheme"},
+      {"postgres://alice:" + secret + "@localhost/db?sslmode=sometimes", "sslmode"},
+      {"postgres://alice:" + secret + "@localhost/db?nonsense=1", "nonsense"},
+      {"postgres://alice:" + secret + "@localhost/db?connect_timeout=soon", "connect_timeout"},
+      {"host=localhost password=" + secret + " dbname", "dbname"},
+  };
+  for (const auto& [url, part] : cases) {
+    try {
+      PostgresLock backend(url, PostgresOptions{.table = table_});
+      ADD_FAILURE() << "accepted: " << part;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_THAT(e.what(), HasSubstr(part));
+      EXPECT_THAT(e.what(), Not(HasSubstr(secret)));
+    }
+  }
+}
+
+TEST_F(PostgresLockTest, BadOptionsAreInvalidArgument) {
+  EXPECT_THROW(make(PostgresOptions{.table = "x; DROP TABLE y"}), std::invalid_argument);
+  EXPECT_THROW(make(PostgresOptions{.table = "a.b.c"}), std::invalid_argument);
+  EXPECT_THROW(make(PostgresOptions{.table = "9lives"}), std::invalid_argument);
+  EXPECT_THROW(make(PostgresOptions{.table = table_, .pool_size = 0}), std::invalid_argument);
+  EXPECT_THROW(make(PostgresOptions{.table = table_, .purge_batch = 0}), std::invalid_argument);
+  EXPECT_THROW((void)PostgresLock::schema("bad\"name"), std::invalid_argument);
+  EXPECT_NO_THROW(make(PostgresOptions{.table = "public." + table_}));
+}
+
+TEST_F(PostgresLockTest, WrongPasswordIsStoreError) {
+  std::string url = postgres_url();
+  const auto scheme = url.find("://");
+  const auto at = url.find('@');
+  if (scheme == std::string::npos || at == std::string::npos || at < scheme) {
+    GTEST_SKIP() << "POSTGRES_URL has no user-info to corrupt";
+  }
+  const std::string wrong = "wrong-Pa55word-123";
+  const auto colon = url.find(':', scheme + 3);
+  if (colon != std::string::npos && colon < at) {
+    url.replace(colon + 1, at - colon - 1, wrong);
+  } else {
+    url.insert(at, ":" + wrong);
+  }
+  try {
+    PostgresLock backend(url, PostgresOptions{.table = table_});
+    GTEST_SKIP() << "the server does not check passwords (trust authentication)";
+  } catch (const StoreError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("password authentication failed"));
+    EXPECT_THAT(e.what(), Not(HasSubstr(wrong)));
+  }
+}
+
+TEST_F(PostgresLockTest, UnreachableServerIsStoreError) {
+  const std::string url = "postgres://alice:Hidden-Pw-77@127.0.0.1:" + std::to_string(free_port()) +
+                          "/db?connect_timeout=3";
+  try {
+    PostgresLock backend(url);
+    ADD_FAILURE() << "connected to a closed port";
+  } catch (const StoreError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("cannot connect"));
+    EXPECT_THAT(e.what(), Not(HasSubstr("Hidden-Pw-77")));
+  }
+}
+
+TEST_F(PostgresLockTest, MissingTableWithoutCreateIsStoreErrorUntilSchemaApplied) {
+  try {
+    make(PostgresOptions{.table = table_, .create_table = false});
+    ADD_FAILURE() << "accepted a missing table";
+  } catch (const StoreError& e) {
+    EXPECT_THAT(e.what(), HasSubstr(table_));
+  }
+  Admin admin(postgres_url());
+  admin.exec(PostgresLock::schema(table_));
+  auto backend = make(PostgresOptions{.table = table_, .create_table = false});
+  EXPECT_TRUE(backend->complete(won(backend->claim("schema-key", milliseconds(1000)))));
+}
+
+TEST_F(PostgresLockTest, KeyValueConninfoWorks) {
+  // The same server, spelled as a libpq key/value string with a "://" inside a value.
+  char* error = nullptr;
+  PQconninfoOption* parsed = PQconninfoParse(postgres_url().c_str(), &error);
+  ASSERT_NE(parsed, nullptr) << (error != nullptr ? error : "");
+  std::string conninfo = "application_name='" + app_ + "' options='-c search_path=public'";
+  for (const PQconninfoOption* o = parsed; o->keyword != nullptr; ++o) {
+    if (o->val != nullptr && *o->val != '\0' && std::string(o->keyword) != "application_name") {
+      conninfo += " " + std::string(o->keyword) + "='" + o->val + "'";
+    }
+  }
+  PQconninfoFree(parsed);
+  conninfo += " fallback_application_name='x://y'";
+  PostgresLock backend(conninfo, PostgresOptions{.table = table_});
+  EXPECT_TRUE(backend.complete(won(backend.claim("kv-key", milliseconds(1000)))));
+}
+
+TEST_F(PostgresLockTest, TablesAreIndependent) {
+  auto one = make();
+  auto two = make(PostgresOptions{.table = unique_name("idem_other")});
+  EXPECT_TRUE(std::holds_alternative<Won>(one->claim("shared-key", milliseconds(1000))));
+  EXPECT_TRUE(std::holds_alternative<Won>(two->claim("shared-key", milliseconds(1000))));
+}
+
+// ---------------------------------------------------------------------------------------
+// Storage details
+
+TEST_F(PostgresLockTest, PurgeExpiredDeletesInBatches) {
+  auto clock = std::make_shared<ManualClock>();
+  auto backend = make(PostgresOptions{
+      .backend = {.ttl = milliseconds(1000), .clock = clock}, .table = table_, .purge_batch = 7});
+  for (int i = 0; i < 50; ++i) {
+    const Claim c = won(backend->claim("purge-" + std::to_string(i), milliseconds(1000)));
+    ASSERT_TRUE(backend->complete(c));
+  }
+  for (int i = 0; i < 5; ++i) {
+    (void)won(backend->claim("live-" + std::to_string(i), std::chrono::hours(1)));
+  }
+  EXPECT_EQ(backend->purge_expired(), 0U);
+  clock->advance(milliseconds(2000));
+  EXPECT_EQ(backend->purge_expired(), 50U);
+  EXPECT_EQ(backend->purge_expired(), 0U);
+  EXPECT_FALSE(backend->record("purge-3").has_value());
+  EXPECT_TRUE(backend->record("live-3").has_value());
+  // A purged key starts over at fence 1.
+  EXPECT_EQ(won(backend->claim("purge-3", milliseconds(1000))).fence, 1);
+}
+
+TEST_F(PostgresLockTest, BinaryKeysResultsAndFingerprintsRoundTrip) {
+  auto backend = make();
+  const std::string key("k\0\xff\x01 key", 9);
+  const std::string result("\0\x01\x02result\xfe", 10);
+  const std::string fingerprint("fp\0x", 4);
+  const Claim c = won(backend->claim(key, milliseconds(60'000), {.fingerprint = fingerprint}));
+  ASSERT_TRUE(backend->complete(c, result));
+  const AlreadyDone d = done(backend->claim(key, milliseconds(60'000)));
+  EXPECT_EQ(d.result, result);
+  EXPECT_EQ(d.fingerprint, fingerprint);
+  const auto rec = backend->record(key);
+  ASSERT_TRUE(rec.has_value());
+  EXPECT_EQ(rec->state, RecordState::kDone);
+  EXPECT_EQ(rec->claim_token, c.claim_token);
+  // An empty result is stored as empty bytes, not as "no result".
+  const Claim e = won(backend->claim("empty-result", milliseconds(60'000)));
+  ASSERT_TRUE(backend->complete(e, std::string()));
+  EXPECT_EQ(done(backend->claim("empty-result", milliseconds(60'000))).result, std::string());
+}
+
+TEST_F(PostgresLockTest, NoRawKeyInAnyExceptionMessage) {
+  auto backend = make();
+  const std::string key = "customer-4242-secret-order";
+  const Claim c = won(backend->claim(key, milliseconds(60'000)));
+  Admin admin(postgres_url());
+  admin.exec("DROP TABLE \"" + table_ + "\"");
+  auto expect_clean = [&](auto&& call) {
+    try {
+      call();
+      ADD_FAILURE() << "no StoreError";
+    } catch (const StoreError& e) {
+      EXPECT_THAT(e.what(), Not(HasSubstr(key)));
+      EXPECT_THAT(e.what(), HasSubstr(key_fingerprint(key)));
+    }
+  };
+  expect_clean([&] { (void)backend->claim(key, milliseconds(1000)); });
+  expect_clean([&] { (void)backend->complete(c, "x"); });
+  expect_clean([&] { backend->release(c); });
+  expect_clean([&] { (void)backend->record(key); });
+  EXPECT_THROW((void)backend->purge_expired(), StoreError);
+}
+
+TEST_F(PostgresLockTest, SchemaIsPrintableDdl) {
+  const std::string ddl = PostgresLock::schema("tenant.orders_idem");
+  EXPECT_THAT(ddl, HasSubstr("CREATE TABLE IF NOT EXISTS \"tenant\".\"orders_idem\""));
+  EXPECT_THAT(ddl, HasSubstr("key bytea PRIMARY KEY"));
+  EXPECT_THAT(ddl, HasSubstr("CREATE INDEX IF NOT EXISTS \"orders_idem_expires_idx\""));
+}
+
+}  // namespace
+}  // namespace idempotency::testing
