@@ -1,0 +1,90 @@
+// cloud_run_worker: a Pub/Sub push endpoint for Cloud Run (or GKE, or a VM), guarded by
+// idempotent() on the backend a URL names.
+//
+// Environment:
+//   PORT                 the port to listen on (Cloud Run sets it; default 8080; 0 = any free)
+//   IDEMPOTENCY_BACKEND  a backend URL (default sqlite:///tmp/idempotency-worker.db);
+//                        redis://… or postgres://… when several instances share the store
+//   ORDERS_LEDGER        a file each processed order is appended to (default: stdout only)
+//   WAIT_FOR_MS          wait this long for a holder on another instance before a 503
+//   OIDC_AUDIENCE        when set, verify Pub/Sub's OIDC push token for this audience (needed
+//                        anywhere the platform does not verify it for you: GKE, VMs);
+//   OIDC_EMAIL           the push subscription's service account (required with it)
+//   OIDC_JWKS_FILE       a local key set instead of Google's (tests, air-gapped setups)
+//
+// The business action here "sends an order to the supplier" by appending the message id and
+// fence to a ledger. Two demo attributes make the hard cases easy to see: `demo_sleep_ms`
+// keeps the handler busy, `demo_fail_first=true` makes the first attempt throw.
+#include <idempotency/http.h>
+#include <idempotency/idempotency.h>
+#include <idempotency/oidc.h>
+#include <idempotency/open_backend.h>
+#include <idempotency/pubsub/idempotent.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+namespace idem = idempotency;
+namespace pubsub = idempotency::pubsub;
+
+namespace {
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : fallback;
+}
+
+}  // namespace
+
+int main() {
+  const std::string backend_url =
+      env_or("IDEMPOTENCY_BACKEND", "sqlite:///tmp/idempotency-worker.db");
+  const int port = std::stoi(env_or("PORT", "8080"));
+  const std::string ledger_path = env_or("ORDERS_LEDGER", "");
+  const auto wait_for = std::chrono::milliseconds(std::stoll(env_or("WAIT_FOR_MS", "0")));
+
+  std::mutex ledger_mutex;
+  std::mutex failed_mutex;
+  std::set<std::string> failed_once;
+
+  auto send_order_to_supplier = [&](const pubsub::Delivery& d) {
+    const auto& attrs = d.message.attributes;
+    const std::string id = d.message.message_id.value_or("?");
+    if (auto it = attrs.find("demo_sleep_ms"); it != attrs.end()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::stoll(it->second)));
+    }
+    if (auto it = attrs.find("demo_fail_first"); it != attrs.end() && it->second == "true") {
+      std::lock_guard lock(failed_mutex);
+      if (failed_once.insert(id).second) throw std::runtime_error("supplier timed out");
+    }
+    std::lock_guard lock(ledger_mutex);
+    if (!ledger_path.empty()) {
+      std::ofstream(ledger_path, std::ios::app) << id << " fence=" << d.fence << "\n";
+    }
+  };
+
+  pubsub::IdempotentOptions options{
+      .backend_factory =
+          [backend_url] {
+            return std::shared_ptr<idem::LockBackend>(idem::open_backend(backend_url));
+          },
+      .wait_for = wait_for};
+  if (const std::string audience = env_or("OIDC_AUDIENCE", ""); !audience.empty()) {
+    auto verifier = std::make_shared<idem::OidcVerifier>(
+        idem::OidcOptions{.audience = audience,
+                          .allowed_emails = {env_or("OIDC_EMAIL", "")},
+                          .jwks_file = env_or("OIDC_JWKS_FILE", "")});
+    options.authenticate = [verifier](const pubsub::PushRequest& r) { return verifier->verify(r); };
+  }
+  auto handler = pubsub::idempotent(std::move(options), send_order_to_supplier);
+
+  return idem::http::serve("0.0.0.0", port, handler, {.on_listening = [](int bound) {
+                             std::printf("listening on %d\n", bound), std::fflush(stdout);
+                           }});
+}

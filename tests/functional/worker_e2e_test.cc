@@ -1,0 +1,179 @@
+// End to end: the cloud_run_worker example as real processes, real HTTP, a real SQLite file
+// shared by two instances. Pub/Sub's behaviour (redelivery, concurrent duplicates, a retry
+// after a nack) is played by the test.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <openssl/evp.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "idempotency/sqlite_lock.h"
+#include "support/child_process.h"
+#include "support/temp_dir.h"
+
+namespace idempotency::testing {
+namespace {
+
+std::string base64(const std::string& s) {
+  std::string out(4 * ((s.size() + 2) / 3) + 1, '\0');
+  out.resize(static_cast<std::size_t>(EVP_EncodeBlock(
+      reinterpret_cast<unsigned char*>(out.data()),
+      reinterpret_cast<const unsigned char*>(s.data()), static_cast<int>(s.size()))));
+  return out;
+}
+
+std::string envelope(const std::string& id,
+                     const nlohmann::json& attributes = nlohmann::json::object()) {
+  return nlohmann::json{
+      {"message", {{"messageId", id}, {"data", base64("order " + id)}, {"attributes", attributes}}},
+      {"subscription", "projects/p/subscriptions/orders"},
+      {"deliveryAttempt", 1}}
+      .dump();
+}
+
+class WorkerTest : public ::testing::Test {
+ protected:
+  TempDir dir_;
+  std::string ledger_ = dir_.file("ledger.txt");
+
+  std::unique_ptr<ChildProcess> start_worker(const std::string& wait_for_ms = "0") {
+    return std::make_unique<ChildProcess>(
+        IDEMPOTENCY_WORKER_PATH, std::vector<std::string>{},
+        std::vector<std::pair<std::string, std::string>>{
+            {"PORT", "0"},
+            {"IDEMPOTENCY_BACKEND", "sqlite://" + dir_.file("idem.db")},
+            {"ORDERS_LEDGER", ledger_},
+            {"WAIT_FOR_MS", wait_for_ms}});
+  }
+
+  static int post(int port, const std::string& body) {
+    httplib::Client client("127.0.0.1", port);
+    client.set_read_timeout(30, 0);
+    auto r = client.Post("/", body, "application/json");
+    return r ? r->status : -1;
+  }
+
+  // Waits (bounded) until a worker has claimed `id`: the first delivery is inside its handler.
+  void wait_until_claimed(const std::string& id) {
+    SqliteLock store(dir_.file("idem.db"));
+    for (int i = 0; i < 3000 && !store.record(id); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_TRUE(store.record(id).has_value());
+  }
+
+  int ledger_lines(const std::string& id) const {
+    std::ifstream in(ledger_);
+    std::string line;
+    int n = 0;
+    while (std::getline(in, line)) n += line.rfind(id + " ", 0) == 0 ? 1 : 0;
+    return n;
+  }
+};
+
+TEST_F(WorkerTest, TheSameMessageTwiceIsHandledOnceThenAckedAsADuplicate) {
+  auto worker = start_worker();
+  EXPECT_EQ(post(worker->port(), envelope("m-1")), 200);
+  EXPECT_EQ(post(worker->port(), envelope("m-1")), 204);
+  EXPECT_EQ(ledger_lines("m-1"), 1);
+  EXPECT_EQ(worker->terminate(), 0);
+}
+
+TEST_F(WorkerTest, TwoConcurrentDeliveriesToOneInstanceAreBothAckedAndRunOnce) {
+  auto worker = start_worker();
+  const std::string body_id = "m-2";
+  const std::string body = envelope(body_id, {{"demo_sleep_ms", "400"}});
+  int a = 0;
+  int b = 0;
+  {
+    std::jthread first([&] { a = post(worker->port(), body); });
+    wait_until_claimed(body_id);
+    std::jthread second([&] { b = post(worker->port(), body); });
+  }
+  EXPECT_EQ(a, 200);
+  EXPECT_TRUE(b == 200 || b == 204) << "the second joined the first (or came after it): " << b;
+  EXPECT_EQ(ledger_lines("m-2"), 1);
+}
+
+TEST_F(WorkerTest, TwoInstancesOnOneBackendRunTheMessageOnceAndNackTheLoser) {
+  auto one = start_worker();
+  auto two = start_worker();
+  const std::string body_id = "m-3";
+  const std::string body = envelope(body_id, {{"demo_sleep_ms", "400"}});
+  int a = 0;
+  int b = 0;
+  {
+    std::jthread first([&] { a = post(one->port(), body); });
+    wait_until_claimed(body_id);
+    std::jthread second([&] { b = post(two->port(), body); });
+  }
+  EXPECT_EQ(a, 200);
+  EXPECT_EQ(b, 503) << "live holder on the other instance: nack, Pub/Sub retries";
+  EXPECT_EQ(post(two->port(), body), 204) << "the retry finds it done";
+  EXPECT_EQ(ledger_lines("m-3"), 1);
+}
+
+TEST_F(WorkerTest, WithWaitForTheOtherInstanceWaitsAndAcks) {
+  auto one = start_worker("10000");
+  auto two = start_worker("10000");
+  const std::string body_id = "m-4";
+  const std::string body = envelope(body_id, {{"demo_sleep_ms", "400"}});
+  int a = 0;
+  int b = 0;
+  {
+    std::jthread first([&] { a = post(one->port(), body); });
+    wait_until_claimed(body_id);
+    std::jthread second([&] { b = post(two->port(), body); });
+  }
+  EXPECT_EQ(a, 200);
+  EXPECT_EQ(b, 204) << "waited for the holder, then acked its outcome";
+  EXPECT_EQ(ledger_lines("m-4"), 1);
+}
+
+TEST_F(WorkerTest, AHandlerThatThrowsOnceIsNackedThenRunsToSuccessOnce) {
+  auto worker = start_worker();
+  const std::string body = envelope("m-5", {{"demo_fail_first", "true"}});
+  EXPECT_EQ(post(worker->port(), body), 500);
+  EXPECT_EQ(ledger_lines("m-5"), 0);
+  EXPECT_EQ(post(worker->port(), body), 200);
+  EXPECT_EQ(post(worker->port(), body), 204);
+  EXPECT_EQ(ledger_lines("m-5"), 1);
+}
+
+TEST_F(WorkerTest, WithOidcOnAnUnsignedPushIs401AndNeverHandled) {
+  std::ofstream(dir_.file("jwks.json")) << R"({"keys": []})";
+  ChildProcess worker(IDEMPOTENCY_WORKER_PATH, {},
+                      {{"PORT", "0"},
+                       {"IDEMPOTENCY_BACKEND", "sqlite://" + dir_.file("idem.db")},
+                       {"ORDERS_LEDGER", ledger_},
+                       {"OIDC_AUDIENCE", "https://worker.example/push"},
+                       {"OIDC_EMAIL", "push@p.iam.gserviceaccount.com"},
+                       {"OIDC_JWKS_FILE", dir_.file("jwks.json")}});
+  EXPECT_EQ(post(worker.port(), envelope("m-7")), 401);
+  EXPECT_EQ(ledger_lines("m-7"), 0);
+}
+
+TEST_F(WorkerTest, AMalformedPushIsA400) {
+  auto worker = start_worker();
+  EXPECT_EQ(post(worker->port(), "{not json"), 400);
+}
+
+TEST_F(WorkerTest, SigtermLetsTheDeliveryInFlightFinishAndExitsZero) {
+  auto worker = start_worker();
+  int status = 0;
+  std::jthread in_flight([&] {
+    status = post(worker->port(), envelope("m-6", {{"demo_sleep_ms", "500"}}));
+  });
+  wait_until_claimed("m-6");
+  EXPECT_EQ(worker->terminate(), 0);
+  in_flight.join();
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(ledger_lines("m-6"), 1);
+}
+
+}  // namespace
+}  // namespace idempotency::testing

@@ -1,0 +1,35 @@
+// ChildProcess: runs a program with extra environment variables, reads the port it prints
+// ("listening on N"), and stops it with SIGTERM, for the functional tests.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace idempotency::testing {
+
+class ChildProcess {
+ public:
+  /// ChildProcess() starts `program` with `args` and `env` added to this environment, then
+  /// waits (bounded) for it to print "listening on PORT". Throws std::runtime_error on failure.
+  ChildProcess(const std::string& program, std::vector<std::string> args,
+               std::vector<std::pair<std::string, std::string>> env);
+  /// ~ChildProcess() kills the child if it is still running.
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  /// port() returns the port the child said it listens on.
+  [[nodiscard]] int port() const { return port_; }
+  /// terminate() sends SIGTERM and returns the exit status (-1 when killed by a signal).
+  int terminate();
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+  int stdout_fd_ = -1;
+};
+
+}  // namespace idempotency::testing
