@@ -63,7 +63,7 @@ class LazyBackend {
 
 struct Wrapper {
   IdempotentOptions options;
-  Handler handler;
+  ResponseHandler handler;
   bool disabled;
   std::shared_ptr<LazyBackend> backend;
 
@@ -78,6 +78,21 @@ struct Wrapper {
       return respond(500, "handler failed");
     }
     return respond(200, "ok");
+  }
+
+  // A handler's response must be an ack: anything else would be stored as a success.
+  static PushResponse checked(PushResponse r) {
+    if (!is_ack(r.status)) throw Nack(500, "the handler answered a non-ack status");
+    return r;
+  }
+
+  PushResponse nack(const Nack& n, const Message& message, const std::string& key) const {
+    auto fields = context(message, key);
+    fields.emplace_back("status", std::to_string(n.status()));
+    fields.emplace_back("error", n.what());
+    log(LogRecord{Severity::kWarning, "handler_nacked", "the handler nacked the delivery",
+                  std::move(fields)});
+    return respond(is_ack(n.status()) ? 500 : n.status(), n.what());
   }
 
   std::string resolve_key(const Message& message, std::string& problem) const {
@@ -132,14 +147,21 @@ struct Wrapper {
       auto outcome = once(
           key, backend->get(),
           [&](const Claim& claim, const std::stop_token&) {
-            handler(Delivery{message, claim.fence});
+            return checked(handler(Delivery{message, claim.fence}));
           },
           OnceOptions{.lease = options.lease, .wait_for = options.wait_for});
       switch (outcome.status()) {
         case Status::kExecuted:
         case Status::kJoined:
-          return respond(200, "ok");
+          return outcome.value();
         case Status::kReplayed:
+          notify_duplicate(message, key);
+          if (options.replay_stored_response) {
+            PushResponse stored = outcome.value();
+            stored.headers.push_back({"Idempotency-Replayed", "true"});
+            return stored;
+          }
+          return respond(204, {});
         case Status::kDuplicate:
           notify_duplicate(message, key);
           return respond(204, {});
@@ -159,6 +181,8 @@ struct Wrapper {
       PushResponse r = respond(503, "in progress elsewhere; retry later");
       r.headers.push_back({"Retry-After", std::to_string(retry_after)});
       return r;
+    } catch (const Nack& n) {
+      return nack(n, message, key);
     } catch (const InProgress&) {
       // The handler's own mutex met a live holder (the seed's two-verb pattern): the
       // delivery's key was released like any failure; nack quietly so Pub/Sub retries.
@@ -201,6 +225,14 @@ bool disabled_by_environment() {
 }
 
 PushHandler idempotent(IdempotentOptions options, Handler handler) {
+  if (!handler) throw std::invalid_argument("idempotent: the handler is empty");
+  return idempotent_response(std::move(options), [handler = std::move(handler)](const Delivery& d) {
+    handler(d);
+    return respond(200, "ok");
+  });
+}
+
+PushHandler idempotent_response(IdempotentOptions options, ResponseHandler handler) {
   if (!handler) throw std::invalid_argument("idempotent: the handler is empty");
   const bool disabled = disabled_by_environment();
   if (disabled) {

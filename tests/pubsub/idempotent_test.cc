@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "http_text.h"
+#include "idempotency/errors.h"
 #include "idempotency/guard.h"
 #include "idempotency/memory_lock.h"
 #include "support/faulty_backend.h"
@@ -326,6 +327,53 @@ TEST_F(IdempotentTest, DisabledByTheEnvironmentRunsUnguardedAndNeverBuildsTheBac
   ::setenv("GCP_PUBSUB_IDEMPOTENCY_DISABLED", "0", 1);
   EXPECT_FALSE(disabled_by_environment());
   ::unsetenv("GCP_PUBSUB_IDEMPOTENCY_DISABLED");
+}
+
+TEST_F(IdempotentTest, AResponseHandlersResponseIsAnsweredStoredAndReplayedByteForByte) {
+  const std::string body("\0binary\xff", 9);
+  int calls = 0;
+  auto handle = idempotent_response({.backend = store_, .replay_stored_response = true},
+                                    [&](const Delivery&) {
+                                      ++calls;
+                                      return PushResponse{202, {{"X-Upstream", "1"}}, body};
+                                    });
+  const PushResponse first = handle(push("m-20"));
+  EXPECT_EQ(first.status, 202);
+  EXPECT_EQ(first.body, body);
+  const PushResponse replay = handle(push("m-20"));
+  EXPECT_EQ(replay.status, 202);
+  EXPECT_EQ(replay.body, body);
+  EXPECT_EQ(find_header(replay.headers, "x-upstream"), std::optional<std::string_view>("1"));
+  EXPECT_EQ(find_header(replay.headers, "idempotency-replayed"),
+            std::optional<std::string_view>("true"));
+  EXPECT_EQ(calls, 1);
+}
+
+TEST_F(IdempotentTest, ANackChoosesTheStatusAndANonAckResponseIsNeverStored) {
+  int calls = 0;
+  auto handle = idempotent_response({.backend = store_}, [&](const Delivery&) -> PushResponse {
+    ++calls;
+    if (calls == 1) throw Nack(503, "upstream refused the connection");
+    if (calls == 2) return PushResponse{404, {}, "not found"};
+    return PushResponse{200, {}, "ok"};
+  });
+  const PushResponse first = handle(push("m-21"));
+  EXPECT_EQ(first.status, 503);
+  EXPECT_EQ(first.body, "upstream refused the connection\n");
+  EXPECT_EQ(handle(push("m-21")).status, 500) << "a non-ack answer is a failure, not stored";
+  EXPECT_EQ(handle(push("m-21")).status, 200);
+  EXPECT_EQ(handle(push("m-21")).status, 204);
+  EXPECT_EQ(calls, 3);
+}
+
+TEST(ResponseCodec, RoundTripsAndRefusesForeignBytes) {
+  const PushResponse r{201, {{"A", "b"}, {"Set-Cookie", std::string("x\0y", 3)}}, "body"};
+  const PushResponse back = Codec<PushResponse>::decode(Codec<PushResponse>::encode(r));
+  EXPECT_EQ(back.status, 201);
+  ASSERT_EQ(back.headers.size(), 2U);
+  EXPECT_EQ(back.headers[1].value, std::string("x\0y", 3));
+  EXPECT_EQ(back.body, "body");
+  EXPECT_THROW((void)Codec<PushResponse>::decode("not cbor"), StoreError);
 }
 
 TEST_F(IdempotentTest, NoLogLineContainsTheKey) {

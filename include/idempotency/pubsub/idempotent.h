@@ -30,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "idempotency/backend.h"
@@ -45,8 +46,26 @@ struct Delivery {
   std::int64_t fence = 0;
 };
 
-/// The business handler. Returning acks the delivery; throwing nacks it.
+/// The business handler. Returning acks the delivery (200); throwing nacks it.
 using Handler = std::function<void(const Delivery&)>;
+
+/// A handler that answers with its own response (e.g. a proxied upstream's). Its response is
+/// stored with the DONE record and answered to this delivery and to joined ones; it must be
+/// an ack status. Throw (e.g. `Nack`) to nack.
+using ResponseHandler = std::function<PushResponse(const Delivery&)>;
+
+/// Nack is what a handler throws to nack with a chosen status (e.g. 503 when a dependency is
+/// down) and a one-line reason; the key is released like for any failure. A status Pub/Sub
+/// would treat as an ack is answered 500 instead.
+class Nack : public std::runtime_error {
+ public:
+  Nack(int status, const std::string& reason) : std::runtime_error(reason), status_(status) {}
+  /// status() is the HTTP status to answer.
+  [[nodiscard]] int status() const noexcept { return status_; }
+
+ private:
+  int status_;
+};
 
 /// Resolves a message's idempotency key. Throwing or returning "" means "no key".
 using KeyFunction = std::function<std::string(const Message&)>;
@@ -83,6 +102,9 @@ struct IdempotentOptions {
   /// Run the handler unguarded (with a warning) when no key can be resolved, instead of
   /// failing closed with 400. A malformed envelope is a 400 either way.
   bool allow_unguarded = false;
+  /// Answer a duplicate with the stored response of the original delivery (plus
+  /// `Idempotency-Replayed: true`) instead of 204.
+  bool replay_stored_response = false;
   /// Limits for parsing the request.
   ParseOptions parse;
   /// Authenticates the request before anything else; returns a one-line reason to refuse it
@@ -93,6 +115,10 @@ struct IdempotentOptions {
 /// idempotent() wraps `handler`. Throws `std::invalid_argument` when neither a backend nor a
 /// factory is set (unless disabled by `GCP_PUBSUB_IDEMPOTENCY_DISABLED`).
 [[nodiscard]] PushHandler idempotent(IdempotentOptions options, Handler handler);
+
+/// idempotent_response() wraps a handler that answers with its own (ack) response, which is
+/// stored for duplicates; otherwise exactly as idempotent().
+[[nodiscard]] PushHandler idempotent_response(IdempotentOptions options, ResponseHandler handler);
 
 /// disabled_by_environment() is true when GCP_PUBSUB_IDEMPOTENCY_DISABLED is 1, true, yes or
 /// on (any case): idempotent() then passes every delivery straight to the handler with a

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "idempotency/codec.h"
 #include "idempotency/pubsub/message.h"
 
 namespace idempotency::pubsub {
@@ -25,3 +26,16 @@ struct PushResponse {
 }
 
 }  // namespace idempotency::pubsub
+
+namespace idempotency {
+
+/// Codec<PushResponse> stores a whole response (status, headers, body bytes) as CBOR, so a
+/// duplicate can be answered with the original response byte for byte.
+template <>
+struct Codec<pubsub::PushResponse> {
+  static std::string encode(const pubsub::PushResponse& response);
+  /// decode() throws `StoreError` for bytes that are not a stored response.
+  static pubsub::PushResponse decode(std::string_view bytes);
+};
+
+}  // namespace idempotency
