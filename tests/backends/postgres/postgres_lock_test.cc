@@ -602,8 +602,11 @@ TEST_F(PostgresLockTest, TablesAreIndependent) {
 
 TEST_F(PostgresLockTest, PurgeExpiredDeletesInBatches) {
   auto clock = std::make_shared<ManualClock>();
-  auto backend = make(PostgresOptions{
-      .backend = {.ttl = milliseconds(1000), .clock = clock}, .table = table_, .purge_batch = 7});
+  PostgresOptions options;  // named: GCC 12 -O2 misreads a temporary's shared_ptr here
+  options.backend = BackendOptions{.ttl = milliseconds(1000), .clock = clock};
+  options.table = table_;
+  options.purge_batch = 7;
+  auto backend = make(std::move(options));
   for (int i = 0; i < 50; ++i) {
     const Claim c = won(backend->claim("purge-" + std::to_string(i), milliseconds(1000)));
     ASSERT_TRUE(backend->complete(c));
