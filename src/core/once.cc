@@ -93,6 +93,16 @@ class Table {
     }
   }
 
+  // Requires `mutex` and the flight's mutex: marks `flight` finished with `error` (or the
+  // outcome already set) and takes it out of the table, so the next caller starts afresh.
+  void retire(const TableKey& k, Flight& flight, std::exception_ptr error) {
+    flight.phase = Flight::Phase::kFinished;
+    flight.error = std::move(error);
+    auto it = entries.find(k);
+    if (it != entries.end() && it->second.flight.get() == &flight) it->second.flight.reset();
+    erase_if_empty(k);
+  }
+
   // Requires `mutex`.
   void erase_if_empty(const TableKey& k) {
     auto it = entries.find(k);
@@ -181,12 +191,8 @@ void finish(const TableKey& k, const std::shared_ptr<Flight>& flight, std::excep
   {
     std::lock_guard tl(table.mutex);
     std::lock_guard fl(flight->mutex);
-    flight->phase = Flight::Phase::kFinished;
-    flight->error = std::move(error);
     flight->outcome = std::move(outcome);
-    auto it = table.entries.find(k);
-    if (it != table.entries.end() && it->second.flight == flight) it->second.flight.reset();
-    table.erase_if_empty(k);
+    table.retire(k, *flight, std::move(error));
   }
   flight->cv.notify_all();
 }
@@ -201,11 +207,7 @@ void hand_off(const TableKey& k, const std::shared_ptr<Flight>& flight) {
       flight->phase = Flight::Phase::kHandoff;
       flight->owner = std::thread::id();
     } else {
-      flight->phase = Flight::Phase::kFinished;
-      flight->error = std::make_exception_ptr(Cancelled());
-      auto it = table.entries.find(k);
-      if (it != table.entries.end() && it->second.flight == flight) it->second.flight.reset();
-      table.erase_if_empty(k);
+      table.retire(k, *flight, std::make_exception_ptr(Cancelled()));
     }
   }
   flight->cv.notify_all();
@@ -279,15 +281,8 @@ ErasedOutcome run_once(std::string_view key, LockBackend& backend, const OnceOpt
         if (flight->phase == Flight::Phase::kHandoff) {
           --flight->waiters;
           if (options.stop.stop_requested()) {
-            if (flight->waiters == 0) {
-              flight->phase = Flight::Phase::kFinished;
-              flight->error = std::make_exception_ptr(Cancelled());
-              auto it = table.entries.find(k);
-              if (it != table.entries.end() && it->second.flight == flight) {
-                it->second.flight.reset();
-              }
-              table.erase_if_empty(k);
-            }
+            if (flight->waiters == 0)
+              table.retire(k, *flight, std::make_exception_ptr(Cancelled()));
             throw Cancelled();
           }
           flight->phase = Flight::Phase::kRunning;

@@ -12,19 +12,12 @@
 #include <thread>
 
 #include "idempotency/sqlite_lock.h"
+#include "support/base64.h"
 #include "support/child_process.h"
 #include "support/temp_dir.h"
 
 namespace idempotency::testing {
 namespace {
-
-std::string base64(const std::string& s) {
-  std::string out(4 * ((s.size() + 2) / 3) + 1, '\0');
-  out.resize(static_cast<std::size_t>(EVP_EncodeBlock(
-      reinterpret_cast<unsigned char*>(out.data()),
-      reinterpret_cast<const unsigned char*>(s.data()), static_cast<int>(s.size()))));
-  return out;
-}
 
 std::string envelope(const std::string& id,
                      const nlohmann::json& attributes = nlohmann::json::object()) {

@@ -21,25 +21,18 @@
 #include "idempotency/errors.h"
 #include "idempotency/guard.h"
 #include "idempotency/memory_lock.h"
+#include "support/base64.h"
 #include "support/faulty_backend.h"
 #include "support/log_capture.h"
 
 namespace idempotency::pubsub {
 namespace {
 
+using idempotency::testing::base64;
 using idempotency::testing::FaultyBackend;
 using idempotency::testing::LogCapture;
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-std::string base64(std::string_view bytes) {
-  std::string out(4 * ((bytes.size() + 2) / 3) + 1, '\0');
-  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                                reinterpret_cast<const unsigned char*>(bytes.data()),
-                                static_cast<int>(bytes.size()));
-  out.resize(static_cast<std::size_t>(n));
-  return out;
-}
 
 // A wrapped push envelope as Pub/Sub sends it.
 PushRequest push(const std::string& message_id, const nlohmann::json& attributes = nullptr,
