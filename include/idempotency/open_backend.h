@@ -5,6 +5,7 @@
 //   sqlite:///var/lib/idempotency/idem.db  SqliteLock on that file (?table=NAME)
 //   redis://[user:password@]host:port[/db] RedisLock
 //   postgres://user:password@host:port/db  PostgresLock (also postgresql://; ?table=NAME)
+//   datastore://PROJECT[/NAMESPACE]?kind=K&database=D   DatastoreLock (Firestore in Datastore mode)
 //
 // Only the backends built into this installation are available; `backend_schemes()` lists
 // them. Errors never echo the URL, which may hold a password.

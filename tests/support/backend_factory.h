@@ -36,5 +36,6 @@ BackendFactory memory_factory();
 BackendFactory sqlite_factory();
 BackendFactory redis_factory();
 BackendFactory postgres_factory();
+BackendFactory datastore_factory();
 
 }  // namespace idempotency::testing

@@ -13,6 +13,9 @@
 #ifdef IDEMPOTENCY_HAVE_POSTGRES
 #include "idempotency/postgres_lock.h"
 #endif
+#ifdef IDEMPOTENCY_HAVE_DATASTORE
+#include "idempotency/datastore_lock.h"
+#endif
 
 namespace idempotency {
 namespace {
@@ -37,6 +40,29 @@ std::string join(const std::vector<std::string>& v) {
   return {std::string(rest.substr(0, q)), std::string(query.substr(6))};
 }
 
+// Takes `table=NAME` out of a postgres URL's query and keeps every other parameter (sslmode,
+// connect_timeout, …) for libpq.
+[[maybe_unused]] std::pair<std::string, std::string> take_table(std::string_view url) {
+  const auto q = url.find('?');
+  if (q == std::string_view::npos) return {std::string(url), {}};
+  std::string kept;
+  std::string table;
+  std::string_view query = url.substr(q + 1);
+  while (!query.empty()) {
+    const auto amp = query.find('&');
+    const std::string_view param = query.substr(0, amp);
+    if (param.substr(0, 6) == "table=") {
+      table = std::string(param.substr(6));
+    } else if (!param.empty()) {
+      kept += (kept.empty() ? "" : "&") + std::string(param);
+    }
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+  }
+  std::string base(url.substr(0, q));
+  if (!kept.empty()) base += "?" + kept;
+  return {base, table};
+}
+
 }  // namespace
 
 std::vector<std::string> backend_schemes() {
@@ -49,6 +75,9 @@ std::vector<std::string> backend_schemes() {
 #endif
 #ifdef IDEMPOTENCY_HAVE_POSTGRES
   schemes.emplace_back("postgres");
+#endif
+#ifdef IDEMPOTENCY_HAVE_DATASTORE
+  schemes.emplace_back("datastore");
 #endif
   return schemes;
 }
@@ -80,10 +109,16 @@ std::unique_ptr<LockBackend> open_backend(std::string_view url, const BackendOpt
 #endif
 #ifdef IDEMPOTENCY_HAVE_POSTGRES
   if (scheme == "postgres" || scheme == "postgresql") {
-    auto [base, table] = split_table(url, scheme);
+    auto [base, table] = take_table(url);
     PostgresOptions postgres{.backend = options};
     if (!table.empty()) postgres.table = table;
     return std::make_unique<PostgresLock>(base, std::move(postgres));
+  }
+#endif
+#ifdef IDEMPOTENCY_HAVE_DATASTORE
+  if (scheme == "datastore") {
+    return std::make_unique<DatastoreLock>(
+        parse_datastore_url(url, DatastoreOptions{.backend = options}));
   }
 #endif
   throw std::invalid_argument("backend URL scheme '" + scheme.substr(0, 16) +

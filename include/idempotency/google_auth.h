@@ -1,0 +1,90 @@
+// Google credentials: OAuth 2.0 access tokens for Google APIs (Datastore, OIDC, the gateway).
+//
+// `google_default_credentials()` looks, in this order, at `GOOGLE_APPLICATION_CREDENTIALS`
+// (a service-account key, whose RS256-signed JWT is exchanged at the file's `token_uri`, or an
+// `authorized_user` file, whose refresh token is exchanged at the token endpoint), then at the
+// metadata server of Cloud Run / GCE / GKE (`GCE_METADATA_HOST` overrides its host, as in
+// Google's own libraries). An emulator (`DATASTORE_EMULATOR_HOST`) needs no token at all; that
+// decision belongs to the backend, not here.
+//
+//   auto credentials = idempotency::auth::google_default_credentials();
+//   std::string bearer = credentials->access_token();  // cached, refreshed before expiry
+//
+// Tokens are cached and refreshed `refresh_margin` before they expire, one refresh at a time
+// however many threads ask. Errors name the source tried and why it failed; no token, key or
+// refresh-token text ever appears in an error or a log line.
+//
+// Thread safety: every TokenSource returned here is safe to share between threads.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "idempotency/clock.h"
+#include "idempotency/errors.h"
+
+namespace idempotency::auth {
+
+/// AuthError means no access token could be obtained; `what()` names the source and reason.
+class AuthError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// TokenSource hands out OAuth 2.0 access tokens for an `Authorization: Bearer` header.
+class TokenSource {
+ public:
+  TokenSource() = default;
+  TokenSource(const TokenSource&) = delete;
+  TokenSource& operator=(const TokenSource&) = delete;
+  virtual ~TokenSource() = default;
+
+  /// access_token() returns a token valid for at least the refresh margin, fetching a new one
+  /// when the cached one is near expiry. Throws `AuthError` naming the source on failure.
+  [[nodiscard]] virtual std::string access_token() = 0;
+
+  /// source() names where tokens come from (e.g. "service account key file /path"), for
+  /// error messages; never contains secrets.
+  [[nodiscard]] virtual std::string source() const = 0;
+};
+
+/// The OAuth scope Datastore needs.
+inline constexpr const char* kDatastoreScope = "https://www.googleapis.com/auth/datastore";
+
+/// Options for the credential sources. Fill with designated initializers.
+struct CredentialsOptions {
+  /// Judges token expiry; nullptr means the system clock.
+  std::shared_ptr<const Clock> clock;
+  /// A cached token is refreshed this long before it expires.
+  std::chrono::seconds refresh_margin = std::chrono::minutes(5);
+  /// Space-separated OAuth scopes requested by a service account.
+  std::string scope = kDatastoreScope;
+  /// Timeout of one HTTP request to a token endpoint or the metadata server.
+  std::chrono::milliseconds timeout = std::chrono::seconds(10);
+  /// A credentials file; empty means `GOOGLE_APPLICATION_CREDENTIALS` (if set).
+  std::string credentials_file;
+  /// The metadata server's host[:port]; empty means `GCE_METADATA_HOST`, else
+  /// `metadata.google.internal`.
+  std::string metadata_host;
+};
+
+/// google_default_credentials() picks the first available source: the credentials file
+/// (service account or authorized user), else the metadata server. Throws `AuthError` when the
+/// file is named but unreadable or malformed; the metadata server is only asked on first use.
+[[nodiscard]] std::shared_ptr<TokenSource> google_default_credentials(
+    CredentialsOptions options = {});
+
+/// credentials_from_file() reads a `service_account` or `authorized_user` JSON file. Throws
+/// `AuthError` naming the file and the problem (never its secrets).
+[[nodiscard]] std::shared_ptr<TokenSource> credentials_from_file(const std::string& path,
+                                                                 CredentialsOptions options = {});
+
+/// metadata_credentials() fetches tokens from the metadata server's default service account.
+[[nodiscard]] std::shared_ptr<TokenSource> metadata_credentials(CredentialsOptions options = {});
+
+/// metadata_project_id() asks the metadata server which project this workload runs in.
+/// Throws `AuthError` naming the server and the reason when it cannot.
+[[nodiscard]] std::string metadata_project_id(const CredentialsOptions& options = {});
+
+}  // namespace idempotency::auth

@@ -1,0 +1,54 @@
+// `idem release KEY`: break-glass for a claim whose holder is gone but whose lease is long.
+#include <ostream>
+
+#include "backend_url.h"
+#include "commands.h"
+#include "idempotency/clock.h"
+#include "idempotency/key.h"
+#include "record_access.h"
+#include "time_format.h"
+
+namespace idempotency::cli {
+
+ExitCode run_release(const std::string& backend_url, const std::string& key, bool confirmed,
+                     std::ostream& out) {
+  auto backend = open_existing_backend(backend_url);
+  const std::string id = key_fingerprint(key);
+  const auto before = read_record(*backend, key);
+  if (!before) throw CliError(ExitCode::kNoRecord, "no record for key " + id);
+  if (before->state == RecordState::kDone) {
+    throw CliError(ExitCode::kRefused, "refused: the record of key " + id +
+                                           " is DONE, not stuck; it expires with its ttl at " +
+                                           rfc3339_utc(before->expires_at));
+  }
+  const std::string plan =
+      "release the CLAIMED record of key " + id + " at fence " + std::to_string(before->fence) +
+      " (lease_expiry " + rfc3339_utc(before->lease_expiry) +
+      "): the lease ends now and the fence advances to " + std::to_string(before->fence + 1) +
+      ", so the next delivery reclaims the key and the current holder "
+      "can no longer complete";
+  if (!confirmed) {
+    out << "would " << plan << "\n";
+    throw CliError(ExitCode::kConfirmationRequired,
+                   "confirmation required: nothing changed; re-run with --yes to release");
+  }
+  backend->release(Claim{.key = key,
+                         .fence = before->fence,
+                         .lease_expiry = from_millis(before->lease_expiry),
+                         .claim_token = before->claim_token});
+  const auto after = read_record(*backend, key);
+  if (after && after->fence == before->fence + 1 && after->state == RecordState::kClaimed) {
+    out << "released: " << plan << "\n";
+    return ExitCode::kOk;
+  }
+  if (!after || *after == *before) {
+    out << "nothing to release: the record of key " << id
+        << " was already past its expires_at, so the next delivery claims it afresh\n";
+    return ExitCode::kOk;
+  }
+  throw CliError(ExitCode::kRefused, "not released: the record of key " + id +
+                                         " changed meanwhile (a new claim or a completion); "
+                                         "inspect it again");
+}
+
+}  // namespace idempotency::cli

@@ -1,0 +1,60 @@
+// The gateway's configuration: its flags (each also settable as IDEMPOTENCY_<FLAG>), checked
+// once at start so a mistake exits 2 with one line naming the flag, before any port is bound.
+//
+// Thread safety: parse_config() is a pure function of its arguments and the environment.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace idempotency::gateway {
+
+/// How requests are deduplicated.
+enum class Mode {
+  kPubsub,          ///< Pub/Sub push deliveries, keyed by the message; duplicates acked 204.
+  kIdempotencyKey,  ///< HTTP API requests carrying an `Idempotency-Key` header (Stripe-like).
+};
+
+/// Where the pubsub mode takes the key from (`--key`).
+struct KeySpec {
+  enum class Kind { kMessageId, kAttribute, kHeader, kOrderingKey };
+  Kind kind = Kind::kMessageId;
+  /// The attribute or header name for kAttribute / kHeader.
+  std::string name;
+};
+
+/// Config is the validated command line.
+struct Config {
+  std::string listen_host = "0.0.0.0";
+  int listen_port = 8080;
+  std::string upstream;
+  std::string backend = "sqlite:///var/lib/idempotency/idem.db";
+  KeySpec key;
+  std::string key_prefix;
+  std::chrono::milliseconds lease = std::chrono::minutes(15);
+  std::chrono::milliseconds ttl = std::chrono::hours(1);
+  std::chrono::milliseconds upstream_timeout = std::chrono::seconds(30);
+  std::chrono::milliseconds wait_for{0};
+  std::size_t max_body = std::size_t{10} * 1024 * 1024 + std::size_t{64} * 1024;
+  std::size_t workers = 16;
+  Mode mode = Mode::kPubsub;
+  std::string oidc_audience;
+  std::vector<std::string> oidc_emails;
+  /// A JWKS file path, or an http(s) URL; empty: Google's keys.
+  std::string jwks;
+};
+
+/// ConfigExit says the process should exit now: after --help (code 0, text for stdout) or a
+/// bad flag (code 2, one line for stderr).
+struct ConfigExit {
+  int code = 2;
+  std::string text;
+};
+
+/// parse_config() reads the command line and the IDEMPOTENCY_* (and PORT) environment.
+[[nodiscard]] std::variant<Config, ConfigExit> parse_config(int argc, const char* const* argv);
+
+}  // namespace idempotency::gateway

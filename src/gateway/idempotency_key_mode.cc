@@ -1,0 +1,234 @@
+#include "idempotency_key_mode.h"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <optional>
+#include <stdexcept>
+#include <utility>
+#include <variant>
+
+#include "idempotency/errors.h"
+#include "idempotency/key.h"
+#include "idempotency/log.h"
+
+namespace idempotency::gateway {
+namespace {
+
+using pubsub::PushRequest;
+using pubsub::PushResponse;
+
+PushResponse plain(int status, std::string body) {
+  return {.status = status,
+          .headers = {{"Content-Type", "text/plain; charset=utf-8"}},
+          .body = std::move(body) + "\n"};
+}
+
+std::string to_hex(const unsigned char* data, std::size_t size) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(size * 2);
+  for (std::size_t i = 0; i < size; ++i) {
+    out += kDigits[data[i] >> 4];
+    out += kDigits[data[i] & 0xf];
+  }
+  return out;
+}
+
+int retry_after_seconds(TimePoint lease_expiry) {
+  const auto left = std::chrono::duration_cast<std::chrono::seconds>(
+      lease_expiry - std::chrono::system_clock::now());
+  return static_cast<int>(std::clamp<std::int64_t>(left.count(), 1, 600));
+}
+
+class Handler {
+ public:
+  Handler(const Config& config, GatewayDeps deps)
+      : deps_(std::move(deps)), prefix_(config.key_prefix), lease_(config.lease) {}
+
+  PushResponse operator()(const PushRequest& request) const {
+    if (deps_.authenticate) {
+      if (auto reason = deps_.authenticate(request)) {
+        log(LogRecord{Severity::kWarning, "unauthenticated", "refused a request: " + *reason, {}});
+        deps_.metrics->count(outcome::kUnauthorized);
+        return plain(401, *reason);
+      }
+    }
+    if (request.method != "POST" && request.method != "PATCH") return passthrough(request);
+    const auto header = request.header(kIdempotencyKeyHeader);
+    if (!header || header->empty()) {
+      deps_.metrics->count(outcome::kBadRequest);
+      return plain(400, "missing Idempotency-Key header");
+    }
+    const std::string key = prefix_ + std::string(*header);
+    if (key.size() > kMaxKeyBytes) {
+      deps_.metrics->count(outcome::kBadRequest);
+      return plain(400, "the Idempotency-Key header is longer than the limit");
+    }
+    const std::string fingerprint = request_fingerprint(request);
+    ClaimResult claimed;
+    try {
+      claimed = deps_.backend->claim(key, lease_, ClaimRequest{.fingerprint = fingerprint});
+    } catch (const StoreError& e) {
+      log(LogRecord{Severity::kError,
+                    "store_error",
+                    "the idempotency store failed before forwarding; answering 503",
+                    {{"key_fingerprint", key_fingerprint(key)}, {"error", e.what()}}});
+      deps_.metrics->count(outcome::kBackendError);
+      PushResponse r = plain(503, "idempotency store unavailable; retry later");
+      r.headers.push_back({"Retry-After", "1"});
+      return r;
+    }
+    if (auto* done = std::get_if<AlreadyDone>(&claimed)) return replay(*done, fingerprint, key);
+    if (auto* held = std::get_if<HeldByOther>(&claimed)) {
+      if (mismatched(held->fingerprint, fingerprint)) return mismatch(key);
+      deps_.metrics->count(outcome::kConflict);
+      PushResponse r = plain(409, "a request with this Idempotency-Key is in progress");
+      r.headers.push_back({"Retry-After", std::to_string(retry_after_seconds(held->lease_expiry))});
+      return r;
+    }
+    return forward_claimed(request, std::get<Won>(claimed).claim, key);
+  }
+
+ private:
+  static bool mismatched(const std::optional<std::string>& stored, const std::string& mine) {
+    return stored.has_value() && *stored != mine;
+  }
+
+  PushResponse mismatch(const std::string& key) const {
+    log(LogRecord{Severity::kWarning,
+                  "idempotency_key_reused",
+                  "an Idempotency-Key was reused with a different request; answering 422",
+                  {{"key_fingerprint", key_fingerprint(key)}}});
+    deps_.metrics->count(outcome::kMismatch);
+    return plain(422, "this Idempotency-Key was used with a different request");
+  }
+
+  PushResponse replay(const AlreadyDone& done, const std::string& fingerprint,
+                      const std::string& key) const {
+    if (mismatched(done.fingerprint, fingerprint)) return mismatch(key);
+    if (!done.result) {
+      // DONE without a stored response (written by something other than this mode).
+      deps_.metrics->count(outcome::kDuplicate);
+      PushResponse r{.status = 204};
+      r.headers.push_back({"Idempotency-Replayed", "true"});
+      return r;
+    }
+    PushResponse stored;
+    try {
+      stored = Codec<PushResponse>::decode(*done.result);
+    } catch (const StoreError& e) {
+      log(LogRecord{Severity::kError,
+                    "stored_response_unreadable",
+                    "the stored response could not be decoded",
+                    {{"key_fingerprint", key_fingerprint(key)}, {"error", e.what()}}});
+      deps_.metrics->count(outcome::kError);
+      return plain(500, "the stored response could not be read");
+    }
+    stored.headers.push_back({"Idempotency-Replayed", "true"});
+    deps_.metrics->count(outcome::kReplayed);
+    return stored;
+  }
+
+  // Releases a claim whose request failed; a store error here only delays the retry until
+  // the lease lapses, so it is logged, not answered.
+  void release(const Claim& claim, const std::string& key) const {
+    try {
+      deps_.backend->release(claim);
+    } catch (const std::exception& e) {
+      log(LogRecord{Severity::kError,
+                    "release_failed",
+                    "could not release the key after a failed request; it frees at lease end",
+                    {{"key_fingerprint", key_fingerprint(key)}, {"error", e.what()}}});
+    }
+  }
+
+  PushResponse forward_claimed(const PushRequest& request, const Claim& claim,
+                               const std::string& key) const {
+    UpstreamReply reply;
+    try {
+      reply = deps_.upstream->forward(request, claim.fence);
+    } catch (...) {
+      release(claim, key);
+      throw;
+    }
+    deps_.metrics->upstream_latency().observe(reply.elapsed);
+    if (reply.kind != UpstreamReply::Kind::kResponse) {
+      release(claim, key);
+      log(LogRecord{Severity::kWarning,
+                    "upstream_unavailable",
+                    "the upstream did not answer; key released",
+                    {{"key_fingerprint", key_fingerprint(key)}, {"error", reply.error}}});
+      deps_.metrics->count(outcome::kNackUnavailable);
+      const bool unreachable = reply.kind == UpstreamReply::Kind::kUnreachable;
+      return plain(unreachable ? 502 : 504, "upstream unavailable: " + reply.error);
+    }
+    const int status = reply.response.status;
+    if (status < 200 || status > 299) {
+      release(claim, key);
+      deps_.metrics->count(outcome::kNackUpstream);
+      return std::move(reply.response);
+    }
+    try {
+      if (!deps_.backend->complete(claim, Codec<PushResponse>::encode(reply.response))) {
+        log(LogRecord{
+            Severity::kError,
+            "fenced_out",
+            "a newer claim took the key while the upstream ran; not stored",
+            {{"key_fingerprint", key_fingerprint(key)}, {"fence", std::to_string(claim.fence)}}});
+      }
+    } catch (const std::exception& e) {
+      // The upstream's side effect happened: answer it, never turn it into a failure.
+      log(LogRecord{Severity::kError,
+                    "complete_failed",
+                    "could not store the response; a retry may run the request again",
+                    {{"key_fingerprint", key_fingerprint(key)}, {"error", e.what()}}});
+    }
+    deps_.metrics->count(outcome::kHandled);
+    return std::move(reply.response);
+  }
+
+  PushResponse passthrough(const PushRequest& request) const {
+    auto reply = deps_.upstream->forward(request, std::nullopt);
+    deps_.metrics->upstream_latency().observe(reply.elapsed);
+    deps_.metrics->count(outcome::kPassthrough);
+    if (reply.kind == UpstreamReply::Kind::kResponse) return std::move(reply.response);
+    return plain(reply.kind == UpstreamReply::Kind::kUnreachable ? 502 : 504,
+                 "upstream unavailable: " + reply.error);
+  }
+
+  GatewayDeps deps_;
+  std::string prefix_;
+  std::chrono::milliseconds lease_;
+};
+
+}  // namespace
+
+std::string request_fingerprint(const PushRequest& request) {
+  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
+  unsigned int size = 0;
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  if (ctx == nullptr) throw std::bad_alloc();
+  bool ok = EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr) == 1;
+  for (const std::string* part : {&request.method, &request.path, &request.body}) {
+    const std::string length = std::to_string(part->size()) + ":";
+    ok = ok && EVP_DigestUpdate(ctx, length.data(), length.size()) == 1 &&
+         EVP_DigestUpdate(ctx, part->data(), part->size()) == 1;
+  }
+  ok = ok && EVP_DigestFinal_ex(ctx, digest.data(), &size) == 1;
+  EVP_MD_CTX_free(ctx);
+  if (!ok) throw std::runtime_error("SHA-256 failed");
+  return to_hex(digest.data(), size);
+}
+
+http::Handler make_idempotency_key_handler(const Config& config, GatewayDeps deps) {
+  auto handler = std::make_shared<const Handler>(config, std::move(deps));
+  return [handler](const PushRequest& request) { return (*handler)(request); };
+}
+
+}  // namespace idempotency::gateway

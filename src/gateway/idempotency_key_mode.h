@@ -1,0 +1,43 @@
+// The idempotency-key mode: HTTP API requests deduplicated by their `Idempotency-Key` header,
+// with the semantics of the IETF draft "The Idempotency-Key HTTP Header Field" (as Stripe
+// implements it):
+//
+// | request                                           | answer                              |
+// |---------------------------------------------------|-------------------------------------|
+// | POST / PATCH without the header                   | 400                                 |
+// | first with a key                                  | forwarded; a 2xx is stored          |
+// | same key, same method + path + body, after a 2xx  | the stored response, byte for byte, |
+// |                                                   | plus `Idempotency-Replayed: true`   |
+// | same key while the first is in flight             | 409 with Retry-After                |
+// | same key, different method, path or body          | 422                                 |
+// | upstream non-2xx                                  | passed through, not stored          |
+// | upstream timeout / broken exchange / unreachable  | 504 / 504 / 502, not stored         |
+// | any other method                                  | forwarded as it is, not deduplicated|
+//
+// Built directly on the LockBackend port, not on once(): a concurrent duplicate must get 409
+// rather than join the first. The request fingerprint (SHA-256 of method, path and body) is
+// stored with the claim and compared with the one a duplicate finds.
+//
+// Thread safety: the returned handler may be called from any number of threads.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "config.h"
+#include "deps.h"
+#include "idempotency/http.h"
+
+namespace idempotency::gateway {
+
+/// The request header carrying the key.
+inline constexpr std::string_view kIdempotencyKeyHeader = "Idempotency-Key";
+
+/// request_fingerprint() is the hex SHA-256 of method, path and body, length-delimited so no
+/// two different requests share the input.
+[[nodiscard]] std::string request_fingerprint(const pubsub::PushRequest& request);
+
+/// make_idempotency_key_handler() builds the idempotency-key mode's request handler.
+[[nodiscard]] http::Handler make_idempotency_key_handler(const Config& config, GatewayDeps deps);
+
+}  // namespace idempotency::gateway

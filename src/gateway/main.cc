@@ -1,0 +1,135 @@
+// pubsub-idempotency-gateway: a sidecar that forwards each Pub/Sub push delivery (or each
+// Idempotency-Key request) to the app beside it at most once per key. Flags: --help, and
+// deploy/gateway/README.md.
+//
+// Exit codes: 0 after a graceful SIGTERM / SIGINT; 2 for a bad flag or malformed URL (one
+// line on stderr naming the flag, before any port is bound); 1 when the store cannot be
+// reached or opened at start, or the port cannot be bound.
+#include <signal.h>
+
+#include <csignal>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <variant>
+
+#include "config.h"
+#include "deps.h"
+#include "idempotency/errors.h"
+#include "idempotency/http.h"
+#include "idempotency/log.h"
+#include "idempotency/oidc.h"
+#include "idempotency/open_backend.h"
+#include "idempotency_key_mode.h"
+#include "metered_backend.h"
+#include "pubsub_mode.h"
+#include "router.h"
+#include "upstream_pool.h"
+
+namespace idem = idempotency;
+namespace gw = idempotency::gateway;
+
+namespace {
+
+constexpr const char* kProgram = "pubsub-idempotency-gateway";
+
+int fail(int code, const std::string& line) {
+  std::fprintf(stderr, "%s: %s\n", kProgram, line.c_str());
+  return code;
+}
+
+// The scheme alone: a backend URL may hold a password.
+std::string scheme_of(const std::string& url) { return url.substr(0, url.find(':')); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Block the shutdown signals before any thread starts (a backend may start one), so they
+  // all inherit the mask and serve() alone receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto parsed = gw::parse_config(argc, argv);
+  if (auto* exit = std::get_if<gw::ConfigExit>(&parsed)) {
+    if (exit->code == 0) {
+      std::fputs(exit->text.c_str(), stdout);
+      return 0;
+    }
+    return fail(exit->code, exit->text);
+  }
+  const gw::Config config = std::get<gw::Config>(std::move(parsed));
+
+  try {
+    idem::validate_lease(config.lease);
+  } catch (const std::invalid_argument& e) {
+    return fail(2, std::string("--lease: ") + e.what());
+  }
+  try {
+    idem::validate_ttl(config.ttl);
+  } catch (const std::invalid_argument& e) {
+    return fail(2, std::string("--ttl: ") + e.what());
+  }
+
+  gw::Authenticate authenticate;
+  if (!config.oidc_audience.empty()) {
+    idem::OidcOptions options{.audience = config.oidc_audience,
+                              .allowed_emails = config.oidc_emails};
+    if (config.jwks.rfind("http://", 0) == 0 || config.jwks.rfind("https://", 0) == 0) {
+      options.jwks_url = config.jwks;
+    } else {
+      options.jwks_file = config.jwks;
+    }
+    try {
+      auto verifier = std::make_shared<idem::OidcVerifier>(std::move(options));
+      authenticate = [verifier](const idem::pubsub::PushRequest& r) { return verifier->verify(r); };
+    } catch (const std::invalid_argument& e) {
+      return fail(2, std::string("--oidc-audience/--oidc-email/--jwks: ") + e.what());
+    }
+  }
+
+  // Open the store before serving: a malformed URL exits 2, an unreachable store exits 1,
+  // both before the port is bound, so a bad deploy fails its first health check loudly.
+  std::shared_ptr<idem::LockBackend> raw_backend;
+  try {
+    raw_backend = idem::open_backend(config.backend, {.ttl = config.ttl});
+  } catch (const std::invalid_argument& e) {
+    return fail(2, std::string("--backend: ") + e.what());
+  } catch (const std::exception& e) {
+    return fail(1, std::string("--backend: the store cannot be opened: ") + e.what());
+  }
+  if (auto reason = gw::probe_backend(*raw_backend, config.lease)) {
+    return fail(1, "--backend: the store does not answer: " + *reason);
+  }
+
+  auto metrics = std::make_shared<gw::Metrics>();
+  gw::GatewayDeps deps{
+      .backend = std::make_shared<gw::MeteredBackend>(raw_backend, metrics),
+      .upstream = std::make_shared<const gw::UpstreamPool>(gw::parse_upstream_url(config.upstream),
+                                                           config.upstream_timeout, config.workers),
+      .metrics = metrics,
+      .authenticate = std::move(authenticate),
+  };
+  idem::http::Handler handler = config.mode == gw::Mode::kPubsub
+                                    ? gw::make_pubsub_handler(config, deps)
+                                    : gw::make_idempotency_key_handler(config, deps);
+  auto router = gw::make_router(std::move(handler), raw_backend, config.lease, metrics);
+
+  const std::string mode = config.mode == gw::Mode::kPubsub ? "pubsub" : "idempotency-key";
+  return idem::http::serve(
+      config.listen_host, config.listen_port, std::move(router),
+      {.workers = config.workers, .max_body_bytes = config.max_body, .on_listening = [&](int port) {
+         idem::log(idem::LogRecord{idem::Severity::kInfo,
+                                   "gateway_listening",
+                                   "pubsub-idempotency-gateway is serving",
+                                   {{"port", std::to_string(port)},
+                                    {"mode", mode},
+                                    {"backend", scheme_of(config.backend)}}});
+         std::printf("listening on %d\n", port);
+         std::fflush(stdout);
+       }});
+}

@@ -1,0 +1,56 @@
+#include "metered_backend.h"
+
+#include <chrono>
+#include <utility>
+
+#include "idempotency/errors.h"
+
+namespace idempotency::gateway {
+namespace {
+
+// Runs `call`, timing it into `operation`'s histogram and counting a StoreError.
+template <typename Call>
+auto metered(Metrics& metrics, std::string_view operation, Call&& call) {
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    auto result = std::forward<Call>(call)();
+    metrics.backend_latency(operation).observe(std::chrono::steady_clock::now() - start);
+    return result;
+  } catch (const StoreError&) {
+    metrics.backend_latency(operation).observe(std::chrono::steady_clock::now() - start);
+    metrics.backend_error(operation);
+    throw;
+  }
+}
+
+}  // namespace
+
+MeteredBackend::MeteredBackend(std::shared_ptr<LockBackend> inner, std::shared_ptr<Metrics> metrics)
+    : LockBackend(BackendOptions{.ttl = inner->ttl()}),
+      inner_(std::move(inner)),
+      metrics_(std::move(metrics)) {}
+
+ClaimResult MeteredBackend::do_claim(std::string_view key, std::chrono::milliseconds lease,
+                                     const ClaimRequest& request) {
+  return metered(*metrics_, "claim", [&] { return inner_->claim(key, lease, request); });
+}
+
+bool MeteredBackend::do_complete(const Claim& claim, std::optional<std::string> result) {
+  return metered(*metrics_, "complete", [&] { return inner_->complete(claim, std::move(result)); });
+}
+
+void MeteredBackend::do_release(const Claim& claim) {
+  metered(*metrics_, "release", [&] {
+    inner_->release(claim);
+    return true;
+  });
+}
+
+std::size_t MeteredBackend::do_purge_expired() { return inner_->purge_expired(); }
+
+void MeteredBackend::do_wait_for_change(std::string_view key, std::chrono::milliseconds timeout,
+                                        const std::stop_token& stop) {
+  inner_->wait_for_change(key, timeout, stop);
+}
+
+}  // namespace idempotency::gateway

@@ -1,0 +1,34 @@
+// MeteredBackend: a LockBackend decorator that times every claim / complete / release and
+// counts the ones that throw, so the gateway can export backend latency even where the
+// library's wrapper (idempotent_response) calls the backend out of its sight.
+//
+// Thread safety: as safe as the backend it wraps (every shipped backend is shareable).
+#pragma once
+
+#include <memory>
+
+#include "idempotency/backend.h"
+#include "metrics.h"
+
+namespace idempotency::gateway {
+
+/// MeteredBackend forwards to `inner` and records into `metrics`.
+class MeteredBackend : public LockBackend {
+ public:
+  MeteredBackend(std::shared_ptr<LockBackend> inner, std::shared_ptr<Metrics> metrics);
+
+ protected:
+  ClaimResult do_claim(std::string_view key, std::chrono::milliseconds lease,
+                       const ClaimRequest& request) override;
+  bool do_complete(const Claim& claim, std::optional<std::string> result) override;
+  void do_release(const Claim& claim) override;
+  std::size_t do_purge_expired() override;
+  void do_wait_for_change(std::string_view key, std::chrono::milliseconds timeout,
+                          const std::stop_token& stop) override;
+
+ private:
+  std::shared_ptr<LockBackend> inner_;
+  std::shared_ptr<Metrics> metrics_;
+};
+
+}  // namespace idempotency::gateway

@@ -1,0 +1,117 @@
+#include "metrics.h"
+
+#include <cstdio>
+
+namespace idempotency::gateway {
+namespace {
+
+std::string number(double v) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.9g", v);
+  return buffer;
+}
+
+std::string with_label(const std::string& labels, const std::string& extra) {
+  return "{" + labels + (labels.empty() ? "" : ",") + extra + "}";
+}
+
+}  // namespace
+
+void Histogram::observe(std::chrono::steady_clock::duration d) {
+  const double seconds = std::chrono::duration<double>(d).count();
+  std::lock_guard lock(mutex_);
+  for (std::size_t i = 0; i < kBuckets.size(); ++i) {
+    if (seconds <= kBuckets[i]) {
+      ++counts_[i];
+      break;
+    }
+  }
+  ++count_;
+  sum_ += seconds;
+}
+
+void Histogram::render(std::string& out, const std::string& name, const std::string& labels) const {
+  std::lock_guard lock(mutex_);
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i < kBuckets.size(); ++i) {
+    cumulative += counts_[i];
+    out += name + "_bucket" + with_label(labels, "le=\"" + number(kBuckets[i]) + "\"") + " " +
+           std::to_string(cumulative) + "\n";
+  }
+  out += name + "_bucket" + with_label(labels, "le=\"+Inf\"") + " " + std::to_string(count_) + "\n";
+  const std::string plain = labels.empty() ? "" : "{" + labels + "}";
+  out += name + "_sum" + plain + " " + number(sum_) + "\n";
+  out += name + "_count" + plain + " " + std::to_string(count_) + "\n";
+}
+
+Metrics::Metrics() {
+  // Every outcome is exported from the start, so a rate() over it never sees a gap.
+  for (auto o :
+       {outcome::kHandled, outcome::kJoined, outcome::kDuplicate, outcome::kReplayed,
+        outcome::kContention, outcome::kConflict, outcome::kMismatch, outcome::kNackUpstream,
+        outcome::kNackUnavailable, outcome::kBackendError, outcome::kBadRequest,
+        outcome::kUnauthorized, outcome::kPassthrough, outcome::kError}) {
+    outcomes_.emplace(o, 0);
+  }
+  for (auto op : {"claim", "complete", "release"}) backend_errors_.emplace(op, 0);
+}
+
+void Metrics::count(std::string_view outcome) {
+  std::lock_guard lock(mutex_);
+  auto it = outcomes_.find(outcome);
+  if (it == outcomes_.end()) it = outcomes_.emplace(std::string(outcome), 0).first;
+  ++it->second;
+}
+
+Histogram& Metrics::backend_latency(std::string_view operation) {
+  if (operation == "claim") return claim_latency_;
+  if (operation == "complete") return complete_latency_;
+  return release_latency_;
+}
+
+void Metrics::backend_error(std::string_view operation) {
+  std::lock_guard lock(mutex_);
+  auto it = backend_errors_.find(operation);
+  if (it == backend_errors_.end()) it = backend_errors_.emplace(std::string(operation), 0).first;
+  ++it->second;
+}
+
+std::string Metrics::render() const {
+  std::string out;
+  {
+    std::lock_guard lock(mutex_);
+    out +=
+        "# HELP idempotency_gateway_requests_total Requests answered, by outcome.\n"
+        "# TYPE idempotency_gateway_requests_total counter\n";
+    for (const auto& [name, value] : outcomes_) {
+      out += "idempotency_gateway_requests_total{outcome=\"" + name + "\"} " +
+             std::to_string(value) + "\n";
+    }
+    out +=
+        "# HELP idempotency_gateway_backend_errors_total Backend calls that failed, by "
+        "operation.\n"
+        "# TYPE idempotency_gateway_backend_errors_total counter\n";
+    for (const auto& [name, value] : backend_errors_) {
+      out += "idempotency_gateway_backend_errors_total{operation=\"" + name + "\"} " +
+             std::to_string(value) + "\n";
+    }
+  }
+  out +=
+      "# HELP idempotency_gateway_request_duration_seconds Time to answer a request.\n"
+      "# TYPE idempotency_gateway_request_duration_seconds histogram\n";
+  request_latency_.render(out, "idempotency_gateway_request_duration_seconds", "");
+  out +=
+      "# HELP idempotency_gateway_upstream_duration_seconds One exchange with the upstream.\n"
+      "# TYPE idempotency_gateway_upstream_duration_seconds histogram\n";
+  upstream_latency_.render(out, "idempotency_gateway_upstream_duration_seconds", "");
+  out +=
+      "# HELP idempotency_gateway_backend_duration_seconds One backend call, by operation.\n"
+      "# TYPE idempotency_gateway_backend_duration_seconds histogram\n";
+  const std::string name = "idempotency_gateway_backend_duration_seconds";
+  claim_latency_.render(out, name, "operation=\"claim\"");
+  complete_latency_.render(out, name, "operation=\"complete\"");
+  release_latency_.render(out, name, "operation=\"release\"");
+  return out;
+}
+
+}  // namespace idempotency::gateway

@@ -1,0 +1,83 @@
+// Metrics: the gateway's counters and latency histograms, rendered in the Prometheus text
+// exposition format (version 0.0.4) for GET /metrics.
+//
+// Labels are a fixed, small set (outcomes, backend operations): never a key, path or header.
+//
+// Thread safety: every member function may be called from any number of threads at once.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+namespace idempotency::gateway {
+
+/// The outcomes counted in `idempotency_gateway_requests_total{outcome=...}`.
+namespace outcome {
+inline constexpr std::string_view kHandled = "handled";                ///< forwarded, 2xx
+inline constexpr std::string_view kJoined = "joined";                  ///< shared a running one
+inline constexpr std::string_view kDuplicate = "duplicate";            ///< done before: 204
+inline constexpr std::string_view kReplayed = "replayed";              ///< stored response sent
+inline constexpr std::string_view kContention = "contention";          ///< held elsewhere: 503
+inline constexpr std::string_view kConflict = "conflict";              ///< in flight: 409
+inline constexpr std::string_view kMismatch = "fingerprint_mismatch";  ///< key reuse: 422
+inline constexpr std::string_view kNackUpstream = "nack_upstream";     ///< upstream non-2xx
+inline constexpr std::string_view kNackUnavailable = "nack_upstream_unavailable";  ///< timeout
+inline constexpr std::string_view kBackendError = "backend_error";                 ///< store
+inline constexpr std::string_view kBadRequest = "bad_request";     ///< malformed, no key
+inline constexpr std::string_view kUnauthorized = "unauthorized";  ///< OIDC refused
+inline constexpr std::string_view kPassthrough = "passthrough";    ///< not deduplicated
+inline constexpr std::string_view kError = "error";                ///< anything else
+}  // namespace outcome
+
+/// Histogram counts observations into fixed latency buckets (seconds).
+class Histogram {
+ public:
+  static constexpr std::array<double, 12> kBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                      0.1,   0.25,   0.5,   1,    2.5,   10};
+  /// observe() records one duration.
+  void observe(std::chrono::steady_clock::duration d);
+  /// render() appends the `_bucket`, `_sum` and `_count` lines for `name{labels}`.
+  void render(std::string& out, const std::string& name, const std::string& labels) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::array<std::uint64_t, kBuckets.size()> counts_{};  // per bucket, not cumulative
+  std::uint64_t count_ = 0;
+  double sum_ = 0;
+};
+
+/// Metrics is the gateway's registry.
+class Metrics {
+ public:
+  Metrics();
+  /// count() adds one request with `outcome`.
+  void count(std::string_view outcome);
+  /// request_latency() is the time from receiving a request to answering it (health checks
+  /// and /metrics excluded).
+  Histogram& request_latency() { return request_latency_; }
+  /// upstream_latency() is one exchange with the upstream, success or not.
+  Histogram& upstream_latency() { return upstream_latency_; }
+  /// backend_latency() is one backend call: "claim", "complete" or "release".
+  Histogram& backend_latency(std::string_view operation);
+  /// backend_error() counts a backend call that threw.
+  void backend_error(std::string_view operation);
+  /// render() returns the whole exposition.
+  [[nodiscard]] std::string render() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::string, std::uint64_t, std::less<>> outcomes_;        // guarded by mutex_
+  std::map<std::string, std::uint64_t, std::less<>> backend_errors_;  // guarded by mutex_
+  Histogram request_latency_;
+  Histogram upstream_latency_;
+  Histogram claim_latency_;
+  Histogram complete_latency_;
+  Histogram release_latency_;
+};
+
+}  // namespace idempotency::gateway

@@ -1,0 +1,118 @@
+// DatastoreDouble: an in-process Datastore-mode REST server on 127.0.0.1 for tests.
+//
+// It speaks the slice of the Datastore v1 REST API the backend uses (beginTransaction, lookup,
+// commit, rollback, runQuery) and keeps the semantics that matter: entity versions; optimistic
+// read-write transactions whose commit is ABORTED (409) when an entity they read was changed by
+// another commit since; lookups; keys-only queries with an inequality filter on an indexed
+// property (excluded properties are not queryable, as in Datastore); inserts, upserts, deletes,
+// baseVersion. Faults: error replies before applying, error replies or long delays AFTER a
+// commit was applied (a lost commit response), and latency. It is not Google's emulator:
+// behaviour beyond this slice (indexes, limits, eventual consistency, lock waits) is not modelled.
+//
+// Thread safety: every member may be called from any thread while the server runs.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace httplib {
+class Server;
+class Request;
+class Response;
+}  // namespace httplib
+
+namespace idempotency::testing {
+
+class DatastoreDouble {
+ public:
+  using Json = nlohmann::json;
+
+  /// A scripted fault for the next `count` calls of `method` ("commit", "lookup", … or "*").
+  struct Fault {
+    std::string method = "*";
+    int count = 1;
+    /// The reply: HTTP status and Google's status name and message.
+    int http = 503;
+    std::string status = "UNAVAILABLE";
+    std::string message = "injected fault";
+    /// True: apply the call first, then fail the reply (a lost response). Commit only.
+    bool after_apply = false;
+    /// After applying, hold the reply this long (longer than the client timeout: the client
+    /// sees a dropped response) and then answer normally. Used with `after_apply`.
+    std::chrono::milliseconds delay{0};
+  };
+
+  /// DatastoreDouble() binds 127.0.0.1 on a free port and starts serving.
+  DatastoreDouble();
+  /// ~DatastoreDouble() stops the server.
+  ~DatastoreDouble();
+  DatastoreDouble(const DatastoreDouble&) = delete;
+  DatastoreDouble& operator=(const DatastoreDouble&) = delete;
+
+  /// endpoint() returns "http://127.0.0.1:PORT".
+  [[nodiscard]] std::string endpoint() const;
+  /// inject() queues a fault; faults are consumed in order.
+  void inject(Fault fault);
+  /// set_latency() delays every reply by `latency`.
+  void set_latency(std::chrono::milliseconds latency);
+  /// require_token() makes every call without `Authorization: Bearer token` a 401.
+  void require_token(std::string token);
+  /// calls() counts calls of `method` so far (all methods for "*").
+  [[nodiscard]] int calls(const std::string& method) const;
+  /// reset_counts() zeroes the call counters.
+  void reset_counts();
+  /// entity() returns the stored entity `name` of `kind` (any partition), if any.
+  [[nodiscard]] std::optional<Json> entity(const std::string& kind, const std::string& name) const;
+  /// entity_count() counts the stored entities of `kind`.
+  [[nodiscard]] std::size_t entity_count(const std::string& kind) const;
+  /// put() stores `entity` (with its key) as a non-transactional upsert would.
+  void put(const Json& entity);
+
+ private:
+  struct Stored {
+    Json entity;
+    std::int64_t version = 0;
+  };
+  struct Transaction {
+    std::map<std::string, std::int64_t> reads;  // key id -> version read (0: missing)
+  };
+  struct Reply {
+    int http = 200;
+    Json body;
+  };
+
+  void handle(const httplib::Request& req, httplib::Response& res);
+  Reply dispatch(const std::string& method, const Json& body);
+  Reply begin_transaction(const Json& body);
+  Reply lookup(const Json& body);
+  Reply commit(const Json& body);
+  Reply rollback(const Json& body);
+  Reply run_query(const Json& body);
+  static std::string key_id(const Json& key);
+  static Reply error(int http, const std::string& status, const std::string& message);
+  std::optional<Fault> take_fault(const std::string& method);
+  std::int64_t current_version(const std::string& id) const;
+
+  std::unique_ptr<httplib::Server> server_;
+  int port_ = 0;
+  std::thread thread_;
+
+  mutable std::mutex mutex_;
+  std::map<std::string, Stored> entities_;  // key id -> entity
+  std::map<std::string, Transaction> transactions_;
+  std::int64_t version_ = 0;
+  std::int64_t next_tx_ = 0;
+  std::vector<Fault> faults_;
+  std::chrono::milliseconds latency_{0};
+  std::string token_;
+  std::map<std::string, int> calls_;
+};
+
+}  // namespace idempotency::testing

@@ -1,0 +1,348 @@
+// DatastoreLock beyond the contract, on the REST double: lost commit responses, ABORTED and
+// transient retries, permanent errors, the key-name hash rule, the entity format, purge
+// batches, the URL form, endpoint / project / token resolution.
+#include "idempotency/datastore_lock.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "backends/datastore/datastore_double.h"
+#include "idempotency/errors.h"
+#include "support/claim_matchers.h"
+#include "support/test_servers.h"
+
+namespace idempotency::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using Fault = DatastoreDouble::Fault;
+
+constexpr milliseconds kLease = std::chrono::minutes(15);
+
+class DatastoreLockTest : public ::testing::Test {
+ protected:
+  DatastoreOptions options() {
+    return DatastoreOptions{.backend = {.clock = clock_},
+                            .project = "proj",
+                            .kind = kind_,
+                            .endpoint = server_.endpoint(),
+                            .initial_backoff = milliseconds(1),
+                            .max_backoff = milliseconds(5)};
+  }
+  std::unique_ptr<DatastoreLock> make() { return std::make_unique<DatastoreLock>(options()); }
+
+  DatastoreDouble server_;
+  std::string kind_ = unique_name("Records");
+  std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
+};
+
+// A fixed token for tests of the Authorization header.
+class FixedToken final : public auth::TokenSource {
+ public:
+  std::string access_token() override { return "tok-123"; }
+  std::string source() const override { return "fixed"; }
+};
+
+TEST_F(DatastoreLockTest, ALostCommitResponseMakesTheRetriedClaimReaffirmIt) {
+  auto backend = make();
+  server_.inject(Fault{.method = "commit", .after_apply = true});  // applied, reply lost (503)
+  Claim c = won(backend->claim("orders:1", kLease, ClaimRequest{.claim_token = "call-1"}));
+  EXPECT_EQ(c.fence, 1);
+  EXPECT_EQ(c.claim_token, "call-1");
+  EXPECT_EQ(server_.calls("commit"), 1);  // the retry re-affirmed: nothing written twice
+  EXPECT_EQ(backend->record("orders:1")->fence, 1);
+  held(backend->claim("orders:1", kLease));  // another call is still locked out
+  EXPECT_TRUE(backend->complete(c, std::string("ok")));
+}
+
+TEST_F(DatastoreLockTest, ALostCommitResponseByTimeoutAlsoReaffirms) {
+  DatastoreOptions o = options();
+  o.request_timeout = milliseconds(300);
+  DatastoreLock backend(o);
+  server_.inject(
+      Fault{.method = "commit", .after_apply = true, .delay = milliseconds(1500)});  // hangs
+  Claim c = won(backend.claim("orders:2", kLease));  // a fresh token, reused internally
+  EXPECT_EQ(c.fence, 1);
+  EXPECT_EQ(backend.record("orders:2")->claim_token, c.claim_token);
+}
+
+TEST_F(DatastoreLockTest, ALostCommitResponseOnTheReclaimPathReaffirmsWithoutADoubleBump) {
+  auto backend = make();
+  Claim first = won(backend->claim("orders:3", milliseconds(100)));
+  clock_->advance(milliseconds(200));  // the first holder's lease lapsed
+  server_.inject(Fault{.method = "commit", .after_apply = true});
+  Claim second = won(backend->claim("orders:3", kLease, ClaimRequest{.claim_token = "retry-me"}));
+  EXPECT_EQ(second.fence, first.fence + 1);
+  EXPECT_EQ(backend->record("orders:3")->fence, first.fence + 1);
+  EXPECT_FALSE(backend->complete(first));
+  EXPECT_TRUE(backend->complete(second));
+}
+
+TEST_F(DatastoreLockTest, ALostCompleteResponseStillReportsSuccess) {
+  auto backend = make();
+  Claim c = won(backend->claim("orders:4", kLease));
+  server_.inject(Fault{.method = "commit", .after_apply = true});
+  EXPECT_TRUE(backend->complete(c, std::string("receipt")));
+  EXPECT_EQ(done(backend->claim("orders:4", kLease)).result, std::optional<std::string>("receipt"));
+}
+
+TEST_F(DatastoreLockTest, AnAbortedCommitIsRetried) {
+  auto backend = make();
+  server_.inject(Fault{.method = "commit", .count = 2, .http = 409, .status = "ABORTED"});
+  Claim c = won(backend->claim("orders:5", kLease));
+  EXPECT_EQ(c.fence, 1);
+  EXPECT_EQ(server_.calls("beginTransaction"), 3);
+  EXPECT_EQ(server_.calls("commit"), 3);
+}
+
+TEST_F(DatastoreLockTest, TransientErrorsAreRetriedThenSucceed) {
+  auto backend = make();
+  server_.inject(Fault{.method = "beginTransaction", .http = 503, .status = "UNAVAILABLE"});
+  server_.inject(Fault{.method = "lookup", .http = 504, .status = "DEADLINE_EXCEEDED"});
+  server_.inject(Fault{.method = "lookup", .http = 500, .status = "INTERNAL"});
+  server_.inject(Fault{.method = "commit", .http = 429, .status = "RESOURCE_EXHAUSTED"});
+  (void)won(backend->claim("orders:6", kLease));
+  EXPECT_EQ(server_.calls("commit"), 2);
+}
+
+TEST_F(DatastoreLockTest, RetriesAreBounded) {
+  DatastoreOptions o = options();
+  o.max_attempts = 3;
+  DatastoreLock backend(o);
+  server_.inject(Fault{.method = "beginTransaction", .count = 100, .message = "backend down"});
+  try {
+    (void)backend.claim("orders:7", kLease);
+    FAIL() << "expected StoreError";
+  } catch (const StoreError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("gave up after 3 attempts"));
+    EXPECT_THAT(e.what(), HasSubstr("UNAVAILABLE"));
+  }
+  EXPECT_EQ(server_.calls("beginTransaction"), 3);
+}
+
+TEST_F(DatastoreLockTest, APermanentErrorIsAStoreErrorWithGooglesStatusAndNoKey) {
+  auto backend = make();
+  server_.inject(Fault{.method = "lookup",
+                       .http = 403,
+                       .status = "PERMISSION_DENIED",
+                       .message = "Missing permission on key orders:secret-42."});
+  try {
+    (void)backend->claim("orders:secret-42", kLease);
+    FAIL() << "expected StoreError";
+  } catch (const StoreError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("403 PERMISSION_DENIED"));
+    EXPECT_THAT(e.what(), HasSubstr("Missing permission on key"));
+    EXPECT_THAT(e.what(), Not(HasSubstr("secret-42")));
+  }
+  EXPECT_EQ(server_.calls("beginTransaction"), 1);  // not retried
+  EXPECT_EQ(server_.calls("rollback"), 1);          // the open transaction was abandoned
+}
+
+TEST_F(DatastoreLockTest, AnUnreachableServerIsAStoreError) {
+  DatastoreOptions o = options();
+  o.endpoint = "http://127.0.0.1:1";
+  o.max_attempts = 2;
+  DatastoreLock backend(o);
+  EXPECT_THROW((void)backend.claim("k", kLease), StoreError);
+}
+
+TEST_F(DatastoreLockTest, KeysDatastoreWouldRefuseAreHashed) {
+  EXPECT_EQ(datastore_key_name("orders:1"), "orders:1");
+  EXPECT_EQ(datastore_key_name("üñí/ça va"), "üñí/ça va");
+  for (const std::string& odd :
+       {std::string("a\0b", 3), std::string("\xff\xfe"), std::string("\xc0\x80"),
+        std::string("\xed\xa0\x80"), std::string("__reserved__"), std::string("sha256:x")}) {
+    const std::string name = datastore_key_name(odd);
+    EXPECT_EQ(name.size(), 7 + 64);
+    EXPECT_EQ(name.rfind("sha256:", 0), 0U);
+  }
+  EXPECT_NE(datastore_key_name(std::string("a\0b", 3)), datastore_key_name(std::string("a\0c", 3)));
+  EXPECT_EQ(datastore_key_name(std::string(1024, 'k')), std::string(1024, 'k'));
+}
+
+TEST_F(DatastoreLockTest, OddKeysRoundTripUnderTheirHashedName) {
+  auto backend = make();
+  const std::string key("order\0\xff__", 9);
+  Claim c = won(backend->claim(key, kLease));
+  EXPECT_TRUE(backend->complete(c, std::string("r")));
+  EXPECT_TRUE(server_.entity(kind_, datastore_key_name(key)).has_value());
+  EXPECT_EQ(done(backend->claim(key, kLease)).result, std::optional<std::string>("r"));
+  (void)won(backend->claim("__x__", kLease));
+  (void)won(backend->claim(std::string(1024, '\x80'), kLease));
+}
+
+TEST_F(DatastoreLockTest, TheEntityRoundTripsExactlyAndIndexesOnlyExpiresAt) {
+  auto backend = make();
+  const std::string bytes("\0\x01\xffresult", 9);
+  Claim c = won(backend->claim("orders:8", kLease,
+                               ClaimRequest{.claim_token = "tok\xff", .fingerprint = "fp"}));
+  ASSERT_TRUE(backend->complete(c, bytes));
+  const Record r = *backend->record("orders:8");
+  EXPECT_EQ(r.state, RecordState::kDone);
+  EXPECT_EQ(r.fence, 1);
+  EXPECT_EQ(r.claim_token, "tok\xff");
+  EXPECT_EQ(r.result, std::optional<std::string>(bytes));
+  EXPECT_EQ(r.fingerprint, std::optional<std::string>("fp"));
+  EXPECT_EQ(r.expires_at, to_millis(clock_->now()) + kDefaultTtl.count());
+  const nlohmann::json e = *server_.entity(kind_, "orders:8");
+  const auto& p = e["properties"];
+  EXPECT_EQ(p["expires_at"]["timestampValue"], "2026-05-28T21:26:40.000Z");
+  EXPECT_FALSE(p["expires_at"].contains("excludeFromIndexes"));
+  for (const char* name : {"state", "fence", "lease_expiry_ms", "expires_at_ms", "claim_token",
+                           "result", "fingerprint"}) {
+    EXPECT_EQ(p[name]["excludeFromIndexes"], true) << name;
+  }
+  EXPECT_EQ(p["fence"]["integerValue"], "1");  // int64 travels as a JSON string
+  // A result over Datastore's 1500-byte indexed limit is fine: it is not indexed.
+  Claim big = won(backend->claim("orders:9", kLease));
+  EXPECT_TRUE(backend->complete(big, std::string(100'000, 'x')));
+}
+
+TEST_F(DatastoreLockTest, AMalformedEntityIsAStoreError) {
+  auto backend = make();
+  server_.put(
+      {{"key",
+        {{"partitionId", {{"projectId", "proj"}}}, {"path", {{{"kind", kind_}, {"name", "bad"}}}}}},
+       {"properties", {{"state", {{"integerValue", "7"}}}}}});
+  EXPECT_THROW((void)backend->claim("bad", kLease), StoreError);
+}
+
+TEST_F(DatastoreLockTest, PurgeDeletesExpiredRecordsInBatches) {
+  DatastoreOptions o = options();
+  o.purge_batch_size = 2;
+  o.backend.ttl = milliseconds(1000);
+  DatastoreLock backend(o);
+  for (int i = 0; i < 5; ++i) {
+    Claim c = won(backend.claim("old-" + std::to_string(i), milliseconds(100)));
+    ASSERT_TRUE(backend.complete(c));
+  }
+  clock_->advance(milliseconds(5000));
+  (void)won(backend.claim("live", kLease));
+  server_.reset_counts();
+  EXPECT_EQ(backend.purge_expired(), 5U);
+  EXPECT_EQ(server_.calls("commit"), 3);  // 2 + 2 + 1
+  EXPECT_EQ(server_.entity_count(kind_), 1U);
+  EXPECT_EQ(backend.purge_expired(), 0U);
+  held(backend.claim("live", kLease));  // the live record survived the purge
+}
+
+TEST_F(DatastoreLockTest, PurgeLeavesOtherKindsAndNamespacesAlone) {
+  DatastoreOptions o = options();
+  o.backend.ttl = milliseconds(10);
+  DatastoreLock a(o);
+  o.namespace_id = "other";
+  DatastoreLock b(o);
+  Claim ca = won(a.claim("k", milliseconds(10)));
+  Claim cb = won(b.claim("k", milliseconds(10)));
+  clock_->advance(milliseconds(100));
+  EXPECT_EQ(a.purge_expired(), 1U);
+  EXPECT_TRUE(b.record("k").has_value());
+  EXPECT_EQ(b.purge_expired(), 1U);
+}
+
+TEST_F(DatastoreLockTest, TheUrlFormIsParsed) {
+  DatastoreOptions o = parse_datastore_url("datastore://my-proj/tenant-a?kind=Orders&database=db2");
+  EXPECT_EQ(o.project, "my-proj");
+  EXPECT_EQ(o.namespace_id, "tenant-a");
+  EXPECT_EQ(o.kind, "Orders");
+  EXPECT_EQ(o.database, "db2");
+  DatastoreOptions bare = parse_datastore_url("datastore://p");
+  EXPECT_EQ(bare.project, "p");
+  EXPECT_EQ(bare.namespace_id, "");
+  EXPECT_EQ(bare.kind, "IdempotencyRecord");
+  EXPECT_THROW((void)parse_datastore_url("redis://x"), std::invalid_argument);
+  EXPECT_THROW((void)parse_datastore_url("datastore://p?colour=red"), std::invalid_argument);
+  EXPECT_THROW((void)parse_datastore_url("datastore://p/a/b"), std::invalid_argument);
+}
+
+TEST_F(DatastoreLockTest, ANamedDatabaseIsAddressed) {
+  DatastoreOptions o = options();
+  o.database = "db2";
+  DatastoreLock backend(o);
+  (void)won(backend.claim("k", kLease));
+  EXPECT_EQ((*server_.entity(kind_, "k"))["key"]["partitionId"]["databaseId"], "db2");
+}
+
+TEST_F(DatastoreLockTest, BadOptionsAreRejected) {
+  DatastoreOptions o = options();
+  o.kind = "__kind__";
+  EXPECT_THROW(DatastoreLock{o}, std::invalid_argument);
+  o = options();
+  o.max_attempts = 0;
+  EXPECT_THROW(DatastoreLock{o}, std::invalid_argument);
+  o = options();
+  o.purge_batch_size = 501;
+  EXPECT_THROW(DatastoreLock{o}, std::invalid_argument);
+}
+
+TEST_F(DatastoreLockTest, CredentialsAreSentAsABearerToken) {
+  server_.require_token("tok-123");
+  DatastoreOptions o = options();
+  o.max_attempts = 1;
+  {
+    DatastoreLock anonymous(o);
+    try {
+      (void)anonymous.claim("k", kLease);
+      FAIL() << "expected StoreError";
+    } catch (const StoreError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("401 UNAUTHENTICATED"));
+    }
+  }
+  o.credentials = std::make_shared<FixedToken>();
+  DatastoreLock authed(o);
+  (void)won(authed.claim("k", kLease));
+}
+
+// Environment variables are process-wide; these tests set and restore them.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;  // NOLINT(concurrency-mt-unsafe)
+    ::setenv(name, value.c_str(), 1);                     // NOLINT(concurrency-mt-unsafe)
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);  // NOLINT(concurrency-mt-unsafe)
+    } else {
+      ::unsetenv(name_);  // NOLINT(concurrency-mt-unsafe)
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST_F(DatastoreLockTest, TheEmulatorHostAndProjectComeFromTheEnvironment) {
+  ScopedEnv host("DATASTORE_EMULATOR_HOST", server_.endpoint().substr(7));
+  ScopedEnv project("GOOGLE_CLOUD_PROJECT", "env-proj");
+  DatastoreLock backend(DatastoreOptions{.backend = {.clock = clock_}, .kind = kind_});
+  EXPECT_EQ(backend.project(), "env-proj");
+  (void)won(backend.claim("k", kLease));
+  EXPECT_EQ((*server_.entity(kind_, "k"))["key"]["partitionId"]["projectId"], "env-proj");
+}
+
+TEST_F(DatastoreLockTest, NoProjectAnywhereIsAStoreErrorNamingTheSources) {
+  ScopedEnv host("DATASTORE_EMULATOR_HOST", server_.endpoint().substr(7));
+  ScopedEnv project("GOOGLE_CLOUD_PROJECT", "");
+  ScopedEnv emulator_project("DATASTORE_PROJECT_ID", "");
+  ScopedEnv metadata("GCE_METADATA_HOST", "127.0.0.1:1");
+  try {
+    DatastoreLock backend(DatastoreOptions{.kind = kind_});
+    FAIL() << "expected StoreError";
+  } catch (const StoreError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("GOOGLE_CLOUD_PROJECT"));
+    EXPECT_THAT(e.what(), HasSubstr("metadata server"));
+  }
+}
+
+}  // namespace
+}  // namespace idempotency::testing

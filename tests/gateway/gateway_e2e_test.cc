@@ -1,0 +1,458 @@
+// End to end: pubsub-idempotency-gateway and a tiny upstream (gateway_test_upstream) as real
+// processes over real HTTP, on the backend GATEWAY_BACKEND names (sqlite, redis, postgres).
+// Pub/Sub's part (redelivery, concurrent duplicates, retries after a nack) is played by the
+// test. Tests wait on observable state (the upstream's call count), never on sleeps.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <openssl/evp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/child_process.h"
+#include "support/temp_dir.h"
+#include "support/test_servers.h"
+
+namespace idempotency::testing {
+namespace {
+
+constexpr std::string_view kBackend = GATEWAY_BACKEND;
+
+std::string base64(const std::string& s) {
+  std::string out(4 * ((s.size() + 2) / 3) + 1, '\0');
+  out.resize(static_cast<std::size_t>(EVP_EncodeBlock(
+      reinterpret_cast<unsigned char*>(out.data()),
+      reinterpret_cast<const unsigned char*>(s.data()), static_cast<int>(s.size()))));
+  return out;
+}
+
+std::string envelope(const std::string& id,
+                     const nlohmann::json& attributes = nlohmann::json::object()) {
+  return nlohmann::json{
+      {"message", {{"messageId", id}, {"data", base64("order " + id)}, {"attributes", attributes}}},
+      {"subscription", "projects/p/subscriptions/orders"},
+      {"deliveryAttempt", 1}}
+      .dump();
+}
+
+struct Reply {
+  int status = -1;
+  std::string body;
+  httplib::Headers headers;
+  [[nodiscard]] std::string header(const char* name) const {
+    auto it = headers.find(name);
+    return it == headers.end() ? "" : it->second;
+  }
+};
+
+Reply send(int port, const std::string& method, const std::string& path,
+           const std::string& body = {}, const httplib::Headers& headers = {}) {
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(30, 0);
+  httplib::Request request;
+  request.method = method;
+  request.path = path;
+  request.headers = headers;
+  request.body = body;
+  if (!body.empty()) request.set_header("Content-Type", "application/json");
+  auto r = client.send(request);
+  if (!r) return {};
+  return {r->status, r->body, r->headers};
+}
+
+int post(int port, const std::string& body) { return send(port, "POST", "/push", body).status; }
+
+class GatewayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (kBackend == "sqlite") {
+      backend_url_ = "sqlite://" + dir_.file("idem.db");
+    } else if (kBackend == "redis") {
+      backend_url_ = redis_url();
+    } else {
+      backend_url_ = postgres_url();
+    }
+    if (backend_url_.empty()) GTEST_SKIP() << "no " << kBackend << " test server";
+    upstream_ = std::make_unique<ChildProcess>(GATEWAY_UPSTREAM_PATH, std::vector<std::string>{},
+                                               std::vector<std::pair<std::string, std::string>>{});
+  }
+
+  // Keys are namespaced per test, so tests sharing one Redis or PostgreSQL never meet.
+  std::unique_ptr<ChildProcess> start_gateway(std::vector<std::string> extra = {},
+                                              std::string upstream = {}) {
+    if (upstream.empty()) upstream = "http://127.0.0.1:" + std::to_string(upstream_->port());
+    std::vector<std::string> args{
+        "--listen",   "127.0.0.1:0",  "--upstream", upstream,    "--backend",
+        backend_url_, "--key-prefix", prefix_,      "--workers", "8"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return std::make_unique<ChildProcess>(GATEWAY_PATH, std::move(args),
+                                          std::vector<std::pair<std::string, std::string>>{});
+  }
+
+  [[nodiscard]] int calls(const std::string& id) const {
+    return std::stoi(send(upstream_->port(), "GET", "/count?id=" + id).body);
+  }
+
+  // Waits (bounded) until the upstream has seen `n` calls for `id`: the request is in flight.
+  void wait_for_calls(const std::string& id, int n) const {
+    for (int i = 0; i < 5000 && calls(id) < n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_GE(calls(id), n);
+  }
+
+  TempDir dir_;
+  std::string prefix_ = unique_name("gw") + ":";
+  std::string backend_url_;
+  std::unique_ptr<ChildProcess> upstream_;
+};
+
+// --- pubsub mode ------------------------------------------------------------------------
+
+// Suite names carry the backend (gateway_sqlite_pubsub, ...), so the three programs register
+// distinct CTest names and `ctest -R gateway` selects them all.
+class GATEWAY_PUBSUB_SUITE : public GatewayTest {};
+
+TEST_F(GATEWAY_PUBSUB_SUITE, ADuplicateIsForwardedOnceAndAcked204) {
+  auto gateway = start_gateway();
+  const auto first = send(gateway->port(), "POST", "/push", envelope("m-1"));
+  EXPECT_EQ(first.status, 201) << "the upstream's own status is answered";
+  EXPECT_EQ(first.body, "processed call 1 POST /push\n");
+  EXPECT_EQ(post(gateway->port(), envelope("m-1")), 204);
+  EXPECT_EQ(calls("m-1"), 1);
+  EXPECT_EQ(gateway->terminate(), 0);
+}
+
+TEST_F(GATEWAY_PUBSUB_SUITE, TheUpstreamGetsTheFencingToken) {
+  auto gateway = start_gateway();
+  ASSERT_EQ(post(gateway->port(), envelope("m-fence")), 201);
+  const std::string fence = send(upstream_->port(), "GET", "/fence?id=m-fence").body;
+  ASSERT_FALSE(fence.empty());
+  EXPECT_GE(std::stoll(fence), 1);
+}
+
+TEST_F(GATEWAY_PUBSUB_SUITE, AnUpstream500IsNackedReleasedAndTheRedeliverySucceedsOnce) {
+  auto gateway = start_gateway();
+  const auto body = envelope("m-500", {{"test_behavior", "fail_first"}});
+  EXPECT_EQ(post(gateway->port(), body), 500) << "never ack what the upstream failed";
+  EXPECT_EQ(post(gateway->port(), body), 201) << "the key was released: redelivery runs";
+  EXPECT_EQ(post(gateway->port(), body), 204);
+  EXPECT_EQ(calls("m-500"), 2);
+}
+
+TEST_F(GATEWAY_PUBSUB_SUITE, AnUpstreamHangingPastTheTimeoutIsNacked503AndReleased) {
+  auto gateway = start_gateway({"--upstream-timeout", "300ms"});
+  const auto body =
+      envelope("m-hang", {{"test_behavior", "hang_first"}, {"test_sleep_ms", "1500"}});
+  EXPECT_EQ(post(gateway->port(), body), 503);
+  EXPECT_EQ(post(gateway->port(), body), 201);
+  EXPECT_EQ(post(gateway->port(), body), 204);
+  EXPECT_EQ(calls("m-hang"), 2);
+}
+
+TEST_F(GATEWAY_PUBSUB_SUITE, AnUnreachableUpstreamIsNacked503) {
+  auto closed = std::make_unique<ChildProcess>(GATEWAY_UPSTREAM_PATH, std::vector<std::string>{},
+                                               std::vector<std::pair<std::string, std::string>>{});
+  const std::string url = "http://127.0.0.1:" + std::to_string(closed->port());
+  EXPECT_EQ(closed->terminate(), 0);  // nothing listens there any more
+  auto gateway = start_gateway({}, url);
+  EXPECT_EQ(post(gateway->port(), envelope("m-down")), 503);
+  const auto metrics = send(gateway->port(), "GET", "/metrics").body;
+  EXPECT_NE(
+      metrics.find("idempotency_gateway_requests_total{outcome=\"nack_upstream_unavailable\"} 1"),
+      std::string::npos)
+      << metrics;
+}
+
+TEST_F(GATEWAY_PUBSUB_SUITE, ConcurrentDuplicatesOnOneInstanceCallTheUpstreamOnce) {
+  auto gateway = start_gateway();
+  const auto body = envelope("m-join", {{"test_behavior", "slow"}, {"test_sleep_ms", "600"}});
+  int a = 0;
+  int b = 0;
+  {
+    std::jthread first([&] { a = post(gateway->port(), body); });
+    wait_for_calls("m-join", 1);
+    std::jthread second([&] { b = post(gateway->port(), body); });
+  }
+  EXPECT_EQ(a, 201);
+  EXPECT_TRUE(b == 201 || b == 204) << "joined the first, or came after it: " << b;
+  EXPECT_EQ(calls("m-join"), 1);
+}
+
+TEST_F(GATEWAY_PUBSUB_SUITE, ConcurrentDuplicatesOnTwoInstancesCallTheUpstreamOnce) {
+  auto one = start_gateway();
+  auto two = start_gateway();
+  const auto body = envelope("m-two", {{"test_behavior", "slow"}, {"test_sleep_ms", "600"}});
+  int a = 0;
+  Reply b;
+  {
+    std::jthread first([&] { a = post(one->port(), body); });
+    wait_for_calls("m-two", 1);
+    b = send(two->port(), "POST", "/push", body);
+  }
+  EXPECT_EQ(a, 201);
+  EXPECT_EQ(b.status, 503) << "held elsewhere: nack so Pub/Sub retries";
+  EXPECT_FALSE(b.header("Retry-After").empty());
+  EXPECT_EQ(post(two->port(), body), 204) << "the retry finds it done";
+  EXPECT_EQ(calls("m-two"), 1);
+}
+
+TEST_F(GATEWAY_PUBSUB_SUITE, AKeyFromAnAttributeDeduplicatesDifferentMessages) {
+  auto gateway = start_gateway({"--key", "attribute:po_id"});
+  EXPECT_EQ(post(gateway->port(), envelope("m-a", {{"po_id", "po-7"}})), 201);
+  EXPECT_EQ(post(gateway->port(), envelope("m-b", {{"po_id", "po-7"}})), 204);
+  EXPECT_EQ(post(gateway->port(), envelope("m-c")), 400) << "no attribute: fail closed";
+  EXPECT_EQ(calls("m-a") + calls("m-b") + calls("m-c"), 1);
+}
+
+TEST_F(GATEWAY_PUBSUB_SUITE, AMalformedPushIsA400AndNeverForwarded) {
+  auto gateway = start_gateway();
+  EXPECT_EQ(post(gateway->port(), "{not json"), 400);
+  EXPECT_EQ(calls("?"), 0);
+}
+
+TEST_F(GATEWAY_PUBSUB_SUITE, WithOidcOnAnUnsignedPushIs401AndNeverForwarded) {
+  std::ofstream(dir_.file("jwks.json")) << R"({"keys":[]})";
+  auto gateway =
+      start_gateway({"--oidc-audience", "https://gw.example/push", "--oidc-email",
+                     "push@p.iam.gserviceaccount.com", "--jwks", dir_.file("jwks.json")});
+  EXPECT_EQ(post(gateway->port(), envelope("m-oidc")), 401);
+  EXPECT_EQ(calls("m-oidc"), 0);
+}
+
+TEST_F(GATEWAY_PUBSUB_SUITE, SigtermLetsTheRequestInFlightCompleteAndExitsZero) {
+  auto gateway = start_gateway();
+  int status = 0;
+  std::jthread in_flight([&] {
+    status = post(gateway->port(),
+                  envelope("m-term", {{"test_behavior", "slow"}, {"test_sleep_ms", "700"}}));
+  });
+  wait_for_calls("m-term", 1);
+  EXPECT_EQ(gateway->terminate(), 0);
+  in_flight.join();
+  EXPECT_EQ(status, 201);
+}
+
+TEST_F(GATEWAY_PUBSUB_SUITE, HealthReadinessAndMetricsAreServed) {
+  auto gateway = start_gateway();
+  EXPECT_EQ(send(gateway->port(), "GET", "/healthz").status, 200);
+  EXPECT_EQ(send(gateway->port(), "GET", "/readyz").status, 200);
+  ASSERT_EQ(post(gateway->port(), envelope("m-metrics")), 201);
+  ASSERT_EQ(post(gateway->port(), envelope("m-metrics")), 204);
+  const auto metrics = send(gateway->port(), "GET", "/metrics");
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.header("Content-Type").find("text/plain"), std::string::npos);
+  for (const char* line : {
+           "# TYPE idempotency_gateway_requests_total counter",
+           "idempotency_gateway_requests_total{outcome=\"handled\"} 1\n",
+           "idempotency_gateway_requests_total{outcome=\"duplicate\"} 1\n",
+           "# TYPE idempotency_gateway_upstream_duration_seconds histogram",
+           "idempotency_gateway_upstream_duration_seconds_count 1\n",
+           "idempotency_gateway_request_duration_seconds_count 2\n",
+           R"(idempotency_gateway_backend_duration_seconds_bucket{operation="claim",le="+Inf"} 2)",
+           "idempotency_gateway_backend_errors_total{operation=\"claim\"} 0\n",
+       }) {
+    EXPECT_NE(metrics.body.find(line), std::string::npos) << line << "\n" << metrics.body;
+  }
+  EXPECT_EQ(metrics.body.find("m-metrics"), std::string::npos) << "no key in a metric";
+  EXPECT_EQ(calls("/healthz"), 0);
+}
+
+// --- idempotency-key mode ---------------------------------------------------------------
+
+class GATEWAY_KEY_SUITE : public GatewayTest {
+ protected:
+  std::unique_ptr<ChildProcess> start() { return start_gateway({"--mode", "idempotency-key"}); }
+  static Reply post_key(int port, const std::string& key, const std::string& body,
+                        httplib::Headers extra = {}) {
+    extra.emplace("Idempotency-Key", key);
+    return send(port, "POST", "/v1/charges", body, extra);
+  }
+};
+
+TEST_F(GATEWAY_KEY_SUITE, AMissingKeyIs400AndOtherMethodsPassThrough) {
+  auto gateway = start();
+  EXPECT_EQ(send(gateway->port(), "POST", "/v1/charges", R"({"amount":1})").status, 400);
+  EXPECT_EQ(send(gateway->port(), "PATCH", "/v1/charges/1", R"({"amount":1})").status, 400);
+  const auto get = send(gateway->port(), "GET", "/v1/charges/1", {}, {{"X-Test-Id", "get-1"}});
+  EXPECT_EQ(get.status, 201);
+  EXPECT_EQ(send(gateway->port(), "GET", "/v1/charges/1", {}, {{"X-Test-Id", "get-1"}}).status,
+            201);
+  EXPECT_EQ(calls("get-1"), 2) << "GET is not deduplicated";
+  EXPECT_EQ(send(upstream_->port(), "GET", "/fence?id=get-1").body, "") << "no fence unclaimed";
+}
+
+TEST_F(GATEWAY_KEY_SUITE, ARetryReplaysTheStoredResponseByteForByte) {
+  auto gateway = start();
+  const auto first = post_key(gateway->port(), "k-1", R"({"amount":100})");
+  ASSERT_EQ(first.status, 201);
+  EXPECT_TRUE(first.header("Idempotency-Replayed").empty());
+  const auto again = post_key(gateway->port(), "k-1", R"({"amount":100})");
+  EXPECT_EQ(again.status, 201);
+  EXPECT_EQ(again.body, first.body);
+  EXPECT_EQ(again.header("X-Upstream-Call"), "1");
+  EXPECT_EQ(again.header("Content-Type"), first.header("Content-Type"));
+  EXPECT_EQ(again.header("Idempotency-Replayed"), "true");
+  EXPECT_EQ(calls("k-1"), 1);
+}
+
+TEST_F(GATEWAY_KEY_SUITE, TheSameKeyWithAnotherBodyIs422) {
+  auto gateway = start();
+  ASSERT_EQ(post_key(gateway->port(), "k-2", R"({"amount":100})").status, 201);
+  EXPECT_EQ(post_key(gateway->port(), "k-2", R"({"amount":999})").status, 422);
+  EXPECT_EQ(calls("k-2"), 1);
+}
+
+TEST_F(GATEWAY_KEY_SUITE, TheSameKeyWhileTheFirstIsInFlightIs409) {
+  auto gateway = start();
+  int first = 0;
+  Reply second;
+  {
+    std::jthread one([&] {
+      first = post_key(gateway->port(), "k-3", "{}",
+                       {{"X-Test-Behavior", "slow"}, {"X-Test-Sleep-Ms", "600"}})
+                  .status;
+    });
+    wait_for_calls("k-3", 1);
+    second = post_key(gateway->port(), "k-3", "{}",
+                      {{"X-Test-Behavior", "slow"}, {"X-Test-Sleep-Ms", "600"}});
+  }
+  EXPECT_EQ(first, 201);
+  EXPECT_EQ(second.status, 409);
+  EXPECT_FALSE(second.header("Retry-After").empty());
+  EXPECT_EQ(calls("k-3"), 1);
+}
+
+TEST_F(GATEWAY_KEY_SUITE, FailuresAreNotStored) {
+  auto gateway = start_gateway({"--mode", "idempotency-key", "--upstream-timeout", "300ms"});
+  EXPECT_EQ(post_key(gateway->port(), "k-4", "{}", {{"X-Test-Behavior", "fail_first"}}).status, 500)
+      << "the upstream's own failure is passed through";
+  EXPECT_EQ(post_key(gateway->port(), "k-4", "{}", {{"X-Test-Behavior", "fail_first"}}).status,
+            201);
+  EXPECT_EQ(calls("k-4"), 2);
+  EXPECT_EQ(post_key(gateway->port(), "k-5", "{}",
+                     {{"X-Test-Behavior", "hang_first"}, {"X-Test-Sleep-Ms", "1500"}})
+                .status,
+            504);
+  EXPECT_EQ(post_key(gateway->port(), "k-5", "{}",
+                     {{"X-Test-Behavior", "hang_first"}, {"X-Test-Sleep-Ms", "1500"}})
+                .status,
+            201);
+  EXPECT_EQ(calls("k-5"), 2);
+}
+
+// --- start-up checks: backend-independent, built into the SQLite program only -----------
+
+#ifdef GATEWAY_FLAG_TESTS
+// Runs a program to its exit (bounded), returning its exit code and what it wrote to stderr.
+std::pair<int, std::string> run_to_exit(const std::string& program, std::vector<std::string> args) {
+  int err[2];
+  if (pipe(err) != 0) return {-1, "pipe failed"};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(err[1], STDERR_FILENO);
+    close(err[0]);
+    close(err[1]);
+    unsetenv("PORT");  // NOLINT(concurrency-mt-unsafe): the forked child is single-threaded
+    std::vector<char*> argv{const_cast<char*>(program.c_str())};
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(program.c_str(), argv.data());
+    _exit(127);
+  }
+  close(err[1]);
+  std::string text;
+  bool closed = false;  // stderr closed: the program is exiting
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!closed && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{err[0], POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0) continue;
+    char buf[512];
+    const ssize_t n = read(err[0], buf, sizeof buf);
+    if (n <= 0) {
+      closed = true;
+    } else {
+      text.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+  close(err[0]);
+  int status = 0;
+  if (!closed) {
+    kill(pid, SIGKILL);  // still running: it served instead of refusing the flags
+    waitpid(pid, &status, 0);
+    return {-2, text};
+  }
+  waitpid(pid, &status, 0);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text};
+}
+
+class gateway_flags : public ::testing::Test {
+ protected:
+  static std::pair<int, std::string> run(std::vector<std::string> args) {
+    return run_to_exit(GATEWAY_PATH, std::move(args));
+  }
+  static void expect_refused(std::vector<std::string> args, const std::string& reason,
+                             int code = 2) {
+    args.insert(args.begin(), {"--listen", "127.0.0.1:0"});
+    const auto [exit_code, err] = run(args);
+    EXPECT_EQ(exit_code, code) << err;
+    EXPECT_NE(err.find(reason), std::string::npos) << err;
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << "one line: " << err;
+  }
+};
+
+TEST_F(gateway_flags, BadFlagsExit2WithOneLineSayingWhichAndWhy) {
+  TempDir dir;
+  const std::string backend = "sqlite://" + dir.file("idem.db");
+  const std::vector<std::string> ok{"--upstream", "http://127.0.0.1:1", "--backend", backend};
+  auto with = [&](std::vector<std::string> extra) {
+    auto args = ok;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  expect_refused({"--backend", backend}, "--upstream");
+  expect_refused(with({"--lease", "15x"}), "--lease: '15x' is not a duration");
+  expect_refused(with({"--ttl", "soon"}), "--ttl");
+  expect_refused(with({"--upstream-timeout", "0s"}), "--upstream-timeout: must be above zero");
+  expect_refused(with({"--key", "body:id"}), "--key: 'body:id'");
+  expect_refused(with({"--key", "attribute:"}), "--key");
+  expect_refused(with({"--mode", "exactly-once"}), "--mode");
+  expect_refused(with({"--max-body", "lots"}), "--max-body");
+  expect_refused({"--upstream", "ftp://x", "--backend", backend}, "--upstream");
+  expect_refused({"--upstream", "http://127.0.0.1:1", "--backend", "nosuch://x"}, "--backend");
+  expect_refused({"--upstream", "http://127.0.0.1:1", "--backend", "not a url"}, "--backend");
+  expect_refused(with({"--oidc-audience", "https://a"}), "--oidc-audience");
+  expect_refused(with({"--no-such-flag"}), "no-such-flag");
+}
+
+TEST_F(gateway_flags, AnUnopenableStoreExits1BeforeServing) {
+  expect_refused({"--upstream", "http://127.0.0.1:1", "--backend",
+                  "sqlite:///nonexistent-dir/for/sure/idem.db"},
+                 "--backend", 1);
+}
+
+TEST_F(gateway_flags, FlagsCanComeFromTheEnvironment) {
+  TempDir dir;
+  ChildProcess gateway(GATEWAY_PATH, {},
+                       {{"IDEMPOTENCY_LISTEN", "127.0.0.1:0"},
+                        {"IDEMPOTENCY_UPSTREAM", "http://127.0.0.1:1"},
+                        {"IDEMPOTENCY_BACKEND", "sqlite://" + dir.file("idem.db")},
+                        {"IDEMPOTENCY_LEASE", "1m"}});
+  EXPECT_EQ(send(gateway.port(), "GET", "/healthz").status, 200);
+  EXPECT_EQ(gateway.terminate(), 0);
+}
+
+#endif  // GATEWAY_FLAG_TESTS
+
+}  // namespace
+}  // namespace idempotency::testing
