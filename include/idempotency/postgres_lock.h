@@ -58,7 +58,7 @@ class PostgresLock final : public LockBackend {
   /// prepares its statements. Throws `std::invalid_argument` naming the malformed part
   /// (never the password) or a bad option, and `StoreError` with the server's message when
   /// it cannot connect or authenticate, or the table is missing and may not be created.
-  explicit PostgresLock(std::string_view conninfo_or_url, PostgresOptions options = {});
+  explicit PostgresLock(std::string_view conninfo_or_url, const PostgresOptions& options = {});
   ~PostgresLock() override;
 
   /// record() returns a copy of `key`'s stored record, if any (for inspection and tests);

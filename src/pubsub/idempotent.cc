@@ -216,7 +216,9 @@ struct Wrapper {
 }  // namespace
 
 bool disabled_by_environment() {
-  const char* raw = std::getenv("GCP_PUBSUB_IDEMPOTENCY_DISABLED");
+  // Read when a wrapper is built, not per request; nothing here sets the environment.
+  const char* raw =
+      std::getenv("GCP_PUBSUB_IDEMPOTENCY_DISABLED");  // NOLINT(concurrency-mt-unsafe)
   if (raw == nullptr) return false;
   std::string v(raw);
   std::transform(v.begin(), v.end(), v.begin(),

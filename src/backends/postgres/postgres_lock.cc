@@ -647,7 +647,9 @@ struct PostgresLock::Impl {
       }
       std::string text = std::string("postgres: ") + op + " failed";
       if (!key.empty()) text += " for key " + key_fingerprint(key);
-      throw StoreError(text + ": " + message);
+      text += ": ";
+      text += message;
+      throw StoreError(text);
     }
   }
 
@@ -659,7 +661,7 @@ struct PostgresLock::Impl {
   Pool pool;  // last: its connections are closed first
 };
 
-PostgresLock::PostgresLock(std::string_view conninfo_or_url, PostgresOptions options)
+PostgresLock::PostgresLock(std::string_view conninfo_or_url, const PostgresOptions& options)
     : LockBackend(options.backend), impl_(std::make_unique<Impl>(conninfo_or_url, options)) {}
 
 PostgresLock::~PostgresLock() = default;
