@@ -3,7 +3,11 @@
 
 #include <libpq-fe.h>
 
+#include <poll.h>
+
+#include <algorithm>
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <climits>
 #include <condition_variable>
@@ -498,17 +502,25 @@ struct PostgresLock::Impl {
                 " RETURNING r.state, r.fence, r.lease_expiry, (r.claim_token = $5), r.result, "
                 "r.fingerprint";
     // complete(): fence match on a live record; CLAIMED -> DONE, a DONE one stays as it is.
-    complete_sql = now + "UPDATE " + t +
-                   " AS r SET state = 2, "
-                   "result = CASE WHEN r.state = 1 THEN $4 ELSE r.result END, "
-                   "expires_at = CASE WHEN r.state = 1 THEN c.n + $5 ELSE r.expires_at END "
-                   "FROM c WHERE r.key = $1 AND r.fence = $3 AND c.n < r.expires_at "
-                   "RETURNING r.fence";
-    release_sql = now + "UPDATE " + t +
-                  " AS r SET lease_expiry = c.n, fence = r.fence + 1, "
-                  "expires_at = greatest(r.expires_at, c.n + $4) "
-                  "FROM c WHERE r.key = $1 AND r.fence = $3 AND r.state = 1 AND "
-                  "c.n < r.expires_at RETURNING r.fence";
+    // complete() and release() wake cross-instance waiters in the same round trip: NOTIFY on
+    // the table's channel with the key's fingerprint, only when a row changed.
+    channel = "idempotency_" + key_fingerprint(t);
+    auto notifying = [&](const std::string& update) {
+      return "WITH c AS MATERIALIZED (SELECT coalesce($2::bigint, " + std::string(kServerNow) +
+             ") AS n), u AS (" + update + ") SELECT u.fence FROM u, LATERAL (SELECT pg_notify('" +
+             channel + "', left(encode(sha256($1), 'hex'), 12))) AS notified";
+    };
+    complete_sql = notifying("UPDATE " + t +
+                             " AS r SET state = 2, "
+                             "result = CASE WHEN r.state = 1 THEN $4 ELSE r.result END, "
+                             "expires_at = CASE WHEN r.state = 1 THEN c.n + $5 ELSE r.expires_at "
+                             "END FROM c WHERE r.key = $1 AND r.fence = $3 AND c.n < r.expires_at "
+                             "RETURNING r.fence");
+    release_sql = notifying("UPDATE " + t +
+                            " AS r SET lease_expiry = c.n, fence = r.fence + 1, "
+                            "expires_at = greatest(r.expires_at, c.n + $4) "
+                            "FROM c WHERE r.key = $1 AND r.fence = $3 AND r.state = 1 AND "
+                            "c.n < r.expires_at RETURNING r.fence");
     purge_sql = std::string("WITH c AS MATERIALIZED (SELECT coalesce($1::bigint, ") + kServerNow +
                 ") AS n), victims AS (SELECT v.key FROM " + t +
                 " AS v, c WHERE v.expires_at <= c.n LIMIT $2 FOR UPDATE OF v SKIP LOCKED) "
@@ -658,7 +670,8 @@ struct PostgresLock::Impl {
   TableName table;
   PostgresOptions options;
   std::string claim_sql, complete_sql, release_sql, purge_sql, record_sql;
-  Pool pool;  // last: its connections are closed first
+  std::string channel;  // LISTEN/NOTIFY channel of this table
+  Pool pool;            // last: its connections are closed first
 };
 
 PostgresLock::PostgresLock(std::string_view conninfo_or_url, const PostgresOptions& options)
@@ -754,6 +767,50 @@ std::optional<Record> PostgresLock::record(std::string_view key) {
         rec.fingerprint = get_bytes(r, 0, 6);
         return rec;
       });
+}
+
+void PostgresLock::do_wait_for_change(std::string_view key, std::chrono::milliseconds timeout,
+                                      const std::stop_token& stop) {
+  using SteadyClock = std::chrono::steady_clock;
+  const auto deadline = SteadyClock::now() + timeout;
+  auto left = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
+  };
+  ConnPtr listener;
+  try {
+    // A listening connection waits on its socket, so it is its own, not a pooled one.
+    listener = impl_->connect();
+    impl_->exec_simple(listener.get(), "LISTEN " + impl_->channel, "listen");
+    // A change made before LISTEN took effect notified nobody: look once.
+    const std::optional<Record> rec = record(key);
+    if (!rec || rec->state == RecordState::kDone) return;
+    // A lapsed lease notifies nobody either; with the server clock the engine's next claim
+    // (at the end of this slice) finds it.
+    if (const auto now = impl_->now(); now && *now >= rec->lease_expiry) return;
+  } catch (const std::exception&) {
+    // Unreachable or failing server: sleep like any backend; the next claim reports it.
+    if (left() > std::chrono::milliseconds::zero()) {
+      LockBackend::do_wait_for_change(key, left(), stop);
+    }
+    return;
+  }
+  const std::string wanted = key_fingerprint(key);
+  pollfd pfd{PQsocket(listener.get()), POLLIN, 0};
+  while (!stop.stop_requested()) {
+    const auto remaining = left();
+    if (remaining <= std::chrono::milliseconds::zero()) return;
+    // Short slices so a stop request is seen promptly.
+    const int slice = static_cast<int>(std::min<std::int64_t>(remaining.count(), 50));
+    const int n = ::poll(&pfd, 1, slice);
+    if (n < 0 && errno != EINTR) return;
+    if (n <= 0) continue;
+    if (PQconsumeInput(listener.get()) == 0) return;  // connection lost: wake, claim decides
+    while (PGnotify* note = PQnotifies(listener.get())) {
+      const bool ours = note->extra != nullptr && wanted == note->extra;
+      PQfreemem(note);
+      if (ours) return;
+    }
+  }
 }
 
 }  // namespace idempotency

@@ -426,6 +426,40 @@ TEST_F(PostgresLockTest, TerminationsMidRunNeverGiveFalseOutcomes) {
   RecordProperty("store_errors", store_errors.load());
 }
 
+// A waiter on another instance is woken by the NOTIFY that complete() sends (LISTEN), not by
+// its timeout: it returns long before the minute it was allowed.
+TEST_F(PostgresLockTest, WaitForChangeIsWokenByCompleteThroughListenNotify) {
+  auto holder = make();
+  auto waiter = make();
+  const Claim c = won(holder->claim("notify-me", milliseconds(60'000)));
+  std::jthread completer([&] {
+    std::this_thread::sleep_for(milliseconds(200));  // let the waiter LISTEN first
+    EXPECT_TRUE(holder->complete(c));
+  });
+  const auto start = std::chrono::steady_clock::now();
+  waiter->wait_for_change("notify-me", std::chrono::minutes(1), std::stop_token{});
+  // NOTIFY is delivered at commit, so a waiter woken by it sees the change.
+  EXPECT_EQ(waiter->record("notify-me")->state, RecordState::kDone) << "woke before the change";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30))
+      << "woken by NOTIFY, not by the one-minute timeout";
+}
+
+TEST_F(PostgresLockTest, WaitForChangeReturnsAtOnceForASettledRecordAndHonoursStop) {
+  auto backend = make();
+  const Claim c = won(backend->claim("settled", milliseconds(60'000)));
+  EXPECT_TRUE(backend->complete(c));
+  backend->wait_for_change("settled", std::chrono::minutes(1), std::stop_token{});  // DONE
+
+  (void)won(backend->claim("held", milliseconds(60'000)));
+  std::stop_source stop;
+  std::jthread stopper([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    stop.request_stop();
+  });
+  backend->wait_for_change("held", std::chrono::minutes(1), stop.get_token());
+  EXPECT_TRUE(stop.stop_requested());
+}
+
 TEST_F(PostgresLockTest, RetriedClaimWithSameTokenReaffirms) {
   auto backend = make();
   Admin admin(postgres_url());
