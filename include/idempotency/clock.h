@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 namespace idempotency {
 
@@ -47,6 +48,9 @@ class ManualClock final : public Clock {
 
 /// system_clock() returns the one shared SystemClock, for a `BackendOptions::clock` left null.
 [[nodiscard]] std::shared_ptr<const Clock> system_clock();
+
+/// format_rfc3339() renders `t` as RFC 3339 UTC with milliseconds: 2026-11-30T12:00:00.000Z.
+[[nodiscard]] std::string format_rfc3339(TimePoint t);
 
 /// to_millis() converts an instant to the epoch milliseconds backends store.
 [[nodiscard]] constexpr std::int64_t to_millis(TimePoint t) noexcept {

@@ -3,9 +3,9 @@
 
 #include "backend_url.h"
 #include "commands.h"
+#include "idempotency/clock.h"
 #include "idempotency/key.h"
 #include "record_access.h"
-#include "time_format.h"
 
 namespace idempotency::cli {
 namespace {
@@ -53,13 +53,13 @@ ExitCode run_inspect(const std::string& backend_url, const std::string& key, std
   out << "key_fingerprint: " << id << "\n"
       << "state:           " << state_line(*record, now) << "\n"
       << "fence:           " << record->fence << "\n"
-      << "lease_expiry:    " << rfc3339_utc(record->lease_expiry) << "\n"
-      << "expires_at:      " << rfc3339_utc(record->expires_at) << "\n"
+      << "lease_expiry:    " << format_rfc3339(from_millis(record->lease_expiry)) << "\n"
+      << "expires_at:      " << format_rfc3339(from_millis(record->expires_at)) << "\n"
       << "claim_token:     " << printable(record->claim_token) << "\n"
       << "result:          "
       << (record->result ? std::to_string(record->result->size()) + " bytes" : "none") << "\n"
       << "fingerprint:     " << (record->fingerprint ? "present" : "absent") << "\n"
-      << "judged at:       " << rfc3339_utc(now) << " (this host's clock)\n";
+      << "judged at:       " << format_rfc3339(from_millis(now)) << " (this host's clock)\n";
   return ExitCode::kOk;
 }
 

@@ -6,7 +6,6 @@
 #include "idempotency/clock.h"
 #include "idempotency/key.h"
 #include "record_access.h"
-#include "time_format.h"
 
 namespace idempotency::cli {
 
@@ -19,11 +18,11 @@ ExitCode run_release(const std::string& backend_url, const std::string& key, boo
   if (before->state == RecordState::kDone) {
     throw CliError(ExitCode::kRefused, "refused: the record of key " + id +
                                            " is DONE, not stuck; it expires with its ttl at " +
-                                           rfc3339_utc(before->expires_at));
+                                           format_rfc3339(from_millis(before->expires_at)));
   }
   const std::string plan =
       "release the CLAIMED record of key " + id + " at fence " + std::to_string(before->fence) +
-      " (lease_expiry " + rfc3339_utc(before->lease_expiry) +
+      " (lease_expiry " + format_rfc3339(from_millis(before->lease_expiry)) +
       "): the lease ends now and the fence advances to " + std::to_string(before->fence + 1) +
       ", so the next delivery reclaims the key and the current holder "
       "can no longer complete";

@@ -90,21 +90,9 @@ bool is_reserved_name(std::string_view s) {
 
 // RFC 3339 with milliseconds, UTC; clamped to the years Datastore timestamps cover.
 std::string format_timestamp(Millis ms) {
-  using namespace std::chrono;
   constexpr Millis kMin = -62135596800000;  // 0001-01-01T00:00:00Z
   constexpr Millis kMax = 253402300799999;  // 9999-12-31T23:59:59.999Z
-  ms = std::clamp(ms, kMin, kMax);
-  const sys_time<milliseconds> tp{milliseconds(ms)};
-  const sys_days day = floor<days>(tp);
-  const year_month_day ymd{day};
-  const hh_mm_ss<milliseconds> hms{tp - day};
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%04d-%02u-%02uT%02d:%02d:%02d.%03dZ",
-                static_cast<int>(ymd.year()), static_cast<unsigned>(ymd.month()),
-                static_cast<unsigned>(ymd.day()), static_cast<int>(hms.hours().count()),
-                static_cast<int>(hms.minutes().count()), static_cast<int>(hms.seconds().count()),
-                static_cast<int>(hms.subseconds().count()));
-  return buf;
+  return format_rfc3339(from_millis(std::clamp(ms, kMin, kMax)));
 }
 
 // Failures of one REST call, classified for the retry loop.
