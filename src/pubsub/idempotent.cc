@@ -48,15 +48,19 @@ class LazyBackend {
       : backend_(std::move(backend)), factory_(std::move(factory)) {}
 
   LockBackend& get() {
-    std::call_once(once_, [this] {
-      if (!backend_) backend_ = factory_();
-      if (!backend_) throw std::invalid_argument("idempotent: the backend factory returned null");
-    });
+    // A mutex, not std::call_once: a factory that throws must leave the slot empty for the
+    // next request, and call_once's exceptional path is not reliable under TSan.
+    std::lock_guard lock(mutex_);
+    if (!backend_) {
+      auto built = factory_();
+      if (!built) throw std::invalid_argument("idempotent: the backend factory returned null");
+      backend_ = std::move(built);
+    }
     return *backend_;
   }
 
  private:
-  std::once_flag once_;
+  std::mutex mutex_;
   std::shared_ptr<LockBackend> backend_;
   std::function<std::shared_ptr<LockBackend>()> factory_;
 };
