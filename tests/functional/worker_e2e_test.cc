@@ -59,6 +59,20 @@ class WorkerTest : public ::testing::Test {
     ASSERT_TRUE(store.record(id).has_value());
   }
 
+  // Delivers message `id` (a slow one) to `first_port`, and again to `second_port` once the
+  // first delivery is inside its handler; returns both statuses.
+  std::pair<int, int> race(int first_port, int second_port, const std::string& id) {
+    const std::string body = envelope(id, {{"demo_sleep_ms", "400"}});
+    int a = 0;
+    int b = 0;
+    std::jthread first([&] { a = post(first_port, body); });
+    wait_until_claimed(id);
+    std::jthread second([&] { b = post(second_port, body); });
+    first.join();
+    second.join();
+    return {a, b};
+  }
+
   int ledger_lines(const std::string& id) const {
     std::ifstream in(ledger_);
     std::string line;
@@ -78,15 +92,7 @@ TEST_F(WorkerTest, TheSameMessageTwiceIsHandledOnceThenAckedAsADuplicate) {
 
 TEST_F(WorkerTest, TwoConcurrentDeliveriesToOneInstanceAreBothAckedAndRunOnce) {
   auto worker = start_worker();
-  const std::string body_id = "m-2";
-  const std::string body = envelope(body_id, {{"demo_sleep_ms", "400"}});
-  int a = 0;
-  int b = 0;
-  {
-    std::jthread first([&] { a = post(worker->port(), body); });
-    wait_until_claimed(body_id);
-    std::jthread second([&] { b = post(worker->port(), body); });
-  }
+  const auto [a, b] = race(worker->port(), worker->port(), "m-2");
   EXPECT_EQ(a, 200);
   EXPECT_TRUE(b == 200 || b == 204) << "the second joined the first (or came after it): " << b;
   EXPECT_EQ(ledger_lines("m-2"), 1);
@@ -95,33 +101,18 @@ TEST_F(WorkerTest, TwoConcurrentDeliveriesToOneInstanceAreBothAckedAndRunOnce) {
 TEST_F(WorkerTest, TwoInstancesOnOneBackendRunTheMessageOnceAndNackTheLoser) {
   auto one = start_worker();
   auto two = start_worker();
-  const std::string body_id = "m-3";
-  const std::string body = envelope(body_id, {{"demo_sleep_ms", "400"}});
-  int a = 0;
-  int b = 0;
-  {
-    std::jthread first([&] { a = post(one->port(), body); });
-    wait_until_claimed(body_id);
-    std::jthread second([&] { b = post(two->port(), body); });
-  }
+  const auto [a, b] = race(one->port(), two->port(), "m-3");
   EXPECT_EQ(a, 200);
   EXPECT_EQ(b, 503) << "live holder on the other instance: nack, Pub/Sub retries";
-  EXPECT_EQ(post(two->port(), body), 204) << "the retry finds it done";
+  EXPECT_EQ(post(two->port(), envelope("m-3", {{"demo_sleep_ms", "400"}})), 204)
+      << "the retry finds it done";
   EXPECT_EQ(ledger_lines("m-3"), 1);
 }
 
 TEST_F(WorkerTest, WithWaitForTheOtherInstanceWaitsAndAcks) {
   auto one = start_worker("10000");
   auto two = start_worker("10000");
-  const std::string body_id = "m-4";
-  const std::string body = envelope(body_id, {{"demo_sleep_ms", "400"}});
-  int a = 0;
-  int b = 0;
-  {
-    std::jthread first([&] { a = post(one->port(), body); });
-    wait_until_claimed(body_id);
-    std::jthread second([&] { b = post(two->port(), body); });
-  }
+  const auto [a, b] = race(one->port(), two->port(), "m-4");
   EXPECT_EQ(a, 200);
   EXPECT_EQ(b, 204) << "waited for the holder, then acked its outcome";
   EXPECT_EQ(ledger_lines("m-4"), 1);
