@@ -37,22 +37,8 @@ find_bin() {
   command -v "$name" 2>/dev/null || die "$name not found (install Debian's postgresql package)"
 }
 
-free_port() {
-  python3 - <<'PY' 2>/dev/null && return
-import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()
-PY
-  # No python: probe random high ports with bash's /dev/tcp.
-  local port
-  for _ in $(seq 1 50); do
-    port=$((20000 + RANDOM % 40000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then echo "$port"; return; fi
-  done
-  die "no free port found"
-}
+# shellcheck source=free_port.sh
+. "$(dirname "$0")/free_port.sh"
 
 stop() {
   if [[ -f "$state/data/postmaster.pid" ]]; then
@@ -78,7 +64,7 @@ start() {
   local initdb pg_ctl port password log
   initdb=$(find_bin initdb)
   pg_ctl=$(find_bin pg_ctl)
-  port=$(free_port)
+  port=$(free_port) || die "no free port found"
   password=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
   mkdir -p "$state/data" "$state/run"
   printf '%s\n' "$password" >"$state/pwfile"

@@ -23,21 +23,8 @@ cli=${REDIS_CLI:-/usr/bin/redis-cli}
 
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-free_port() {
-  python3 - <<'PY' 2>/dev/null && return
-import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()
-PY
-  local port
-  for _ in $(seq 1 50); do
-    port=$((20000 + RANDOM % 40000))
-    if ! port_in_use "$port"; then echo "$port"; return; fi
-  done
-  return 1
-}
+# shellcheck source=free_port.sh
+. "$(dirname "$0")/free_port.sh"
 
 # stop_server STATE_DIR: ends the redis-server whose pidfile is in STATE_DIR, by its pid.
 stop_server() {
