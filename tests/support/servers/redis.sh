@@ -21,7 +21,6 @@ dir=$(cd "$dir" && pwd)
 server=${REDIS_SERVER:-/usr/bin/redis-server}
 cli=${REDIS_CLI:-/usr/bin/redis-cli}
 
-port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # shellcheck source=free_port.sh
 . "$(dirname "$0")/free_port.sh"
