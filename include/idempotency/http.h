@@ -8,17 +8,24 @@
 //   }
 //
 // Every request, whatever its method and path, goes to the handler: routing belongs to the
-// caller. The server bounds what one instance takes on: a fixed worker count (a connection
-// waits for a free worker), a request body limit (413 without calling the handler), socket
-// read/write timeouts (the per-request deadline; Pub/Sub's ack deadline is its push timeout)
-// and a per-connection keep-alive request count. A handler that throws is answered 500 and
-// logged (`handler_threw`); the server keeps serving.
+// caller. The server is asynchronous (Boost.Beast on Asio): its I/O threads read and write
+// every connection, so a slow client costs a socket, not a thread, and the handler runs on a
+// separate bounded pool of workers, so a slow handler or store cannot stall accepting.
+//
+// It is strict and bounded. A request with a bare CR or bare LF line ending, an obs-fold
+// line, a NUL or other control byte in a field, an invalid field name, or both Content-Length
+// and Transfer-Encoding is answered 400 and never reaches the handler; so is a request whose
+// header does not arrive within `header_timeout` (the connection is closed). A declared body
+// over `max_body_bytes` is answered 413 straight after the header, without reading it and
+// without `100 Continue`. Idle keep-alive connections close after `keep_alive_timeout`, and at
+// most `max_connections` are open at once (further ones wait in the kernel's backlog).
+// A handler that throws is answered 500 and logged (`handler_threw`); the server keeps
+// serving.
 //
 // Shutdown is graceful: stop() (or SIGTERM/SIGINT under serve()) closes the listening socket
-// at once, so new connections are refused, then lets requests already being handled finish
-// and send their response, waiting at most `ServeOptions::shutdown_grace`. Connections that
-// were accepted but not yet picked up by a worker are closed unanswered, and an idle
-// keep-alive connection is closed once its keep-alive wait ends; Pub/Sub redelivers both.
+// at once, so new connections are refused, closes idle connections, then lets requests already
+// being handled finish and send their response (with `Connection: close`), waiting at most
+// `ServeOptions::shutdown_grace`. Pub/Sub redelivers whatever was cut off.
 //
 // Thread safety: the handler is called from several worker threads at once and must be safe
 // for that. A Server's start() and stop() may be called from any thread, but not
@@ -43,22 +50,33 @@ struct ServerState;
 /// Handler answers one request; it is called concurrently from the worker threads.
 using Handler = std::function<pubsub::PushResponse(const pubsub::PushRequest&)>;
 
-/// Options for Server and serve(), meant to be filled with designated initializers.
+/// Options for Server and serve(), meant to be filled with designated initializers. Every
+/// bound has a default meant for production on Cloud Run.
 struct ServeOptions {
-  /// Worker threads, hence the most requests handled at once; further connections queue.
+  /// Worker threads, hence the most handler calls at once; further requests queue for one.
   std::size_t workers = 16;
+  /// Threads running the event loop (reading, parsing, writing). One keeps up with a
+  /// loopback NIC on two cores; raise it only on machines with many cores.
+  std::size_t io_threads = 1;
+  /// Connections open at once; the server stops accepting above it until one closes.
+  std::size_t max_connections = 4096;
+  /// The request line plus header fields, in bytes; more is answered 431. An unwrapped
+  /// Pub/Sub delivery carries up to 100 attributes of 256 + 1024 bytes as headers.
+  std::size_t max_header_bytes = std::size_t{192} * 1024;
   /// Requests with a larger body (after any chunked decoding) get 413 and never reach the
-  /// handler. Pub/Sub messages are up to 10 MB, and wrapping and base64 add a margin.
-  std::size_t max_body_bytes = std::size_t{10} * 1024 * 1024 + std::size_t{64} * 1024;
-  /// Longest wait for the client between reads while receiving a request.
-  std::chrono::milliseconds read_timeout{30'000};
-  /// Longest wait for the client between writes while sending a response.
+  /// handler. A 10 MB Pub/Sub message is ~13.4 MB wrapped in base64 JSON: 16 MiB admits it in
+  /// every delivery form.
+  std::size_t max_body_bytes = std::size_t{16} * 1024 * 1024;
+  /// From a request's first byte to the end of its header; past it the connection is closed.
+  std::chrono::milliseconds header_timeout{10'000};
+  /// From the end of the header to the end of the body; past it the connection is closed.
+  std::chrono::milliseconds body_timeout{60'000};
+  /// Longest time to send a response; past it the connection is closed.
   std::chrono::milliseconds write_timeout{30'000};
   /// Requests served on one connection before the server closes it.
   std::size_t keep_alive_max_requests = 1000;
-  /// How long an idle keep-alive connection waits for its next request (whole seconds,
-  /// at least 1). An idle connection also holds its worker this long after stop() begins.
-  std::chrono::seconds keep_alive_timeout{5};
+  /// How long an idle keep-alive connection waits for its next request.
+  std::chrono::milliseconds keep_alive_timeout{60'000};
   /// How long stop() waits for in-flight requests. Cloud Run allows 10 s after SIGTERM.
   std::chrono::milliseconds shutdown_grace{9'000};
   /// Called once with the bound port when the server is ready to accept connections
@@ -81,9 +99,10 @@ class Server {
   /// reason when it cannot bind, or when the server was already started.
   int start(const std::string& address, int port);
 
-  /// stop() closes the listening socket, then waits up to `shutdown_grace` for in-flight
-  /// requests to be answered and returns. A request still running after the grace period is
-  /// left to finish on its own thread (logged as `shutdown_grace_exceeded`). Idempotent.
+  /// stop() closes the listening socket and idle connections, then waits up to
+  /// `shutdown_grace` for in-flight requests to be answered and returns. A request still
+  /// running after the grace period is left to finish on a background thread (logged as
+  /// `shutdown_grace_exceeded`). Idempotent.
   void stop();
 
   /// running() says whether the server is accepting connections: started, not stopped,
@@ -91,8 +110,7 @@ class Server {
   [[nodiscard]] bool running() const;
 
  private:
-  // Shared with the listening thread, which outlives the Server when a request overruns the
-  // grace period.
+  // Shared with the threads that finish an overrun request after stop() gave up waiting.
   std::shared_ptr<detail::ServerState> state_;
 };
 

@@ -1,30 +1,27 @@
 #include "adapter.h"
 
 #include <algorithm>
-#include <array>
-#include <cctype>
 #include <exception>
+#include <string>
 #include <string_view>
 #include <utility>
 
+#include "field_syntax.h"
 #include "idempotency/log.h"
 
 namespace idempotency::http::detail {
+namespace beast_http = boost::beast::http;
 namespace {
 
 bool iequals(std::string_view a, std::string_view b) {
-  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
-    return std::tolower(static_cast<unsigned char>(x)) ==
-           std::tolower(static_cast<unsigned char>(y));
-  });
+  return boost::beast::iequals(boost::beast::string_view(a.data(), a.size()),
+                               boost::beast::string_view(b.data(), b.size()));
 }
 
-// cpp-httplib 0.11 stores the peer and local addresses among the request headers.
-bool is_pseudo_header(std::string_view name) {
-  static constexpr std::array<std::string_view, 4> kPseudo = {"REMOTE_ADDR", "REMOTE_PORT",
-                                                              "LOCAL_ADDR", "LOCAL_PORT"};
-  return std::any_of(kPseudo.begin(), kPseudo.end(),
-                     [&](std::string_view p) { return iequals(name, p); });
+// The server frames every message itself.
+bool is_framing(std::string_view name) {
+  return iequals(name, "Content-Length") || iequals(name, "Transfer-Encoding") ||
+         iequals(name, "Connection") || iequals(name, "Keep-Alive");
 }
 
 // Log fields are one line and short: an exception message is cut at its first line break.
@@ -43,37 +40,43 @@ pubsub::PushResponse internal_error() {
 
 }  // namespace
 
-pubsub::PushRequest to_push_request(const httplib::Request& request, std::string body) {
+pubsub::PushRequest to_push_request(BeastRequest&& request) {
   pubsub::PushRequest out;
-  out.method = request.method;
-  out.path = request.target.empty() ? request.path : request.target;
-  out.headers.reserve(request.headers.size());
-  for (const auto& [name, value] : request.headers) {
-    if (!is_pseudo_header(name)) out.headers.push_back({name, value});
+  out.method = std::string(request.method_string());
+  out.path = std::string(request.target());
+  out.headers.reserve(static_cast<std::size_t>(std::distance(request.begin(), request.end())));
+  for (const auto& field : request) {
+    out.headers.push_back({std::string(field.name_string()), std::string(field.value())});
   }
-  out.body = std::move(body);
+  out.body = std::move(request.body());
   return out;
 }
 
-void apply_response(const pubsub::PushResponse& response, httplib::Response& out) {
+BeastResponse to_beast_response(pubsub::PushResponse&& response, unsigned version, bool head) {
   if (response.status < 100 || response.status > 599) {
     log({.severity = Severity::kError,
          .event = "handler_bad_status",
          .message = "The handler returned an invalid HTTP status; answering 500.",
          .fields = {{"status", std::to_string(response.status)}}});
-    const auto error = internal_error();
-    apply_response(error, out);
-    return;
+    return to_beast_response(internal_error(), version, head);
   }
-  out.status = response.status;
-  for (const auto& header : response.headers) {
-    if (iequals(header.name, "Content-Length") || iequals(header.name, "Transfer-Encoding")) {
+  BeastResponse out{static_cast<beast_http::status>(response.status), version};
+  for (auto& header : response.headers) {
+    if (is_framing(header.name)) continue;
+    if (!is_field_name(header.name) || !is_field_value(header.value)) {
+      log({.severity = Severity::kWarning,
+           .event = "handler_bad_header",
+           .message = "The handler returned a header that is not valid HTTP; it was dropped."});
       continue;
     }
-    // set_header() drops a name or value containing CR or LF, so no header can be injected.
-    out.set_header(header.name, header.value);
+    out.insert(boost::beast::string_view(header.name.data(), header.name.size()),
+               boost::beast::string_view(header.value.data(), header.value.size()));
   }
-  out.body = response.body;
+  const std::size_t length = response.body.size();
+  if (!head) out.body() = std::move(response.body);
+  // A HEAD answer announces the length a GET would have sent, without the bytes.
+  out.content_length(length);
+  return out;
 }
 
 pubsub::PushResponse call_handler(const Handler& handler,
@@ -93,25 +96,14 @@ pubsub::PushResponse call_handler(const Handler& handler,
   return internal_error();
 }
 
-BodyRead read_body(const httplib::ContentReader& reader, const httplib::Response& response,
-                   std::size_t max_bytes, std::string& body) {
-  bool too_large = false;
-  const bool ok = reader([&](const char* data, std::size_t length) {
-    if (length > max_bytes - body.size()) {
-      too_large = true;
-      return false;
-    }
-    body.append(data, length);
-    return true;
-  });
-  if (ok) return BodyRead::kOk;
-  return too_large || response.status == 413 ? BodyRead::kTooLarge : BodyRead::kFailed;
-}
-
-void error_response(int status, const std::string& line, httplib::Response& out) {
-  out.status = status;
-  out.set_header("Connection", "close");
-  out.set_content(line + "\n", "text/plain; charset=utf-8");
+BeastResponse error_response(int status, std::string_view line, unsigned version) {
+  BeastResponse out{static_cast<beast_http::status>(status), version};
+  out.set(beast_http::field::content_type, "text/plain; charset=utf-8");
+  out.set(beast_http::field::connection, "close");
+  out.keep_alive(false);
+  out.body() = std::string(line) + "\n";
+  out.prepare_payload();
+  return out;
 }
 
 }  // namespace idempotency::http::detail

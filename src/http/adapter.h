@@ -1,14 +1,12 @@
-// The adapter between cpp-httplib and the library's framework-agnostic request and response
-// types: conversion both ways, the bounded body read and the exception barrier around the
-// handler. Internal to idempotency::http; the only file besides server.cc that names httplib.
+// The adapter between Beast's messages and the library's framework-agnostic request and
+// response types: conversion both ways and the exception barrier around the handler.
+// Internal to idempotency::http.
 //
 // Thread safety: stateless functions, called concurrently from the worker threads.
 #pragma once
 
-#include <httplib.h>
-
-#include <cstddef>
-#include <string>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/string_body.hpp>
 
 #include "idempotency/http.h"
 #include "idempotency/pubsub/message.h"
@@ -16,34 +14,28 @@
 
 namespace idempotency::http::detail {
 
-/// to_push_request() copies the method and every header of `request` (not the pseudo-headers
-/// cpp-httplib adds for the peer and local addresses) and takes `body` as the body.
-[[nodiscard]] pubsub::PushRequest to_push_request(const httplib::Request& request,
-                                                  std::string body);
+using BeastRequest = boost::beast::http::request<boost::beast::http::string_body>;
+using BeastResponse = boost::beast::http::response<boost::beast::http::string_body>;
 
-/// apply_response() writes `response` into `out`: status, headers and body. Framing headers
-/// (Content-Length, Transfer-Encoding) are left to cpp-httplib; a status outside 100..599 is
-/// answered 500 and logged (`handler_bad_status`).
-void apply_response(const pubsub::PushResponse& response, httplib::Response& out);
+/// to_push_request() moves the method, target, every header field and the body of `request`
+/// (already validated by the strict parser) into a PushRequest.
+[[nodiscard]] pubsub::PushRequest to_push_request(BeastRequest&& request);
+
+/// to_beast_response() builds the response to send: status, the handler's headers and body.
+/// Framing headers (Content-Length, Transfer-Encoding, Connection) are the server's own, and a
+/// header whose name is not a token or whose value holds a control byte is dropped (and
+/// logged), so a handler can never inject a header or split the response. A status outside
+/// 100..599 is answered 500 and logged (`handler_bad_status`).
+[[nodiscard]] BeastResponse to_beast_response(pubsub::PushResponse&& response, unsigned version,
+                                              bool head);
 
 /// call_handler() runs `handler`; when it throws, it logs `handler_threw` and returns a 500
 /// with a one-line body instead, so the server keeps serving.
 [[nodiscard]] pubsub::PushResponse call_handler(const Handler& handler,
                                                 const pubsub::PushRequest& request) noexcept;
 
-/// How reading a request body ended.
-enum class BodyRead { kOk, kTooLarge, kFailed };
-
-/// read_body() reads the body through `reader` (after chunked decoding and any
-/// Content-Encoding) into `body`, stopping as soon as it would exceed `max_bytes`.
-/// `response` is where cpp-httplib records its own verdict (413 for an oversized
-/// Content-Length, which it refuses before reading).
-[[nodiscard]] BodyRead read_body(const httplib::ContentReader& reader,
-                                 const httplib::Response& response, std::size_t max_bytes,
-                                 std::string& body);
-
-/// error_response() fills `out` with `status`, a one-line plain-text body and
-/// `Connection: close`, for answers the handler never saw.
-void error_response(int status, const std::string& line, httplib::Response& out);
+/// error_response() is a one-line plain-text answer the handler never saw; it closes the
+/// connection.
+[[nodiscard]] BeastResponse error_response(int status, std::string_view line, unsigned version);
 
 }  // namespace idempotency::http::detail

@@ -1,136 +1,89 @@
-// Server: owns a cpp-httplib server, its listening thread and the graceful stop.
-#include <sys/socket.h>
+// Server: the listening socket, the event-loop threads, the worker pool and the graceful stop.
+#include <sys/resource.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <chrono>
-#include <condition_variable>
-#include <ctime>
 #include <memory>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <system_error>
 #include <thread>
 #include <utility>
 
-#include "adapter.h"
+#include "connection.h"
 #include "idempotency/http.h"
 #include "idempotency/log.h"
+#include "server_state.h"
 
 namespace idempotency::http {
-
-namespace detail {
-
-// Everything the listening thread touches lives here, so that a Server destroyed after an
-// overrun grace period leaves the thread (and the workers it joins) valid objects.
-struct ServerState {
-  Handler handler;
-  ServeOptions options;
-  httplib::Server server;
-  std::thread listener;
-  std::string address;
-  int port = 0;
-
-  std::atomic<bool> stopping{false};
-  std::mutex mutex;
-  std::condition_variable done_cv;
-  bool started = false;      // guarded by mutex
-  bool listen_done = false;  // guarded by mutex; the accept loop and every worker have ended
-};
-
-}  // namespace detail
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
 
 namespace {
 
-// cpp-httplib's default sets SO_REUSEPORT, which lets a second server bind a port that is
-// in use; SO_REUSEADDR alone still allows a quick restart over TIME_WAIT sockets.
-void reuse_address_only(int socket) {
-  int yes = 1;
-  ::setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+std::string bind_error(const std::string& address, int port, const std::string& why) {
+  return "cannot listen on " + address + ":" + std::to_string(port) + ": " + why;
 }
 
-std::string bind_error(const std::string& address, int port, int error) {
-  std::string reason = "cannot listen on " + address + ":" + std::to_string(port);
-  if (error != 0) reason += ": " + std::system_category().message(error);
-  return reason;
+// A descriptor per connection, plus the process's other files: lift the soft limit towards the
+// hard one so that `max_connections` is really reachable (many systems start at 1024).
+void allow_descriptors_for(std::size_t connections) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const rlim_t wanted = static_cast<rlim_t>(connections) + 256;
+  if (limit.rlim_cur >= wanted) return;
+  limit.rlim_cur = std::min(wanted, limit.rlim_max);
+  ::setrlimit(RLIMIT_NOFILE, &limit);
 }
 
-// Answers one request. `body` is already read and within the limit.
-void answer(detail::ServerState& state, const httplib::Request& request, std::string body,
-            httplib::Response& response) {
-  const auto push = detail::to_push_request(request, std::move(body));
-  detail::apply_response(detail::call_handler(state.handler, push), response);
-  // Tell the client not to reuse a connection the server is about to close.
-  if (state.stopping.load()) response.set_header("Connection", "close");
+// Errors that mean "try again shortly" rather than "the listener is broken".
+bool is_transient(const boost::system::error_code& ec) {
+  return ec == net::error::no_descriptors || ec == net::error::no_buffer_space ||
+         ec == net::error::no_memory || ec == net::error::connection_aborted ||
+         ec.value() == ENFILE;
 }
 
-void install_routes(detail::ServerState& state) {
-  auto& server = state.server;
-  const auto without_body = [&state](const httplib::Request& request, httplib::Response& response) {
-    answer(state, request, {}, response);
-  };
-  const auto with_body = [&state](const httplib::Request& request, httplib::Response& response,
-                                  const httplib::ContentReader& reader) {
-    if (request.is_multipart_form_data()) {
-      detail::error_response(415, "multipart bodies are not accepted", response);
+void accept_next(const std::shared_ptr<detail::ServerState>& state) {
+  if (state->stopping.load() || !state->acceptor) return;
+  state->acceptor->async_accept(net::make_strand(state->io), [state](boost::system::error_code ec,
+                                                                     tcp::socket socket) {
+    if (state->stopping.load()) return;
+    if (ec) {
+      if (!is_transient(ec)) {
+        log({.severity = Severity::kError,
+             .event = "http_accept_failed",
+             .message = "The HTTP server could not accept connections.",
+             .fields = {{"error", ec.message()}}});
+        state->accept_failed.store(true);
+        return;
+      }
+      // Out of descriptors or memory: back off briefly instead of spinning.
+      auto timer = std::make_shared<net::steady_timer>(state->io, std::chrono::milliseconds(50));
+      timer->async_wait([state, timer](boost::system::error_code) { accept_next(state); });
       return;
     }
-    std::string body;
-    switch (detail::read_body(reader, response, state.options.max_body_bytes, body)) {
-      case detail::BodyRead::kOk:
-        answer(state, request, std::move(body), response);
-        return;
-      case detail::BodyRead::kTooLarge:
-        detail::error_response(413, "request body too large", response);
-        return;
-      case detail::BodyRead::kFailed:
-        detail::error_response(400, "could not read the request body", response);
-        return;
-    }
-  };
-  // Routing belongs to the caller: every path of every method reaches the handler.
-  const std::string any = ".*";
-  server.Get(any, without_body);  // also HEAD
-  server.Options(any, without_body);
-  server.Post(any, with_body);
-  server.Put(any, with_body);
-  server.Patch(any, with_body);
-  server.Delete(any, with_body);
-  server.set_exception_handler(
-      [](const httplib::Request&, httplib::Response& response, const std::exception_ptr&) {
-        log({.severity = Severity::kError,
-             .event = "http_internal_error",
-             .message = "The HTTP adapter failed on a request; answering 500."});
-        detail::error_response(500, "internal error", response);
-      });
+    std::make_shared<detail::Connection>(std::move(socket), state)->run();
+    if (!state->pause_if_full()) accept_next(state);
+  });
 }
 
-void configure(detail::ServerState& state) {
-  const auto& options = state.options;
-  auto& server = state.server;
-  const auto workers = std::max<std::size_t>(options.workers, 1);
-  server.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
-  // The content reader enforces the limit after chunked decoding; this makes cpp-httplib
-  // refuse an oversized Content-Length before reading it.
-  server.set_payload_max_length(options.max_body_bytes);
-  server.set_read_timeout(options.read_timeout);
-  server.set_write_timeout(options.write_timeout);
-  server.set_keep_alive_max_count(std::max<std::size_t>(options.keep_alive_max_requests, 1));
-  server.set_keep_alive_timeout(std::max<time_t>(options.keep_alive_timeout.count(), 1));
-  server.set_socket_options(reuse_address_only);
-  install_routes(state);
+// Ends the event loop once the last connection closed, and joins the threads.
+void wind_down(detail::ServerState& state) {
+  state.keep_running.reset();
+  for (auto& thread : state.io_threads) {
+    if (thread.joinable() && thread.get_id() != std::this_thread::get_id()) thread.join();
+  }
+  state.workers.join();
 }
 
 }  // namespace
 
 Server::Server(Handler handler, ServeOptions options)
-    : state_(std::make_shared<detail::ServerState>()) {
-  state_->handler = std::move(handler);
-  state_->options = std::move(options);
-  configure(*state_);
-}
+    : state_(std::make_shared<detail::ServerState>(std::move(handler), std::move(options))) {}
 
 Server::~Server() { stop(); }
 
@@ -140,34 +93,37 @@ int Server::start(const std::string& address, int port) {
     std::lock_guard lock(state.mutex);
     if (state.started) throw std::runtime_error("http server already started");
   }
-  errno = 0;
-  const int bound = port == 0 ? state.server.bind_to_any_port(address)
-                              : (state.server.bind_to_port(address, port) ? port : -1);
-  if (bound < 0) throw std::runtime_error(bind_error(address, port, errno));
-  state.address = address;
-  state.port = bound;
+  tcp::acceptor acceptor(state.io);
+  try {
+    tcp::resolver resolver(state.io);
+    const auto endpoints = resolver.resolve(
+        address, std::to_string(port), tcp::resolver::passive | tcp::resolver::numeric_service);
+    const tcp::endpoint endpoint = *endpoints.begin();
+    acceptor.open(endpoint.protocol());
+    // SO_REUSEADDR allows a quick restart over TIME_WAIT sockets; no SO_REUSEPORT, which would
+    // let a second server bind a port that is in use.
+    acceptor.set_option(tcp::acceptor::reuse_address(true));
+    acceptor.bind(endpoint);
+    acceptor.listen(net::socket_base::max_listen_connections);
+  } catch (const boost::system::system_error& e) {
+    throw std::runtime_error(bind_error(address, port, e.code().message()));
+  }
+  const int bound = acceptor.local_endpoint().port();
+  allow_descriptors_for(state.options.max_connections);
   {
     std::lock_guard lock(state.mutex);
     state.started = true;
+    state.acceptor.emplace(std::move(acceptor));
+    state.keep_running.emplace(state.io.get_executor());
+    std::weak_ptr<detail::ServerState> weak = state_;
+    state.resume_accept = [weak] {
+      if (auto locked = weak.lock()) accept_next(locked);
+    };
   }
-  state.listener = std::thread([keep = state_] {
-    // Returns once the accept loop ended and the worker pool has joined every worker.
-    keep->server.listen_after_bind();
-    {
-      std::lock_guard lock(keep->mutex);
-      keep->listen_done = true;
-    }
-    keep->done_cv.notify_all();
-  });
-  // cpp-httplib's stop() does nothing until the accept loop has begun: wait for it, so that
-  // a stop() right after start() cannot be lost.
-  for (;;) {
-    if (state.server.is_running()) break;
-    std::unique_lock lock(state.mutex);
-    if (state.done_cv.wait_for(lock, std::chrono::milliseconds(1),
-                               [&] { return state.listen_done; })) {
-      break;
-    }
+  accept_next(state_);
+  const auto threads = std::max<std::size_t>(state.options.io_threads, 1);
+  for (std::size_t i = 0; i < threads; ++i) {
+    state.io_threads.emplace_back([&io = state.io] { io.run(); });
   }
   log({.severity = Severity::kInfo,
        .event = "http_listening",
@@ -181,40 +137,61 @@ void Server::stop() {
   auto& state = *state_;
   {
     std::lock_guard lock(state.mutex);
-    if (!state.started || !state.listener.joinable()) return;
+    if (!state.started || state.stopping.load()) return;
+    state.stopping.store(true);
   }
-  state.stopping.store(true);
   log({.severity = Severity::kInfo,
        .event = "http_stopping",
        .message = "The HTTP server stopped accepting; waiting for in-flight requests.",
-       .fields = {{"port", std::to_string(state.port)}}});
-  state.server.stop();
+       .fields = {{"port", std::to_string(state.acceptor->local_endpoint().port())}}});
+  std::vector<std::shared_ptr<detail::Connection>> open;
+  {
+    std::lock_guard lock(state.mutex);
+    for (auto& weak : state.connections) {
+      if (auto connection = weak.lock()) open.push_back(std::move(connection));
+    }
+    state.connections.clear();
+  }
+  // The acceptor and every connection belong to the event loop: close them there.
+  net::post(state.io, [state = state_] {
+    boost::system::error_code ignored;
+    state->acceptor->close(ignored);
+  });
+  for (auto& connection : open) {
+    net::post(connection->executor(), [connection] { connection->close_if_idle(); });
+  }
+  open.clear();
+
   bool finished = false;
   {
     std::unique_lock lock(state.mutex);
-    finished = state.done_cv.wait_for(lock, state.options.shutdown_grace,
-                                      [&] { return state.listen_done; });
+    finished = state.idle_cv.wait_for(lock, state.options.shutdown_grace,
+                                      [&] { return state.open_connections == 0; });
   }
   if (finished) {
-    state.listener.join();
+    wind_down(state);
     log({.severity = Severity::kInfo,
          .event = "http_stopped",
-         .message = "The HTTP server answered every in-flight request and stopped.",
-         .fields = {{"port", std::to_string(state.port)}}});
+         .message = "The HTTP server answered every in-flight request and stopped."});
     return;
   }
-  // The thread keeps its own reference to the state and ends when the last request does.
-  state.listener.detach();
   log({.severity = Severity::kWarning,
        .event = "shutdown_grace_exceeded",
        .message = "Requests were still running when the shutdown grace period ended.",
-       .fields = {{"port", std::to_string(state.port)},
-                  {"grace_ms", std::to_string(state.options.shutdown_grace.count())}}});
+       .fields = {{"grace_ms", std::to_string(state.options.shutdown_grace.count())}}});
+  // Let the overrunning requests finish and answer on their own, then wind down.
+  std::thread([keep = state_] {
+    {
+      std::unique_lock lock(keep->mutex);
+      keep->idle_cv.wait(lock, [&] { return keep->open_connections == 0; });
+    }
+    wind_down(*keep);
+  }).detach();
 }
 
 bool Server::running() const {
   std::lock_guard lock(state_->mutex);
-  return state_->started && !state_->listen_done && !state_->stopping.load();
+  return state_->started && !state_->stopping.load() && !state_->accept_failed.load();
 }
 
 }  // namespace idempotency::http

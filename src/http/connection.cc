@@ -1,0 +1,284 @@
+#include "connection.h"
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/field.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+#include <string>
+#include <utility>
+
+#include "idempotency/log.h"
+
+namespace idempotency::http::detail {
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace beast_http = boost::beast::http;
+using tcp = net::ip::tcp;
+
+namespace {
+
+// A read hands Beast at most this much at a time: small enough to keep a trickling client's
+// buffer small, large enough for a whole push envelope in a few reads.
+constexpr std::size_t kReadChunk = 64 * 1024;
+// After refusing a request, its unread rest is drained for at most this long (and this many
+// bytes) so the client reads the answer instead of a connection reset.
+constexpr std::chrono::milliseconds kLingerTime{1'000};
+constexpr std::size_t kLingerBytes = std::size_t{1} << 20;
+
+void log_refused(int status, std::string_view reason) {
+  log({.severity = Severity::kWarning,
+       .event = "http_request_refused",
+       .message = "Refused a request the handler never saw.",
+       .fields = {{"status", std::to_string(status)}, {"reason", std::string(reason)}}});
+}
+
+}  // namespace
+
+Connection::Connection(tcp::socket socket, std::shared_ptr<ServerState> state)
+    : stream_(std::move(socket)), state_(std::move(state)) {}
+
+Connection::~Connection() {
+  if (registered_) state_->on_connection_closed();
+}
+
+void Connection::run() {
+  beast::error_code ignored;
+  // Answers are written whole, in one go; Nagle would only hold them back for a delayed ACK.
+  stream_.socket().set_option(tcp::no_delay(true), ignored);
+  registered_ = true;  // counted even when refused, so the destructor's uncount matches
+  if (!state_->on_connection_open(shared_from_this())) {
+    close();
+    return;
+  }
+  start_request();
+}
+
+void Connection::close_if_idle() {
+  if (phase_ == Phase::kReading) close();
+}
+
+void Connection::start_request() {
+  phase_ = Phase::kReading;
+  parser_.emplace();
+  parser_->header_limit(static_cast<std::uint32_t>(
+      std::min<std::size_t>(state_->options.max_header_bytes, UINT32_MAX)));
+  parser_->body_limit(state_->options.max_body_bytes);
+  scan_.reset();
+  first_byte_seen_ = buffer_.size() > 0;
+  // A new connection must start its request promptly; a kept-alive one may idle longer.
+  const auto& options = state_->options;
+  stream_.expires_after(first_byte_seen_ || served_ == 0 ? options.header_timeout
+                                                         : options.keep_alive_timeout);
+  if (buffer_.size() > 0) {
+    on_header_bytes({}, 0);  // a pipelined request is already here
+    return;
+  }
+  read_header();
+}
+
+void Connection::read_header() {
+  stream_.async_read_some(buffer_.prepare(kReadChunk),
+                          [self = shared_from_this()](beast::error_code ec, std::size_t bytes) {
+                            self->on_header_bytes(ec, bytes);
+                          });
+}
+
+void Connection::on_header_bytes(beast::error_code ec, std::size_t bytes) {
+  if (phase_ == Phase::kClosing) return;
+  if (ec) {
+    close();  // the client went away, or its header deadline passed
+    return;
+  }
+  buffer_.commit(bytes);
+  if (!first_byte_seen_ && buffer_.size() > 0) {
+    first_byte_seen_ = true;
+    stream_.expires_after(state_->options.header_timeout);
+  }
+  const auto* data = static_cast<const char*>(buffer_.data().data());
+  const std::string_view received(data, buffer_.size());
+  switch (scan_.scan(received)) {
+    case HeaderScan::Verdict::kObsFold:
+      refuse(400, "obs-fold (a header line starting with whitespace) is not accepted");
+      return;
+    case HeaderScan::Verdict::kNeedMore:
+      if (buffer_.size() > state_->options.max_header_bytes) {
+        refuse(431, "the request header is larger than the limit");
+        return;
+      }
+      read_header();
+      return;
+    case HeaderScan::Verdict::kComplete:
+      break;
+  }
+  parser_->eager(false);
+  const std::size_t used = parser_->put(buffer_.data(), ec);
+  buffer_.consume(used);
+  if (ec == beast_http::error::header_limit) {
+    refuse(431, "the request header is larger than the limit");
+    return;
+  }
+  if (ec == beast_http::error::body_limit) {
+    refuse(413, "the request body is larger than the limit");
+    return;
+  }
+  if (ec || !parser_->is_header_done()) {
+    refuse(400, ec ? "malformed request: " + ec.message() : std::string("malformed request"));
+    return;
+  }
+  on_header();
+}
+
+void Connection::on_header() {
+  const auto& request = parser_->get();
+  const auto expect = request[beast_http::field::expect];
+  const bool continue_expected = beast::iequals(expect, "100-continue");
+  if (!expect.empty() && !continue_expected) {
+    refuse(417, "only Expect: 100-continue is supported");
+    return;
+  }
+  if (parser_->is_done()) {
+    dispatch();
+    return;
+  }
+  if (!continue_expected) {
+    read_body();
+    return;
+  }
+  // The body is acceptable (an oversized Content-Length was refused above), so invite it.
+  static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+  stream_.expires_after(state_->options.write_timeout);
+  net::async_write(stream_, net::buffer(kContinue.data(), kContinue.size()),
+                   [self = shared_from_this()](beast::error_code error, std::size_t) {
+                     if (self->phase_ == Phase::kClosing) return;
+                     if (error) {
+                       self->close();
+                       return;
+                     }
+                     self->read_body();
+                   });
+}
+
+void Connection::read_body() {
+  stream_.expires_after(state_->options.body_timeout);
+  beast_http::async_read(
+      stream_, buffer_, *parser_,
+      [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_body(ec); });
+}
+
+void Connection::on_body(beast::error_code ec) {
+  if (phase_ == Phase::kClosing) return;
+  if (ec == beast_http::error::body_limit) {
+    refuse(413, "the request body is larger than the limit");
+    return;
+  }
+  if (ec == beast::error::timeout || ec == beast_http::error::end_of_stream ||
+      ec == beast_http::error::partial_message || ec == net::error::eof ||
+      ec == net::error::connection_reset) {
+    close();
+    return;
+  }
+  if (ec) {
+    refuse(400, "malformed request body: " + ec.message());
+    return;
+  }
+  dispatch();
+}
+
+void Connection::dispatch() {
+  phase_ = Phase::kHandling;
+  // The handler may take as long as it needs; the client is not being read meanwhile.
+  stream_.expires_never();
+  BeastRequest request = parser_->release();
+  parser_.reset();
+  const bool keep_alive = request.keep_alive();
+  const unsigned version = request.version();
+  const bool head = request.method() == beast_http::verb::head;
+  net::post(state_->workers, [self = shared_from_this(), request = std::move(request), keep_alive,
+                              version, head]() mutable {
+    auto push = to_push_request(std::move(request));
+    auto response = to_beast_response(call_handler(self->state_->handler, push), version, head);
+    net::post(self->stream_.get_executor(),
+              [self, response = std::move(response), keep_alive]() mutable {
+                self->write(std::move(response), keep_alive);
+              });
+  });
+}
+
+void Connection::write(BeastResponse response, bool keep_alive) {
+  if (phase_ == Phase::kClosing) return;
+  phase_ = Phase::kWriting;
+  ++served_;
+  const bool again =
+      keep_alive && !state_->stopping.load() && served_ < state_->options.keep_alive_max_requests;
+  response.keep_alive(again);
+  response_ = std::move(response);
+  stream_.expires_after(state_->options.write_timeout);
+  beast_http::async_write(stream_, *response_,
+                          [self = shared_from_this(), again](beast::error_code ec, std::size_t) {
+                            self->on_written(ec, again);
+                          });
+}
+
+void Connection::on_written(beast::error_code ec, bool keep_alive) {
+  response_.reset();
+  if (phase_ == Phase::kClosing) return;
+  if (ec || !keep_alive || state_->stopping.load()) {
+    close();
+    return;
+  }
+  start_request();
+}
+
+void Connection::refuse(int status, std::string_view reason) {
+  log_refused(status, reason);
+  phase_ = Phase::kWriting;
+  response_ = error_response(status, reason, 11);
+  stream_.expires_after(state_->options.write_timeout);
+  beast_http::async_write(stream_, *response_,
+                          [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                            self->response_.reset();
+                            if (ec || self->phase_ == Phase::kClosing) {
+                              self->close();
+                              return;
+                            }
+                            self->linger_then_close();
+                          });
+}
+
+void Connection::linger_then_close() {
+  // Closing with unread bytes in the socket sends a reset, which can destroy the answer
+  // before the client reads it; so stop sending, and drain what is in flight for a moment.
+  phase_ = Phase::kClosing;
+  beast::error_code ignored;
+  stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  stream_.expires_after(kLingerTime);
+  lingered_ = 0;
+  on_linger({}, 0);
+}
+
+void Connection::on_linger(beast::error_code ec, std::size_t bytes) {
+  lingered_ += bytes;
+  buffer_.clear();
+  if (ec || lingered_ > kLingerBytes) {
+    stream_.close();
+    return;
+  }
+  stream_.async_read_some(buffer_.prepare(kReadChunk),
+                          [self = shared_from_this()](beast::error_code error, std::size_t n) {
+                            self->on_linger(error, n);
+                          });
+}
+
+void Connection::close() {
+  phase_ = Phase::kClosing;
+  beast::error_code ignored;
+  stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  stream_.close();
+}
+
+}  // namespace idempotency::http::detail

@@ -1,0 +1,77 @@
+// Connection: one accepted socket, served request after request on the event loop.
+//
+// The life of a request: wait for its first byte (the keep-alive deadline), read the header
+// within `header_timeout` through a strict parser (request_guard.h adds the obs-fold check
+// Beast lacks), refuse a bad or oversized one at once, read the body within `body_timeout`,
+// hand the request to the worker pool, and write the handler's response back within
+// `write_timeout`. Only the handler call leaves the event loop, so a client that trickles
+// bytes holds a socket and a buffer, never a thread.
+//
+// Thread safety: every member runs on the connection's strand, except the handler call,
+// which runs on a worker and posts its result back to the strand.
+#pragma once
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+#include "adapter.h"
+#include "request_guard.h"
+#include "server_state.h"
+
+namespace idempotency::http::detail {
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  /// Connection() takes the accepted socket; run() starts serving it.
+  Connection(boost::asio::ip::tcp::socket socket, std::shared_ptr<ServerState> state);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  /// run() starts reading the first request.
+  void run();
+  /// executor() is the connection's strand, where every call to it must run.
+  [[nodiscard]] auto executor() { return stream_.get_executor(); }
+  /// close_if_idle() is posted at stop(): a connection waiting for (or reading) a request
+  /// closes now; one whose request is being handled or answered finishes it first.
+  void close_if_idle();
+
+ private:
+  enum class Phase { kReading, kHandling, kWriting, kClosing };
+
+  void start_request();
+  void read_header();
+  void on_header_bytes(boost::beast::error_code ec, std::size_t bytes);
+  void on_header();
+  void read_body();
+  void on_body(boost::beast::error_code ec);
+  void dispatch();
+  void write(BeastResponse response, bool keep_alive);
+  void on_written(boost::beast::error_code ec, bool keep_alive);
+  void refuse(int status, std::string_view reason);
+  void linger_then_close();
+  void on_linger(boost::beast::error_code ec, std::size_t bytes);
+  void close();
+
+  boost::beast::tcp_stream stream_;
+  std::shared_ptr<ServerState> state_;
+  boost::beast::flat_buffer buffer_;
+  std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
+  HeaderScan scan_;
+  std::optional<BeastResponse> response_;  // alive until its write completes
+  Phase phase_ = Phase::kReading;
+  bool first_byte_seen_ = false;
+  std::size_t served_ = 0;
+  std::size_t lingered_ = 0;
+  bool registered_ = false;
+};
+
+}  // namespace idempotency::http::detail

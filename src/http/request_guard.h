@@ -1,0 +1,33 @@
+// The strictness Beast's request parser leaves to its user. Beast already refuses a bare CR or
+// bare LF line ending, NUL and other control bytes in a field, invalid field names, and
+// Content-Length together with Transfer-Encoding; it accepts obs-fold (RFC 9112 §5.2 lets a
+// server refuse it, and a proxy that unfolds or forwards it lets one client smuggle a header
+// past the next parser), so the raw header block is checked for it before parsing.
+//
+// Thread safety: a plain value, used by one connection at a time.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+namespace idempotency::http::detail {
+
+/// HeaderScan finds where a request's header block ends in a growing buffer and whether it
+/// holds an obs-fold line, without rescanning bytes it has already seen.
+class HeaderScan {
+ public:
+  enum class Verdict { kNeedMore, kComplete, kObsFold };
+
+  /// scan() examines `buffer` (the bytes received so far for this request, from its first
+  /// byte, growing between calls) and says whether the header block is complete, incomplete,
+  /// or contains an obs-fold line.
+  [[nodiscard]] Verdict scan(std::string_view buffer) noexcept;
+
+  /// reset() forgets what was scanned, for the connection's next request.
+  void reset() noexcept { scanned_ = 0; }
+
+ private:
+  std::size_t scanned_ = 0;
+};
+
+}  // namespace idempotency::http::detail
