@@ -61,6 +61,17 @@ class Cancelled : public Error {
   Cancelled();
 };
 
+/// OutcomeUnknown is what an operation run by `once` throws when it cannot tell whether its
+/// side effect happened: a call that reached a remote service and got no answer (a timeout, a
+/// connection reset after sending) may still be running there. `once` then does NOT release
+/// the key: it stays held until its lease lapses, so no retry can run concurrently with the
+/// call that went silent, and the fence guards the sink after that. Nothing is stored; the
+/// exception propagates to the caller (and to joined callers) like any failure.
+class OutcomeUnknown : public Error {
+ public:
+  using Error::Error;
+};
+
 /// ReentryError is thrown when a thread that owns a key (inside `once` or holding a `lock`
 /// guard) asks for the same key again: waiting for itself would deadlock.
 class ReentryError : public Error {

@@ -153,6 +153,15 @@ ErasedOutcome claim_and_execute(std::string_view key, LockBackend& backend,
       ErasedValue value;
       try {
         value = hooks.execute(claim, options.stop);
+      } catch (const OutcomeUnknown&) {
+        // The work may still be happening elsewhere: keep the key held until the lease lapses.
+        log(LogRecord{Severity::kWarning,
+                      "outcome_unknown",
+                      "the operation's outcome is unknown; the key stays held until its lease "
+                      "lapses",
+                      {{"key_fingerprint", key_fingerprint(claim.key)},
+                       {"fence", std::to_string(claim.fence)}}});
+        throw;
       } catch (...) {
         // Failures and cancellations are never stored: give the key up and propagate.
         release_after_failure(backend, claim);

@@ -196,6 +196,16 @@ struct Wrapper {
       PushResponse r = respond(503, "in progress elsewhere; retry later");
       r.headers.push_back({"Retry-After", "1"});
       return r;
+    } catch (const OutcomeUnknown& e) {
+      // The handler cannot tell whether its side effect happened: nack, but the key stays held
+      // until the lease lapses so no redelivery runs beside the call that went silent.
+      auto fields = context(message, key);
+      fields.emplace_back("error", e.what());
+      log(LogRecord{Severity::kWarning, "handler_outcome_unknown",
+                    "the handler's outcome is unknown; nacking, the key stays held until its "
+                    "lease lapses",
+                    std::move(fields)});
+      return respond(503, "outcome unknown; retried once the lease lapses");
     } catch (const StoreError& e) {
       auto fields = context(message, key);
       fields.emplace_back("error", e.what());

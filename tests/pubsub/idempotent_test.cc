@@ -180,6 +180,25 @@ TEST_F(IdempotentTest, AHandlerThatThrowsIsNackedAndTheRedeliveryRunsToSuccessOn
   EXPECT_EQ(logs_.count("handler_failed"), 1);
 }
 
+TEST_F(IdempotentTest, AnUnknownOutcomeIsA503AndTheKeyStaysHeldUntilTheLeaseLapses) {
+  int calls = 0;
+  std::vector<std::int64_t> fences;
+  auto handle =
+      idempotent({.backend = store_, .lease = std::chrono::seconds(60)}, [&](const Delivery& d) {
+        fences.push_back(d.fence);
+        if (++calls == 1) throw OutcomeUnknown("supplier went silent");
+      });
+  EXPECT_EQ(handle(push("m-6")).status, 503);
+  EXPECT_EQ(logs_.count("handler_outcome_unknown"), 1);
+  // During the lease the silent call may still be acting: the redelivery must not run.
+  EXPECT_EQ(handle(push("m-6")).status, 503);
+  EXPECT_EQ(calls, 1);
+  clock_->advance(std::chrono::seconds(60));
+  EXPECT_EQ(handle(push("m-6")).status, 200);
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(fences, (std::vector<std::int64_t>{1, 2})) << "the retry outranks the silent call";
+}
+
 TEST_F(IdempotentTest, NoKeyFailsClosedWith400UnlessUnguardedIsAllowed) {
   auto strict = wrap({.key = key_from_attribute("po_id")});
   const PushResponse r = strict(push("m-6"));

@@ -11,6 +11,7 @@
 
 #include "http_text.h"
 #include "idempotency/pubsub/message.h"
+#include "support/base64.h"
 
 namespace idempotency::pubsub::testing {
 namespace {
@@ -377,11 +378,11 @@ std::vector<MalformedCase> malformed_cases() {
        {.max_body_bytes = 16},
        K::kBodyTooLarge,
        "body is larger than 16 bytes"},
-      {"BodyOverTenMegabytes",
-       json_post(env + "}" + std::string(10 * 1024 * 1024, ' ')),
+      {"BodyOverSixteenMebibytes",
+       json_post(env + "}" + std::string(16 * 1024 * 1024, ' ')),
        {},
        K::kBodyTooLarge,
-       "body is larger than 10485760 bytes"},
+       "body is larger than 16777216 bytes"},
       {"BinaryNotJson",
        binary_event(std::string("{\"message\": ") + kSecretId),
        {},
@@ -597,6 +598,23 @@ TEST(ParseLimits, ExactlyTheLimitsAreAccepted) {
   EXPECT_EQ(parsed(json_post(R"({"message": {"attributes": {"k": ")" + long_value + "\"}}}"))
                 .attributes.at("k"),
             long_value);
+}
+
+TEST(ParseLimits, TheLargestLegalMessageIsAcceptedWrappedByDefault) {
+  // 10 MB of data (Pub/Sub's limit) and 100 attributes at their size limits, wrapped.
+  const std::string data(10'000'000, '\xff');
+  std::string attributes;
+  for (int i = 0; i < 100; ++i) {
+    attributes += (i ? "," : "") + std::string("\"") + std::string(250, 'k') + std::to_string(i) +
+                  "\": \"" + std::string(1024, 'v') + "\"";
+  }
+  PushRequest r =
+      json_post(R"({"message": {"messageId": "1", "data": ")" + idempotency::testing::base64(data) +
+                R"(", "attributes": {)" + attributes + "}}}");
+  ASSERT_GT(r.body.size(), 13'000'000u);
+  const Message m = parsed(r);
+  EXPECT_EQ(m.data.size(), data.size());
+  EXPECT_EQ(m.attributes.size(), 100u);
 }
 
 TEST(ParseLimits, MethodIsCheckedFirstThenSize) {

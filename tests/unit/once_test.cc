@@ -176,6 +176,26 @@ TEST_F(OnceTest, FailuresAreNotStoredAndJoinedCallersReceiveTheSameException) {
   EXPECT_EQ(later.value(), "ok");
 }
 
+TEST_F(OnceTest, AnUnknownOutcomeKeepsTheKeyHeldUntilItsLeaseLapses) {
+  int runs = 0;
+  const OnceOptions options{.lease = milliseconds(30'000)};
+  auto went_silent = [&]() -> std::string {
+    ++runs;
+    throw OutcomeUnknown("the payment service did not answer");
+  };
+  EXPECT_THROW((void)once("k", backend_, went_silent, options), OutcomeUnknown);
+  // Released, the key would be reclaimable now; held, a retry during the lease finds it busy.
+  auto during = once(
+      "k", backend_, [&] { return std::string("again"); }, options);
+  EXPECT_EQ(during.status(), Status::kInProgress);
+  EXPECT_EQ(runs, 1);
+  clock_->advance(milliseconds(30'000));
+  auto after = once(
+      "k", backend_, [&] { return std::string("again"); }, options);
+  EXPECT_EQ(after.status(), Status::kExecuted);
+  EXPECT_EQ(after.fence(), 2) << "the retry outranks the silent call at the sink";
+}
+
 TEST_F(OnceTest, TheTtlIsMeasuredFromSuccessAndEndsExactlyAtTtl) {
   int runs = 0;
   auto op = [&] { return std::to_string(++runs); };

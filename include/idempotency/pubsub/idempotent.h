@@ -14,6 +14,8 @@
 // | live holder elsewhere (after `wait_for`),  | 503  | nack, one warning log line |
 // |   or the handler's own mutex() is held    |      |         |
 // | handler threw                             | 500  | nack    |
+// | handler threw `OutcomeUnknown` (its side   | 503  | nack; the key stays held until |
+// |   effect may be happening elsewhere)      |      |   its lease lapses             |
 // | no key / malformed envelope               | 400  | nack (fail closed) |
 // | authentication failed                     | 401  | nack    |
 //

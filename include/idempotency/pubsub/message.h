@@ -131,8 +131,10 @@ struct ParseError {
 
 /// Options for parse_push(), meant to be filled with designated initializers.
 struct ParseOptions {
-  /// Requests with a larger body are refused before parsing. Pub/Sub messages are up to 10 MB.
-  std::size_t max_body_bytes = std::size_t{10} * 1024 * 1024;
+  /// Requests with a larger body are refused before parsing. Pub/Sub messages are up to 10 MB
+  /// of data, which base64 in a wrapped envelope or CloudEvent turns into ~13.4 MB: 16 MiB
+  /// admits the largest legal message in every delivery form.
+  std::size_t max_body_bytes = std::size_t{16} * 1024 * 1024;
   /// Messages with more attributes are refused. Pub/Sub allows at most 100.
   std::size_t max_attributes = 100;
   /// Skips detection and requires this form, when set.
