@@ -105,6 +105,9 @@ void Connection::on_header_bytes(beast::error_code ec, std::size_t bytes) {
     case HeaderScan::Verdict::kObsFold:
       refuse(400, "obs-fold (a header line starting with whitespace) is not accepted");
       return;
+    case HeaderScan::Verdict::kBareLineEnding:
+      refuse(400, "a header line ends in a bare CR or LF; only CRLF is accepted");
+      return;
     case HeaderScan::Verdict::kNeedMore:
       if (buffer_.size() > state_->options.max_header_bytes) {
         refuse(431, "the request header is larger than the limit");

@@ -2,7 +2,8 @@
 // bare LF line ending, NUL and other control bytes in a field, invalid field names, and
 // Content-Length together with Transfer-Encoding; it accepts obs-fold (RFC 9112 §5.2 lets a
 // server refuse it, and a proxy that unfolds or forwards it lets one client smuggle a header
-// past the next parser), so the raw header block is checked for it before parsing.
+// past the next parser), so the raw header block is checked for it before parsing, and for
+// bare line endings, which Beast refuses only once it has the whole header.
 //
 // Thread safety: a plain value, used by one connection at a time.
 #pragma once
@@ -16,11 +17,12 @@ namespace idempotency::http::detail {
 /// holds an obs-fold line, without rescanning bytes it has already seen.
 class HeaderScan {
  public:
-  enum class Verdict { kNeedMore, kComplete, kObsFold };
+  enum class Verdict { kNeedMore, kComplete, kObsFold, kBareLineEnding };
 
   /// scan() examines `buffer` (the bytes received so far for this request, from its first
   /// byte, growing between calls) and says whether the header block is complete, incomplete,
-  /// or contains an obs-fold line.
+  /// or contains an obs-fold line or a bare CR or LF (refused at once: a header ended by bare
+  /// LFs would otherwise never be seen to end, and wait for its deadline).
   [[nodiscard]] Verdict scan(std::string_view buffer) noexcept;
 
   /// reset() forgets what was scanned, for the connection's next request.

@@ -1,0 +1,222 @@
+// The server's strictness and bounds, over raw sockets: every malformed request is refused
+// before the handler, an oversized body is refused from its header alone, slow clients cost a
+// socket and never a worker, and the connection cap holds.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "http_test_util.h"
+#include "idempotency/http.h"
+#include "support/log_capture.h"
+
+namespace idempotency::http {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using testing::RawConnection;
+using ::testing::StartsWith;
+
+constexpr std::string_view kBody = R"({"message":{"messageId":"1"}})";
+
+std::string post(std::string_view extra_headers, std::string_view body = kBody) {
+  return "POST /push HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\n" + std::string(extra_headers) + "\r\n" + std::string(body);
+}
+
+class StrictServer : public ::testing::Test {
+ protected:
+  void start(ServeOptions options = {.workers = 2, .keep_alive_timeout = std::chrono::seconds(1)}) {
+    server_ = std::make_unique<Server>(
+        [this](const pubsub::PushRequest& request) {
+          ++calls_;
+          std::string seen;
+          for (const auto& h : request.headers) seen += h.name + "=" + h.value + ";";
+          return pubsub::PushResponse{.status = 200, .headers = {}, .body = seen};
+        },
+        std::move(options));
+    port_ = server_->start("127.0.0.1", 0);
+  }
+
+  // Sends `request` on a new connection and returns everything read until the server closes.
+  std::string exchange(const std::string& request) {
+    RawConnection c(port_);
+    EXPECT_TRUE(c.is_open());
+    c.send(request);
+    c.read_to_close();
+    return c.received();
+  }
+
+  idempotency::testing::LogCapture logs_;
+  std::atomic<int> calls_{0};
+  std::unique_ptr<Server> server_;
+  int port_ = 0;
+};
+
+TEST_F(StrictServer, AWellFormedRequestReachesTheHandler) {
+  start();
+  RawConnection c(port_);
+  c.send(post("X-A: a\r\n"));
+  EXPECT_THAT(c.read_until("X-A=a;"), StartsWith("HTTP/1.1 200"));
+  EXPECT_EQ(calls_.load(), 1);
+}
+
+struct Malformed {
+  const char* name;
+  std::string request;
+};
+
+class StrictServerRefuses : public StrictServer, public ::testing::WithParamInterface<Malformed> {};
+
+TEST_P(StrictServerRefuses, With400AndNeverCallsTheHandler) {
+  start();
+  const std::string answer = exchange(GetParam().request);
+  EXPECT_THAT(answer, StartsWith("HTTP/1.1 400")) << GetParam().name;
+  EXPECT_THAT(answer, Not(HasSubstr("999999")));
+  EXPECT_EQ(calls_.load(), 0);
+  EXPECT_EQ(logs_.count("http_request_refused"), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryAmbiguousFraming, StrictServerRefuses,
+    ::testing::Values(
+        // A bare CR that a lenient parser downstream reads as a line break: a forged header.
+        Malformed{"BareCr", post("X-A: a\rX-Idempotency-Fence: 999999\r\n")},
+        Malformed{"BareLfLineEndings",
+                  "POST /push HTTP/1.1\nHost: x\nContent-Length: 2\nX-A: a\n\n{}"},
+        Malformed{"BareLfInOneHeader", post("X-A: a\nX-Idempotency-Fence: 999999\r\n")},
+        Malformed{"ObsFold", post("X-A: a\r\n X-Idempotency-Fence: 999999\r\n")},
+        Malformed{"ObsFoldWithTab", post("X-A: a\r\n\tmore\r\n")},
+        Malformed{"NulInAValue", post(std::string("X-A: a\0b\r\n", 10))},
+        Malformed{"ControlByteInAValue", post("X-A: a\x01z\r\n")},
+        Malformed{"SpaceInAFieldName", post("Bad Name: x\r\n")},
+        Malformed{"SeparatorInAFieldName", post("X(A): y\r\n")},
+        Malformed{"WhitespaceBeforeTheColon", post("X-A : y\r\n")},
+        Malformed{"ContentLengthAndTransferEncoding",
+                  "POST /push HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+                  "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"},
+        Malformed{"TwoDifferentContentLengths",
+                  "POST /push HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+                  "Content-Length: 3\r\n\r\n{}"},
+        Malformed{"BadChunkSize",
+                  "POST /push HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  "zz\r\n{}\r\n0\r\n\r\n"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST_F(StrictServer, AnOversizedContentLengthIs413FromTheHeaderAloneWithout100Continue) {
+  start({.workers = 2, .max_body_bytes = 1024, .keep_alive_timeout = std::chrono::seconds(1)});
+  for (const char* expect : {"", "Expect: 100-continue\r\n"}) {
+    RawConnection c(port_);
+    const auto start = std::chrono::steady_clock::now();
+    // The body is never sent: the answer must come from the header alone.
+    c.send("POST /push HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n" + std::string(expect) +
+           "\r\n");
+    EXPECT_THAT(c.read_until("\r\n\r\n"), StartsWith("HTTP/1.1 413")) << expect;
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+    EXPECT_THAT(c.received(), Not(HasSubstr("100 Continue")));
+  }
+  EXPECT_EQ(calls_.load(), 0);
+}
+
+TEST_F(StrictServer, ExpectContinueIsInvitedWhenTheBodyIsAcceptable) {
+  start();
+  RawConnection c(port_);
+  c.send("POST /push HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n");
+  EXPECT_THAT(c.read_until("\r\n\r\n"), StartsWith("HTTP/1.1 100 Continue\r\n\r\n"));
+  c.send("{}");
+  EXPECT_THAT(c.read_until("HTTP/1.1 200"), HasSubstr("HTTP/1.1 200"));
+  EXPECT_EQ(calls_.load(), 1);
+  EXPECT_THAT(exchange(post("Expect: something-else\r\n")), StartsWith("HTTP/1.1 417"));
+  EXPECT_EQ(calls_.load(), 1);
+}
+
+TEST_F(StrictServer, AHeaderOverTheLimitIs431) {
+  start({.workers = 2, .max_header_bytes = 4096, .keep_alive_timeout = std::chrono::seconds(1)});
+  EXPECT_THAT(exchange(post("X-Big: " + std::string(8192, 'b') + "\r\n")),
+              StartsWith("HTTP/1.1 431"));
+  EXPECT_EQ(calls_.load(), 0);
+}
+
+TEST_F(StrictServer, AChunkedBodyOverTheLimitIs413) {
+  start({.workers = 2, .max_body_bytes = 1024, .keep_alive_timeout = std::chrono::seconds(1)});
+  std::string request = "POST /push HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (int i = 0; i < 4; ++i) request += "200\r\n" + std::string(512, 'y') + "\r\n";
+  request += "0\r\n\r\n";
+  EXPECT_THAT(exchange(request), StartsWith("HTTP/1.1 413"));
+  EXPECT_EQ(calls_.load(), 0);
+}
+
+TEST_F(StrictServer, SlowHeadersCostASocketNotAWorkerAndAreCutAtTheirDeadline) {
+  start({.workers = 1,
+         .header_timeout = std::chrono::milliseconds(1500),
+         .keep_alive_timeout = std::chrono::seconds(1)});
+  std::vector<std::unique_ptr<RawConnection>> slow;
+  for (int i = 0; i < 40; ++i) {
+    slow.push_back(std::make_unique<RawConnection>(port_));
+    ASSERT_TRUE(slow.back()->send("POST /push HTTP/1.1\r\nHost: x\r\nX-Slow: "));
+  }
+  // Forty clients in the middle of their header, one worker: an ordinary request is served.
+  for (int i = 0; i < 3; ++i) {
+    RawConnection c(port_);
+    const auto start = std::chrono::steady_clock::now();
+    c.send(post("X-A: a\r\n"));
+    EXPECT_THAT(c.read_until("X-A=a;"), StartsWith("HTTP/1.1 200"));
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  }
+  // Past the header deadline the server hangs up on them, even while they trickle bytes.
+  for (auto& c : slow) c->send("a");
+  for (auto& c : slow) EXPECT_TRUE(c->read_to_close(std::chrono::seconds(5)));
+  EXPECT_EQ(calls_.load(), 3);
+}
+
+TEST_F(StrictServer, AnIdleKeepAliveConnectionIsClosedAfterItsTimeout) {
+  start({.workers = 2, .keep_alive_timeout = std::chrono::milliseconds(300)});
+  RawConnection c(port_);
+  c.send(post(""));
+  EXPECT_THAT(c.read_until("\r\n\r\n"), StartsWith("HTTP/1.1 200"));
+  EXPECT_TRUE(c.read_to_close(std::chrono::seconds(5)));
+}
+
+TEST_F(StrictServer, TheConnectionCapMakesANewConnectionWaitForAFreeSlot) {
+  start({.workers = 2, .max_connections = 2, .keep_alive_timeout = std::chrono::seconds(30)});
+  RawConnection first(port_);
+  RawConnection second(port_);
+  first.send(post("X-N: 1\r\n"));
+  second.send(post("X-N: 2\r\n"));
+  EXPECT_THAT(first.read_until("X-N=1;"), StartsWith("HTTP/1.1 200"));
+  EXPECT_THAT(second.read_until("X-N=2;"), StartsWith("HTTP/1.1 200"));
+  // Both stay open (keep-alive): a third is not served while the cap holds...
+  RawConnection third(port_);
+  third.send(post("X-N: 3\r\n"));
+  EXPECT_EQ(third.read_until("X-N=3;", std::chrono::milliseconds(300)), "");
+  // ...and is served as soon as a slot frees.
+  first.send("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_TRUE(first.read_to_close());
+  EXPECT_THAT(third.read_until("X-N=3;"), StartsWith("HTTP/1.1 200"));
+}
+
+TEST_F(StrictServer, AHandlersHeaderCannotSplitTheResponse) {
+  Server server([](const pubsub::PushRequest&) {
+    return pubsub::PushResponse{
+        .status = 200,
+        .headers = {{"X-Good", "1"}, {"X-Bad", "a\r\nSet-Cookie: evil=1"}, {"Bad Name", "x"}},
+        .body = "ok"};
+  });
+  const int port = server.start("127.0.0.1", 0);
+  RawConnection c(port);
+  c.send("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  c.read_to_close();
+  EXPECT_THAT(c.received(), HasSubstr("X-Good: 1"));
+  EXPECT_THAT(c.received(), Not(HasSubstr("evil")));
+  EXPECT_THAT(c.received(), Not(HasSubstr("Bad Name")));
+  EXPECT_EQ(logs_.count("handler_bad_header"), 2);
+}
+
+}  // namespace
+}  // namespace idempotency::http
