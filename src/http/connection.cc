@@ -1,14 +1,20 @@
 #include "connection.h"
 
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/buffers_range.hpp>
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/field.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
+
+#include <array>
+#include <cerrno>
 #include <string>
 #include <utility>
 
@@ -198,36 +204,76 @@ void Connection::dispatch() {
   stream_.expires_never();
   BeastRequest request = parser_->release();
   parser_.reset();
-  const bool keep_alive = request.keep_alive();
+  const bool again = request.keep_alive() && !state_->stopping.load() &&
+                     served_ + 1 < state_->options.keep_alive_max_requests;
   const unsigned version = request.version();
   const bool head = request.method() == beast_http::verb::head;
-  net::post(state_->workers, [self = shared_from_this(), request = std::move(request), keep_alive,
+  net::post(state_->workers, [self = shared_from_this(), request = std::move(request), again,
                               version, head]() mutable {
     auto push = to_push_request(std::move(request));
-    auto response = to_beast_response(call_handler(self->state_->handler, push), version, head);
+    self->response_.emplace(
+        to_beast_response(call_handler(self->state_->handler, push), version, head));
+    self->response_->keep_alive(again);
+    const InlineWrite sent = self->write_inline();
     net::post(self->stream_.get_executor(),
-              [self, response = std::move(response), keep_alive]() mutable {
-                self->write(std::move(response), keep_alive);
-              });
+              [self, sent, again] { self->after_inline_write(sent, again); });
   });
 }
 
-void Connection::write(BeastResponse response, bool keep_alive) {
-  if (phase_ == Phase::kClosing) return;
-  phase_ = Phase::kWriting;
+// Runs on the worker, while the event loop has nothing pending on this connection (no read is
+// armed until the answer is out). Sending here, without blocking, spares the hand-off back to
+// the event loop on the latency path; whatever the socket does not take at once is finished
+// there.
+Connection::InlineWrite Connection::write_inline() {
+  serializer_.emplace(*response_);
+  const int fd = stream_.socket().native_handle();
+  beast::error_code ec;
+  while (!serializer_->is_done()) {
+    std::array<iovec, 8> parts{};
+    std::size_t count = 0;
+    serializer_->next(ec, [&](beast::error_code&, const auto& buffers) {
+      for (const auto buffer : beast::buffers_range_ref(buffers)) {
+        if (count == parts.size()) break;
+        parts[count++] = iovec{const_cast<void*>(buffer.data()), buffer.size()};  // NOLINT
+      }
+    });
+    if (ec) return InlineWrite::kFailed;
+    msghdr message{};
+    message.msg_iov = parts.data();
+    message.msg_iovlen = count;
+    const ssize_t sent = ::sendmsg(fd, &message, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (sent < 0) {
+      return errno == EAGAIN || errno == EWOULDBLOCK ? InlineWrite::kPending : InlineWrite::kFailed;
+    }
+    serializer_->consume(static_cast<std::size_t>(sent));
+  }
+  return InlineWrite::kDone;
+}
+
+void Connection::after_inline_write(InlineWrite sent, bool keep_alive) {
   ++served_;
-  const bool again =
-      keep_alive && !state_->stopping.load() && served_ < state_->options.keep_alive_max_requests;
-  response.keep_alive(again);
-  response_ = std::move(response);
+  if (phase_ == Phase::kClosing || sent == InlineWrite::kFailed) {
+    serializer_.reset();
+    response_.reset();
+    close();
+    return;
+  }
+  if (sent == InlineWrite::kDone) {
+    on_written({}, keep_alive);
+    return;
+  }
+  // The client reads slowly: finish on the event loop, within the write deadline.
+  phase_ = Phase::kWriting;
   stream_.expires_after(state_->options.write_timeout);
-  beast_http::async_write(stream_, *response_,
-                          [self = shared_from_this(), again](beast::error_code ec, std::size_t) {
-                            self->on_written(ec, again);
-                          });
+  beast_http::async_write(
+      stream_, *serializer_,
+      [self = shared_from_this(), keep_alive](beast::error_code ec, std::size_t) {
+        self->on_written(ec, keep_alive);
+      });
 }
 
 void Connection::on_written(beast::error_code ec, bool keep_alive) {
+  serializer_.reset();
   response_.reset();
   if (phase_ == Phase::kClosing) return;
   if (ec || !keep_alive || state_->stopping.load()) {

@@ -7,14 +7,16 @@
 // `write_timeout`. Only the handler call leaves the event loop, so a client that trickles
 // bytes holds a socket and a buffer, never a thread.
 //
-// Thread safety: every member runs on the connection's strand, except the handler call,
-// which runs on a worker and posts its result back to the strand.
+// Thread safety: every member runs on the connection's strand, except the handler call and the
+// first attempt to send its answer, which run on a worker while the strand has nothing pending
+// on this connection, and post the outcome back to the strand.
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <chrono>
 #include <cstddef>
@@ -53,8 +55,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_header();
   void read_body();
   void on_body(boost::beast::error_code ec);
+  enum class InlineWrite { kDone, kPending, kFailed };
+
   void dispatch();
-  void write(BeastResponse response, bool keep_alive);
+  InlineWrite write_inline();
+  void after_inline_write(InlineWrite sent, bool keep_alive);
   void on_written(boost::beast::error_code ec, bool keep_alive);
   void refuse(int status, std::string_view reason);
   void linger_then_close();
@@ -67,6 +72,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
   HeaderScan scan_;
   std::optional<BeastResponse> response_;  // alive until its write completes
+  std::optional<boost::beast::http::serializer<false, boost::beast::http::string_body>> serializer_;
   Phase phase_ = Phase::kReading;
   bool first_byte_seen_ = false;
   std::size_t served_ = 0;
