@@ -29,6 +29,14 @@ std::chrono::milliseconds duration_flag(const char* flag, const std::string& tex
   return *d;
 }
 
+std::size_t size_flag(const char* flag, const std::string& text) {
+  auto size = parse_size(text);
+  if (!size || *size == 0) {
+    throw BadFlag(std::string(flag) + ": '" + text + "' is not a size in bytes (e.g. 10MiB)");
+  }
+  return *size;
+}
+
 KeySpec key_flag(const std::string& text) {
   if (text == "messageId") return {};
   if (text == "ordering-key") return {.kind = KeySpec::Kind::kOrderingKey};
@@ -83,8 +91,14 @@ std::variant<Config, ConfigExit> parse_config(int argc, const char* const* argv)
   std::string lease = "15m";
   std::string ttl = "1h";
   std::string upstream_timeout = "30s";
+  std::string upstream_connect_timeout = "5s";
   std::string wait_for = "0s";
-  std::string max_body = std::to_string(config.max_body);
+  std::string header_timeout = "10s";
+  std::string body_timeout = "60s";
+  std::string idle_timeout = "60s";
+  std::string max_header_bytes = "192KiB";
+  std::string max_body = "16MiB";
+  std::string max_response = "1MiB";
   std::string mode = "pubsub";
 
   app.add_option("--listen", listen, "HOST:PORT to serve on (default 0.0.0.0:$PORT or :8080)")
@@ -107,11 +121,38 @@ std::variant<Config, ConfigExit> parse_config(int argc, const char* const* argv)
   app.add_option("--ttl", ttl, "how long a completed key suppresses duplicates")
       ->envname("IDEMPOTENCY_TTL")
       ->capture_default_str();
-  app.add_option("--upstream-timeout", upstream_timeout, "longest wait for the upstream")
+  app.add_option("--upstream-timeout", upstream_timeout,
+                 "deadline for the whole upstream exchange (connect, send, whole response)")
       ->envname("IDEMPOTENCY_UPSTREAM_TIMEOUT")
       ->capture_default_str();
-  app.add_option("--max-body", max_body, "largest request body, bytes (K/M/G suffixes)")
+  app.add_option("--upstream-connect-timeout", upstream_connect_timeout,
+                 "deadline for connecting to the upstream")
+      ->envname("IDEMPOTENCY_UPSTREAM_CONNECT_TIMEOUT")
+      ->capture_default_str();
+  app.add_option("--header-timeout", header_timeout,
+                 "from a request's first byte to the end of its header")
+      ->envname("IDEMPOTENCY_HEADER_TIMEOUT")
+      ->capture_default_str();
+  app.add_option("--body-timeout", body_timeout, "from the end of the header to the end of the body")
+      ->envname("IDEMPOTENCY_BODY_TIMEOUT")
+      ->capture_default_str();
+  app.add_option("--idle-timeout", idle_timeout, "how long an idle keep-alive connection stays")
+      ->envname("IDEMPOTENCY_IDLE_TIMEOUT")
+      ->capture_default_str();
+  app.add_option("--max-connections", config.max_connections, "connections open at once")
+      ->envname("IDEMPOTENCY_MAX_CONNECTIONS")
+      ->capture_default_str();
+  app.add_option("--max-header-bytes", max_header_bytes,
+                 "largest request line + header (K/M suffixes); more is 431")
+      ->envname("IDEMPOTENCY_MAX_HEADER_BYTES")
+      ->capture_default_str();
+  app.add_option("--max-body", max_body,
+                 "largest request body (K/M/G suffixes); more is 413 from the header alone")
       ->envname("IDEMPOTENCY_MAX_BODY")
+      ->capture_default_str();
+  app.add_option("--max-response", max_response,
+                 "largest upstream response body kept and stored (K/M/G suffixes)")
+      ->envname("IDEMPOTENCY_MAX_RESPONSE")
       ->capture_default_str();
   app.add_option("--mode", mode, "pubsub | idempotency-key")
       ->envname("IDEMPOTENCY_MODE")
@@ -119,8 +160,11 @@ std::variant<Config, ConfigExit> parse_config(int argc, const char* const* argv)
   app.add_option("--wait-for", wait_for, "wait this long for a holder elsewhere before a 503")
       ->envname("IDEMPOTENCY_WAIT_FOR")
       ->capture_default_str();
-  app.add_option("--workers", config.workers, "requests handled at once")
+  app.add_option("--workers", config.workers, "requests handled at once (store + upstream calls)")
       ->envname("IDEMPOTENCY_WORKERS")
+      ->capture_default_str();
+  app.add_option("--io-threads", config.io_threads, "threads reading and writing connections")
+      ->envname("IDEMPOTENCY_IO_THREADS")
       ->capture_default_str();
   app.add_option("--oidc-audience", config.oidc_audience,
                  "verify Pub/Sub's OIDC token for this audience (off when empty)")
@@ -153,12 +197,15 @@ std::variant<Config, ConfigExit> parse_config(int argc, const char* const* argv)
     config.lease = duration_flag("--lease", lease, false);
     config.ttl = duration_flag("--ttl", ttl, false);
     config.upstream_timeout = duration_flag("--upstream-timeout", upstream_timeout, false);
+    config.upstream_connect_timeout =
+        duration_flag("--upstream-connect-timeout", upstream_connect_timeout, false);
     config.wait_for = duration_flag("--wait-for", wait_for, true);
-    auto body = parse_size(max_body);
-    if (!body || *body == 0) {
-      throw BadFlag("--max-body: '" + max_body + "' is not a size in bytes (e.g. 10MiB)");
-    }
-    config.max_body = *body;
+    config.header_timeout = duration_flag("--header-timeout", header_timeout, false);
+    config.body_timeout = duration_flag("--body-timeout", body_timeout, false);
+    config.idle_timeout = duration_flag("--idle-timeout", idle_timeout, false);
+    config.max_header_bytes = size_flag("--max-header-bytes", max_header_bytes);
+    config.max_body = size_flag("--max-body", max_body);
+    config.max_response = size_flag("--max-response", max_response);
     if (mode == "pubsub") {
       config.mode = Mode::kPubsub;
     } else if (mode == "idempotency-key") {
@@ -167,6 +214,8 @@ std::variant<Config, ConfigExit> parse_config(int argc, const char* const* argv)
       throw BadFlag("--mode: '" + mode + "' is not pubsub or idempotency-key");
     }
     if (config.workers == 0) throw BadFlag("--workers: must be above zero");
+    if (config.io_threads == 0) throw BadFlag("--io-threads: must be above zero");
+    if (config.max_connections == 0) throw BadFlag("--max-connections: must be above zero");
     if (config.oidc_audience.empty() && (!config.oidc_emails.empty() || !config.jwks.empty())) {
       throw BadFlag("--oidc-email/--jwks: need --oidc-audience");
     }

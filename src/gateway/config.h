@@ -36,10 +36,22 @@ struct Config {
   std::string key_prefix;
   std::chrono::milliseconds lease = std::chrono::minutes(15);
   std::chrono::milliseconds ttl = std::chrono::hours(1);
+  /// The whole exchange with the upstream: connect, send, and read the whole response.
   std::chrono::milliseconds upstream_timeout = std::chrono::seconds(30);
+  /// Establishing a connection to the upstream (capped by upstream_timeout).
+  std::chrono::milliseconds upstream_connect_timeout = std::chrono::seconds(5);
   std::chrono::milliseconds wait_for{0};
-  std::size_t max_body = std::size_t{10} * 1024 * 1024 + std::size_t{64} * 1024;
+  /// The HTTP edge's bounds; see http::ServeOptions for what each one means.
+  std::chrono::milliseconds header_timeout = std::chrono::seconds(10);
+  std::chrono::milliseconds body_timeout = std::chrono::seconds(60);
+  std::chrono::milliseconds idle_timeout = std::chrono::seconds(60);
+  std::size_t max_connections = 4096;
+  std::size_t max_header_bytes = std::size_t{192} * 1024;
+  std::size_t max_body = std::size_t{16} * 1024 * 1024;
+  /// The largest upstream response body kept (and, in idempotency-key mode, stored).
+  std::size_t max_response = std::size_t{1} << 20;
   std::size_t workers = 16;
+  std::size_t io_threads = 1;
   Mode mode = Mode::kPubsub;
   std::string oidc_audience;
   std::vector<std::string> oidc_emails;

@@ -158,16 +158,29 @@ class Handler {
       throw;
     }
     deps_.metrics->upstream_latency().observe(reply.elapsed);
-    if (reply.kind != UpstreamReply::Kind::kResponse) {
+    if (reply.kind == UpstreamReply::Kind::kNotSent) {
+      // The upstream provably did not act: a retry may run at once.
       release(claim, key);
       log(LogRecord{Severity::kWarning,
-                    "upstream_unavailable",
-                    "the upstream did not answer; key released",
+                    "upstream_unreachable",
+                    "the upstream could not be reached; key released",
                     {{"key_fingerprint", key_fingerprint(key)}, {"error", reply.error}}});
-      deps_.metrics->count(outcome::kNackUnavailable);
-      const bool unreachable = reply.kind == UpstreamReply::Kind::kUnreachable;
-      return plain(unreachable ? 502 : 504, "upstream unavailable: " + reply.error);
+      deps_.metrics->count(outcome::kNackUnreachable);
+      return plain(502, "upstream unreachable: " + reply.error);
     }
+    if (reply.kind == UpstreamReply::Kind::kNoAnswer) {
+      // Sent and gone silent: it may still be acting, so a retry meanwhile gets 409 until the
+      // lease lapses, and the fence guards the sink after that.
+      log(LogRecord{Severity::kWarning,
+                    "upstream_no_answer",
+                    "the upstream did not answer; the key stays held until its lease lapses",
+                    {{"key_fingerprint", key_fingerprint(key)},
+                     {"fence", std::to_string(claim.fence)},
+                     {"error", reply.error}}});
+      deps_.metrics->count(outcome::kNackNoAnswer);
+      return plain(504, "upstream did not answer: " + reply.error);
+    }
+    mark_if_omitted(reply);
     const int status = reply.response.status;
     if (status < 200 || status > 299) {
       release(claim, key);
@@ -197,9 +210,24 @@ class Handler {
     auto reply = deps_.upstream->forward(request, std::nullopt);
     deps_.metrics->upstream_latency().observe(reply.elapsed);
     deps_.metrics->count(outcome::kPassthrough);
-    if (reply.kind == UpstreamReply::Kind::kResponse) return std::move(reply.response);
-    return plain(reply.kind == UpstreamReply::Kind::kUnreachable ? 502 : 504,
-                 "upstream unavailable: " + reply.error);
+    switch (reply.kind) {
+      case UpstreamReply::Kind::kResponse:
+        mark_if_omitted(reply);
+        return std::move(reply.response);
+      case UpstreamReply::Kind::kNotSent:
+        return plain(502, "upstream unreachable: " + reply.error);
+      case UpstreamReply::Kind::kNoAnswer:
+        break;
+    }
+    return plain(504, "upstream did not answer: " + reply.error);
+  }
+
+  // A body over --max-response was not kept: the caller (and every replay) gets the status and
+  // headers, which say the request was applied, with a header saying why the body is missing.
+  static void mark_if_omitted(UpstreamReply& reply) {
+    if (!reply.truncated) return;
+    reply.response.body.clear();
+    reply.response.headers.push_back({kResponseOmittedHeader, "too-large"});
   }
 
   GatewayDeps deps_;

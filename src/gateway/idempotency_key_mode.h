@@ -10,8 +10,13 @@
 // |                                                   | plus `Idempotency-Replayed: true`   |
 // | same key while the first is in flight             | 409 with Retry-After                |
 // | same key, different method, path or body          | 422                                 |
-// | upstream non-2xx                                  | passed through, not stored          |
-// | upstream timeout / broken exchange / unreachable  | 504 / 504 / 502, not stored         |
+// | upstream 2xx with a body over --max-response      | its status and headers, empty body, |
+// |                                                   | `Idempotency-Response-Omitted:      |
+// |                                                   | too-large`; stored and replayed so  |
+// | upstream non-2xx                                  | passed through, not stored, released|
+// | upstream unreachable (provably did not act)       | 502, not stored, key released       |
+// | upstream silent after the request was sent        | 504, not stored, key HELD until its |
+// |   (timeout, reset: it may still be acting)        | lease lapses (a retry gets 409)     |
 // | any other method                                  | forwarded as it is, not deduplicated|
 //
 // Built directly on the LockBackend port, not on once(): a concurrent duplicate must get 409
@@ -32,6 +37,9 @@ namespace idempotency::gateway {
 
 /// The request header carrying the key.
 inline constexpr std::string_view kIdempotencyKeyHeader = "Idempotency-Key";
+
+/// The response header that says an applied request's body was too large to keep.
+inline constexpr const char* kResponseOmittedHeader = "Idempotency-Response-Omitted";
 
 /// request_fingerprint() is the hex SHA-256 of method, path and body, length-delimited so no
 /// two different requests share the input.

@@ -109,8 +109,11 @@ int main(int argc, char** argv) {
   auto metrics = std::make_shared<gw::Metrics>();
   gw::GatewayDeps deps{
       .backend = std::make_shared<gw::MeteredBackend>(raw_backend, metrics),
-      .upstream = std::make_shared<const gw::UpstreamPool>(gw::parse_upstream_url(config.upstream),
-                                                           config.upstream_timeout, config.workers),
+      .upstream = std::make_shared<const gw::UpstreamPool>(
+          gw::parse_upstream_url(config.upstream),
+          gw::UpstreamOptions{.connect_timeout = config.upstream_connect_timeout,
+                              .timeout = config.upstream_timeout,
+                              .max_response_bytes = config.max_response}),
       .metrics = metrics,
       .authenticate = std::move(authenticate),
   };
@@ -122,7 +125,15 @@ int main(int argc, char** argv) {
   const std::string mode = config.mode == gw::Mode::kPubsub ? "pubsub" : "idempotency-key";
   return idem::http::serve(
       config.listen_host, config.listen_port, std::move(router),
-      {.workers = config.workers, .max_body_bytes = config.max_body, .on_listening = [&](int port) {
+      {.workers = config.workers,
+       .io_threads = config.io_threads,
+       .max_connections = config.max_connections,
+       .max_header_bytes = config.max_header_bytes,
+       .max_body_bytes = config.max_body,
+       .header_timeout = config.header_timeout,
+       .body_timeout = config.body_timeout,
+       .keep_alive_timeout = config.idle_timeout,
+       .on_listening = [&](int port) {
          idem::log(idem::LogRecord{idem::Severity::kInfo,
                                    "gateway_listening",
                                    "pubsub-idempotency-gateway is serving",

@@ -49,7 +49,7 @@ Metrics::Metrics() {
   for (auto o :
        {outcome::kHandled, outcome::kJoined, outcome::kDuplicate, outcome::kReplayed,
         outcome::kContention, outcome::kConflict, outcome::kMismatch, outcome::kNackUpstream,
-        outcome::kNackUnavailable, outcome::kBackendError, outcome::kBadRequest,
+        outcome::kNackUnreachable, outcome::kNackNoAnswer, outcome::kBackendError, outcome::kBadRequest,
         outcome::kUnauthorized, outcome::kPassthrough, outcome::kError}) {
     outcomes_.emplace(o, 0);
   }

@@ -25,8 +25,12 @@ inline constexpr std::string_view kReplayed = "replayed";              ///< stor
 inline constexpr std::string_view kContention = "contention";          ///< held elsewhere: 503
 inline constexpr std::string_view kConflict = "conflict";              ///< in flight: 409
 inline constexpr std::string_view kMismatch = "fingerprint_mismatch";  ///< key reuse: 422
-inline constexpr std::string_view kNackUpstream = "nack_upstream";     ///< upstream non-2xx
-inline constexpr std::string_view kNackUnavailable = "nack_upstream_unavailable";  ///< timeout
+/// The upstream said it failed (non-2xx): released at once.
+inline constexpr std::string_view kNackUpstream = "nack_upstream";
+/// The upstream provably did not act (refused, never sent): released at once.
+inline constexpr std::string_view kNackUnreachable = "nack_upstream_unreachable";
+/// Sent, then no answer (timeout, reset): may still be acting, so held until the lease lapses.
+inline constexpr std::string_view kNackNoAnswer = "nack_upstream_no_answer";
 inline constexpr std::string_view kBackendError = "backend_error";                 ///< store
 inline constexpr std::string_view kBadRequest = "bad_request";     ///< malformed, no key
 inline constexpr std::string_view kUnauthorized = "unauthorized";  ///< OIDC refused

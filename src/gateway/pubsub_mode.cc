@@ -3,6 +3,7 @@
 #include <string_view>
 #include <utility>
 
+#include "idempotency/errors.h"
 #include "idempotency/log.h"
 
 namespace idempotency::gateway {
@@ -58,9 +59,17 @@ http::Handler make_pubsub_handler(const Config& config, const GatewayDeps& deps)
     slot.upstream_called = true;
     auto reply = upstream->forward(*slot.request, delivery.fence);
     metrics->upstream_latency().observe(reply.elapsed);
-    if (reply.kind != UpstreamReply::Kind::kResponse) {
-      slot.outcome = outcome::kNackUnavailable;
-      throw pubsub::Nack(503, "upstream unavailable: " + reply.error);
+    switch (reply.kind) {
+      case UpstreamReply::Kind::kNotSent:
+        // Provably not acted on: release at once, the redelivery may run straight away.
+        slot.outcome = outcome::kNackUnreachable;
+        throw pubsub::Nack(503, "upstream unreachable: " + reply.error);
+      case UpstreamReply::Kind::kNoAnswer:
+        // Sent and gone silent: the app may still be acting on it, so the key stays held.
+        slot.outcome = outcome::kNackNoAnswer;
+        throw OutcomeUnknown("upstream did not answer: " + reply.error);
+      case UpstreamReply::Kind::kResponse:
+        break;
     }
     const int status = reply.response.status;
     if (status < 200 || status > 299) {
@@ -68,9 +77,9 @@ http::Handler make_pubsub_handler(const Config& config, const GatewayDeps& deps)
       throw pubsub::Nack(500, "upstream answered " + std::to_string(status));
     }
     slot.outcome = outcome::kHandled;
-    // A 2xx is a success; Pub/Sub would nack 203/205/206, so those become a 200.
-    if (!pubsub::is_ack(status)) reply.response.status = 200;
-    return std::move(reply.response);
+    // Pub/Sub reads only the status, so that is all that is answered and stored; a 2xx it
+    // would nack (203/205/206) becomes a 200.
+    return pubsub::PushResponse{.status = pubsub::is_ack(status) ? status : 200};
   };
 
   pubsub::IdempotentOptions options{

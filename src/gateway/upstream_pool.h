@@ -1,10 +1,13 @@
-// UpstreamPool: forwards a request to the upstream app over a small pool of keep-alive
-// connections.
+// UpstreamPool: forwards a request to the upstream app over keep-alive connections, on
+// Boost.Beast.
 //
-// cpp-httplib's Client is not thread-safe, so each call borrows a whole client from the pool
-// (guarded by a mutex) and returns it afterwards; a client whose exchange failed is dropped,
-// never reused, so a half-broken connection cannot poison the next request. Hop-by-hop headers
-// (RFC 9110 §7.6.1, plus whatever `Connection` names) are not forwarded either way.
+// Each exchange runs as asynchronous Beast/Asio operations on the calling thread's own
+// io_context (thread_local), with real deadlines: a connect deadline and one for the whole
+// exchange. Idle connections are kept per calling thread, so the hot path never hands work to
+// another thread and needs no lock. The outcome says what the upstream may have done:
+// kNotSent (provably nothing, a retry is safe), kNoAnswer (maybe something: ambiguous) or
+// kResponse. Hop-by-hop headers (RFC 9110 §7.6.1, plus whatever `Connection` names) are not
+// forwarded either way.
 //
 // Thread safety: forward() may be called from any number of threads at once.
 #pragma once
@@ -15,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "idempotency/pubsub/message.h"
 #include "idempotency/pubsub/response.h"
@@ -35,34 +39,55 @@ struct UpstreamUrl {
 /// std::invalid_argument with a one-line reason.
 [[nodiscard]] UpstreamUrl parse_upstream_url(const std::string& url);
 
+/// Limits of one upstream exchange.
+struct UpstreamOptions {
+  /// Deadline for establishing a connection (TCP, and TLS for https); capped by `timeout`.
+  std::chrono::milliseconds connect_timeout{5'000};
+  /// Deadline for the whole exchange: connect, write the request, read the whole response.
+  std::chrono::milliseconds timeout{30'000};
+  /// Largest response body kept; a larger one is dropped (body empty, `truncated` set) and its
+  /// connection closed, so memory stays bounded whatever the upstream sends.
+  std::size_t max_response_bytes = std::size_t{1} << 20;
+  /// Idle keep-alive connections kept per calling thread.
+  std::size_t max_idle_per_thread = 4;
+};
+
 /// What came back from the upstream.
 struct UpstreamReply {
   enum class Kind {
-    kResponse,     ///< The upstream answered (any status).
-    kUnreachable,  ///< No connection: refused, unresolvable, TLS handshake failed.
-    kFailed,       ///< The exchange broke off or timed out after connecting.
+    kResponse,  ///< A complete status line and header arrived (the body may be `truncated`).
+    kNotSent,   ///< Provably not acted on: could not connect (refused, unresolvable, connect
+                ///< timeout, TLS handshake failed) or not one byte of the request was written.
+    kNoAnswer,  ///< The request was (at least partly) sent, then the deadline passed or the
+                ///< connection broke before a complete response header: the upstream may
+                ///< still be acting on it (an ambiguous outcome).
   };
   Kind kind = Kind::kResponse;
-  /// The upstream's response when kind is kResponse, minus hop-by-hop headers.
+  /// The upstream's final (non-1xx) response when kind is kResponse, minus hop-by-hop headers.
   pubsub::PushResponse response;
-  /// A one-line transport error otherwise (names no URL, header or body).
+  /// The body is not all here, so response.body is empty: it was over max_response_bytes
+  /// (`error` empty), or the connection broke or the deadline passed mid-body (`error` says so).
+  bool truncated = false;
+  /// A one-line reason for kNotSent, kNoAnswer or a broken body; never a URL, header or body.
   std::string error;
-  /// How long the exchange took.
+  /// How long forward() took.
   std::chrono::steady_clock::duration elapsed{};
 };
 
 /// UpstreamPool forwards requests to one upstream.
 class UpstreamPool {
  public:
-  /// UpstreamPool() connects lazily; `timeout` bounds connecting and each read and write.
-  UpstreamPool(UpstreamUrl url, std::chrono::milliseconds timeout, std::size_t max_idle);
+  /// UpstreamPool() connects lazily. An https upstream is verified against the system's
+  /// default CA paths and the URL's host name.
+  UpstreamPool(UpstreamUrl url, UpstreamOptions options);
   ~UpstreamPool();
   UpstreamPool(const UpstreamPool&) = delete;
   UpstreamPool& operator=(const UpstreamPool&) = delete;
 
   /// forward() sends `request` unchanged (method, path, headers minus hop-by-hop and any
   /// incoming fence header, body), plus `X-Idempotency-Fence: fence` when set. Never throws
-  /// but std::bad_alloc: transport failures are a reply kind.
+  /// but std::bad_alloc: transport failures are a reply kind. Never retries once a byte of the
+  /// request may have reached the upstream.
   [[nodiscard]] UpstreamReply forward(const pubsub::PushRequest& request,
                                       std::optional<std::int64_t> fence) const;
 

@@ -111,6 +111,18 @@ class GatewayTest : public ::testing::Test {
     ASSERT_GE(calls(id), n);
   }
 
+  // Redelivers `body` (as Pub/Sub would) until it is answered other than 503 or `deadline`
+  // passes; returns the last status.
+  static int redeliver_until_not_503(int port, const std::string& body,
+                                     std::chrono::steady_clock::time_point deadline) {
+    int status = post(port, body);
+    while (status == 503 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      status = post(port, body);
+    }
+    return status;
+  }
+
   TempDir dir_;
   std::string prefix_ = unique_name("gw") + ":";
   std::string backend_url_;
@@ -127,7 +139,7 @@ TEST_F(GATEWAY_PUBSUB_SUITE, ADuplicateIsForwardedOnceAndAcked204) {
   auto gateway = start_gateway();
   const auto first = send(gateway->port(), "POST", "/push", envelope("m-1"));
   EXPECT_EQ(first.status, 201) << "the upstream's own status is answered";
-  EXPECT_EQ(first.body, "processed call 1 POST /push\n");
+  EXPECT_EQ(first.body, "") << "Pub/Sub reads only the status: only that is answered";
   EXPECT_EQ(post(gateway->port(), envelope("m-1")), 204);
   EXPECT_EQ(calls("m-1"), 1);
   EXPECT_EQ(gateway->terminate(), 0);
@@ -150,12 +162,17 @@ TEST_F(GATEWAY_PUBSUB_SUITE, AnUpstream500IsNackedReleasedAndTheRedeliverySuccee
   EXPECT_EQ(calls("m-500"), 2);
 }
 
-TEST_F(GATEWAY_PUBSUB_SUITE, AnUpstreamHangingPastTheTimeoutIsNacked503AndReleased) {
-  auto gateway = start_gateway({"--upstream-timeout", "300ms"});
+// Sent, then silent: the upstream may still be acting, so the key stays held (a redelivery is
+// nacked without calling it) until the lease lapses; then a redelivery takes it over, fenced.
+TEST_F(GATEWAY_PUBSUB_SUITE, AnUpstreamHangingPastTheTimeoutIsNacked503AndHeldUntilTheLeaseLapses) {
+  auto gateway = start_gateway({"--upstream-timeout", "300ms", "--lease", "2s"});
   const auto body =
-      envelope("m-hang", {{"test_behavior", "hang_first"}, {"test_sleep_ms", "1500"}});
+      envelope("m-hang", {{"test_behavior", "hang_first"}, {"test_sleep_ms", "4000"}});
+  const auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(post(gateway->port(), body), 503);
-  EXPECT_EQ(post(gateway->port(), body), 201);
+  EXPECT_EQ(post(gateway->port(), body), 503) << "still held: the hung call may be acting";
+  EXPECT_EQ(calls("m-hang"), 1);
+  EXPECT_EQ(redeliver_until_not_503(gateway->port(), body, start + std::chrono::seconds(10)), 201);
   EXPECT_EQ(post(gateway->port(), body), 204);
   EXPECT_EQ(calls("m-hang"), 2);
 }
@@ -167,10 +184,16 @@ TEST_F(GATEWAY_PUBSUB_SUITE, AnUnreachableUpstreamIsNacked503) {
   EXPECT_EQ(closed->terminate(), 0);  // nothing listens there any more
   auto gateway = start_gateway({}, url);
   EXPECT_EQ(post(gateway->port(), envelope("m-down")), 503);
+  // Released at once: the redelivery claims the key again (and finds the upstream still down)
+  // instead of meeting a held key.
+  EXPECT_EQ(post(gateway->port(), envelope("m-down")), 503);
   const auto metrics = send(gateway->port(), "GET", "/metrics").body;
   EXPECT_NE(
-      metrics.find("idempotency_gateway_requests_total{outcome=\"nack_upstream_unavailable\"} 1"),
+      metrics.find("idempotency_gateway_requests_total{outcome=\"nack_upstream_unreachable\"} 2"),
       std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("idempotency_gateway_requests_total{outcome=\"contention\"} 0\n"),
+            std::string::npos)
       << metrics;
 }
 
@@ -340,15 +363,38 @@ TEST_F(GATEWAY_KEY_SUITE, FailuresAreNotStored) {
   EXPECT_EQ(post_key(gateway->port(), "k-4", "{}", {{"X-Test-Behavior", "fail_first"}}).status,
             201);
   EXPECT_EQ(calls("k-4"), 2);
-  EXPECT_EQ(post_key(gateway->port(), "k-5", "{}",
-                     {{"X-Test-Behavior", "hang_first"}, {"X-Test-Sleep-Ms", "1500"}})
-                .status,
-            504);
-  EXPECT_EQ(post_key(gateway->port(), "k-5", "{}",
-                     {{"X-Test-Behavior", "hang_first"}, {"X-Test-Sleep-Ms", "1500"}})
-                .status,
-            201);
+}
+
+// Sent, then silent: 504, not stored, and the key stays held (a retry gets 409) until the
+// lease lapses, since the upstream may still be acting on it.
+TEST_F(GATEWAY_KEY_SUITE, AHungUpstreamIs504AndTheKeyIsHeldUntilTheLeaseLapses) {
+  auto gateway =
+      start_gateway({"--mode", "idempotency-key", "--upstream-timeout", "300ms", "--lease", "2s"});
+  const httplib::Headers hang{{"X-Test-Behavior", "hang_first"}, {"X-Test-Sleep-Ms", "4000"}};
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(post_key(gateway->port(), "k-5", "{}", hang).status, 504);
+  const auto meanwhile = post_key(gateway->port(), "k-5", "{}", hang);
+  EXPECT_EQ(meanwhile.status, 409);
+  EXPECT_FALSE(meanwhile.header("Retry-After").empty());
+  EXPECT_EQ(calls("k-5"), 1);
+  int status = 409;
+  while (status == 409 && std::chrono::steady_clock::now() < start + std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    status = post_key(gateway->port(), "k-5", "{}", hang).status;
+  }
+  EXPECT_EQ(status, 201) << "the lease lapsed: the retry takes the key over";
   EXPECT_EQ(calls("k-5"), 2);
+}
+
+// Provably not acted on: 502, and the key is released at once (a retry is tried again, not 409).
+TEST_F(GATEWAY_KEY_SUITE, AnUnreachableUpstreamIs502AndTheKeyIsReleased) {
+  auto closed = std::make_unique<ChildProcess>(GATEWAY_UPSTREAM_PATH, std::vector<std::string>{},
+                                               std::vector<std::pair<std::string, std::string>>{});
+  const std::string url = "http://127.0.0.1:" + std::to_string(closed->port());
+  EXPECT_EQ(closed->terminate(), 0);  // nothing listens there any more
+  auto gateway = start_gateway({"--mode", "idempotency-key"}, url);
+  EXPECT_EQ(post_key(gateway->port(), "k-6", "{}").status, 502);
+  EXPECT_EQ(post_key(gateway->port(), "k-6", "{}").status, 502);
 }
 
 // --- start-up checks: backend-independent, built into the SQLite program only -----------

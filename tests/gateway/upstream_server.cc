@@ -9,16 +9,22 @@
 //   fail_first  answer 500 on the first call for the id
 //   hang_first  sleep `test_sleep_ms` (default 2000) on the first call, then answer
 //   slow        sleep `test_sleep_ms` (default 800) on every call, then answer
+//   huge        answer 200 with a 50 MB body, Content-Length framed (streamed: this process
+//               never holds it)
+//   huge_chunked the same, chunked
 // Calls are counted when they arrive, before any sleep, so a test can wait for "in flight".
 //   GET /count?id=ID   the number of calls for ID
 //   GET /fence?id=ID   the last X-Idempotency-Fence seen for ID ("" when none)
-// Prints "listening on PORT" once bound to 127.0.0.1 (a free port); exits 0 on SIGTERM.
+// Prints "listening on PORT" once bound to 127.0.0.1 (a free port, or the one `--port N`
+// names); exits 0 on SIGTERM.
 #include <httplib.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -26,6 +32,9 @@
 #include <thread>
 
 namespace {
+
+constexpr std::size_t kHugeBytes = 50'000'000;
+const std::string kChunk(64 * 1024, 'x');  // what a huge answer is made of
 
 struct State {
   std::mutex mutex;
@@ -79,6 +88,29 @@ void process(State& state, const httplib::Request& request, httplib::Response& r
     const int ms = sleep_text.empty() ? fallback : std::atoi(sleep_text.c_str());
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   }
+  if (behavior == "huge") {
+    response.status = 200;
+    response.set_header("X-Upstream-Call", std::to_string(call));
+    response.set_content_provider(
+        kHugeBytes, "application/octet-stream",
+        [](std::size_t /*offset*/, std::size_t length, httplib::DataSink& sink) {
+          return sink.write(kChunk.data(), std::min(length, kChunk.size()));
+        });
+    return;
+  }
+  if (behavior == "huge_chunked") {
+    response.status = 200;
+    response.set_header("X-Upstream-Call", std::to_string(call));
+    response.set_chunked_content_provider(
+        "application/octet-stream", [](std::size_t offset, httplib::DataSink& sink) {
+          if (offset >= kHugeBytes) {
+            sink.done();
+            return true;
+          }
+          return sink.write(kChunk.data(), std::min(kHugeBytes - offset, kChunk.size()));
+        });
+    return;
+  }
   if (behavior == "fail" || (behavior == "fail_first" && first)) {
     response.status = 500;
     response.set_content("failed call " + std::to_string(call) + "\n", "text/plain");
@@ -93,7 +125,16 @@ void process(State& state, const httplib::Request& request, httplib::Response& r
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  int wanted_port = 0;  // 0: any free port
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--port") == 0 && i + 1 < argc) {
+      wanted_port = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: %s [--port N]\n", argv[0]);
+      return 2;
+    }
+  }
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
@@ -123,7 +164,12 @@ int main() {
   server.Patch(".*", handler);
   server.Delete(".*", handler);
 
-  const int port = server.bind_to_any_port("127.0.0.1");
+  int port = wanted_port;
+  if (wanted_port == 0) {
+    port = server.bind_to_any_port("127.0.0.1");
+  } else if (!server.bind_to_port("127.0.0.1", wanted_port)) {
+    port = -1;
+  }
   if (port <= 0) return 1;
   std::thread serving([&] { server.listen_after_bind(); });
   std::printf("listening on %d\n", port);

@@ -1,0 +1,580 @@
+// UpstreamPool against raw-socket servers on 127.0.0.1: each test's server does exactly what
+// the case needs (answer, keep quiet, close, send garbage or far too much), byte for byte.
+#include "upstream_pool.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace idempotency::gateway {
+namespace {
+
+using namespace std::chrono_literals;
+using Kind = UpstreamReply::Kind;
+
+// Bounds waits on the server side so a broken test fails instead of hanging.
+constexpr auto kWait = 5s;
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::size_t count(const std::string& haystack, const std::string& needle) {
+  std::size_t n = 0;
+  for (auto at = haystack.find(needle); at != std::string::npos;
+       at = haystack.find(needle, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+bool send_all(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    const auto n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    bytes.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
+// One request as the server read it; `first_read` is what the first recv() returned.
+struct ReceivedRequest {
+  std::string text;  // header and body
+  std::string first_read;
+};
+
+// Reads one request (header, then a Content-Length body); empty text on close.
+ReceivedRequest read_request(int fd, std::string& pending) {
+  ReceivedRequest out;
+  char buffer[65536];
+  bool first = true;
+  std::size_t header_end = std::string::npos;
+  std::size_t length = 0;
+  for (;;) {
+    if (header_end == std::string::npos) {
+      header_end = pending.find("\r\n\r\n");
+      if (header_end != std::string::npos) {
+        header_end += 4;
+        const auto head = lower(pending.substr(0, header_end));
+        if (const auto at = head.find("\r\ncontent-length:"); at != std::string::npos) {
+          length = std::stoul(head.substr(at + 17));
+        }
+      }
+    }
+    if (header_end != std::string::npos && pending.size() >= header_end + length) {
+      out.text = pending.substr(0, header_end + length);
+      pending.erase(0, header_end + length);
+      return out;
+    }
+    const auto n = ::recv(fd, buffer, sizeof buffer, 0);
+    if (n <= 0) return {};
+    if (first) out.first_read.assign(buffer, static_cast<std::size_t>(n));
+    first = false;
+    pending.append(buffer, static_cast<std::size_t>(n));
+  }
+}
+
+// Reads until the peer closes (or resets) the connection.
+void read_to_close(int fd) {
+  char buffer[4096];
+  while (::recv(fd, buffer, sizeof buffer, 0) > 0) {
+  }
+}
+
+// RawServer listens on 127.0.0.1 and runs `serve(fd, index)` on a thread of its own for each
+// accepted connection (index counts from 0). Handlers may shutdown() but never close() their
+// socket; the server closes every socket when it is destroyed, after waking and joining all.
+class RawServer {
+ public:
+  using Serve = std::function<void(int fd, int index)>;
+
+  explicit RawServer(Serve serve, int backlog = 16) : serve_(std::move(serve)) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t size = sizeof address;
+    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&address), size) != 0 ||
+        ::listen(listen_fd_, backlog) != 0 ||
+        ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&address), &size) != 0) {
+      ADD_FAILURE() << "cannot listen on 127.0.0.1";
+      return;
+    }
+    port_ = ntohs(address.sin_port);
+    if (serve_) acceptor_ = std::thread([this] { accept_loop(); });
+  }
+
+  ~RawServer() {
+    ::shutdown(listen_fd_, SHUT_RDWR);  // wakes accept()
+    if (acceptor_.joinable()) acceptor_.join();
+    {
+      std::lock_guard lock(mutex_);
+      for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);  // wakes handlers blocked in recv()
+    }
+    for (auto& t : threads_) t.join();
+    for (int fd : fds_) ::close(fd);
+    ::close(listen_fd_);
+  }
+
+  RawServer(const RawServer&) = delete;
+  RawServer& operator=(const RawServer&) = delete;
+
+  [[nodiscard]] int port() const { return port_; }
+  [[nodiscard]] int listen_fd() const { return listen_fd_; }
+  [[nodiscard]] int accepted() const { return accepted_.load(); }
+  [[nodiscard]] std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  void accept_loop() {
+    for (;;) {
+      const int fd = ::accept(listen_fd_, nullptr, nullptr);
+      if (fd < 0) return;
+      std::lock_guard lock(mutex_);
+      fds_.push_back(fd);
+      const int index = accepted_.fetch_add(1);
+      threads_.emplace_back([this, fd, index] { serve_(fd, index); });
+    }
+  }
+
+  Serve serve_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<int> accepted_{0};
+  std::mutex mutex_;
+  std::vector<int> fds_;
+  std::vector<std::thread> threads_;
+  std::thread acceptor_;
+};
+
+// A handler answering every request on the connection with `response`, until the peer closes.
+RawServer::Serve answer_each(std::string response) {
+  return [response](int fd, int) {
+    std::string pending;
+    while (!read_request(fd, pending).text.empty()) {
+      if (!send_all(fd, response)) return;
+    }
+  };
+}
+
+constexpr const char* kOk = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+
+UpstreamPool make_pool(const std::string& url, UpstreamOptions options = {}) {
+  return UpstreamPool(parse_upstream_url(url), options);
+}
+
+pubsub::PushRequest post(std::string body = "{}") {
+  return {.method = "POST",
+          .path = "/push",
+          .headers = {{"Content-Type", "application/json"}},
+          .body = std::move(body)};
+}
+
+std::string_view header(const pubsub::PushResponse& response, std::string_view name) {
+  for (const auto& h : response.headers) {
+    if (lower(h.name) == lower(std::string(name))) return h.value;
+  }
+  return {};
+}
+
+TEST(UpstreamPool, ForwardsTheRequestAndReturnsTheResponse) {
+  std::promise<ReceivedRequest> received;
+  RawServer server([&](int fd, int) {
+    std::string pending;
+    auto request = read_request(fd, pending);
+    received.set_value(request);
+    send_all(fd,
+             "HTTP/1.1 201 Created\r\nContent-Length: 5\r\nX-App: yes\r\n"
+             "Connection: keep-alive, X-Secret\r\nX-Secret: s\r\nKeep-Alive: timeout=5\r\n\r\n"
+             "hello");
+    read_to_close(fd);
+  });
+  const auto pool = make_pool(server.url() + "/base");
+  pubsub::PushRequest request{.method = "POST",
+                              .path = "/push?x=1",
+                              .headers = {{"Content-Type", "application/json"},
+                                          {"X-Idempotency-Fence", "forged-fence"},
+                                          {"x-idempotency-fence", "forged-fence-too"},
+                                          {"Connection", "close, X-Drop"},
+                                          {"X-Drop", "dropped"},
+                                          {"Keep-Alive", "timeout=1"},
+                                          {"Upgrade", "h2c"},
+                                          {"Host", "forged.example"},
+                                          {"TE", "trailers"},
+                                          {"Expect", "100-continue"},
+                                          {"Transfer-Encoding", "chunked"},
+                                          {"Content-Length", "1"},
+                                          {"X-Bad Name", "no"},
+                                          {"X-Injected", "a\r\nX-Evil: 1"},
+                                          {"X-Keep", "kept\tvalue"}},
+                              .body = R"({"a":1})"};
+
+  const auto reply = pool.forward(request, 42);
+
+  ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+  EXPECT_EQ(reply.response.status, 201);
+  EXPECT_EQ(reply.response.body, "hello");
+  EXPECT_FALSE(reply.truncated);
+  EXPECT_EQ(reply.error, "");
+  EXPECT_EQ(header(reply.response, "X-App"), "yes");
+  for (const char* gone : {"Connection", "X-Secret", "Keep-Alive", "Content-Length"}) {
+    EXPECT_EQ(header(reply.response, gone), "") << gone;
+  }
+
+  auto future = received.get_future();
+  ASSERT_EQ(future.wait_for(kWait), std::future_status::ready);
+  const auto got = future.get();
+  const auto text = got.text;
+  const auto low = lower(text);
+  EXPECT_EQ(text.rfind("POST /base/push?x=1 HTTP/1.1\r\n", 0), 0u) << text;
+  EXPECT_NE(text.find("\r\nHost: 127.0.0.1:" + std::to_string(server.port()) + "\r\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(count(low, "\r\nhost:"), 1u) << text;
+  EXPECT_NE(text.find("\r\nX-Idempotency-Fence: 42\r\n"), std::string::npos) << text;
+  EXPECT_EQ(count(low, "x-idempotency-fence"), 1u) << text;
+  EXPECT_NE(text.find("\r\nContent-Type: application/json\r\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\r\nX-Keep: kept\tvalue\r\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\r\nContent-Length: 7\r\n"), std::string::npos) << text;
+  EXPECT_EQ(count(low, "content-length"), 1u) << text;
+  for (const char* absent :
+       {"forged", "x-drop", "keep-alive", "upgrade", "\r\nte:", "expect", "transfer-encoding",
+        "x-bad", "x-evil", "x-injected", "\r\nconnection:"}) {
+    EXPECT_EQ(low.find(absent), std::string::npos) << absent << " in\n" << text;
+  }
+  EXPECT_EQ(text.substr(text.size() - 7), R"({"a":1})");
+  // One writev of header and body with TCP_NODELAY arrives as one segment on loopback: a
+  // header-then-body client (held back by Nagle) would show the header alone here.
+  EXPECT_EQ(got.first_read, text);
+}
+
+TEST(UpstreamPool, ResolvesAHostNameAndSendsItAsHost) {
+  std::promise<std::string> received;
+  RawServer server([&](int fd, int) {
+    std::string pending;
+    received.set_value(read_request(fd, pending).text);
+    send_all(fd, kOk);
+    read_to_close(fd);
+  });
+  const auto authority = "localhost:" + std::to_string(server.port());
+  const auto pool = make_pool("http://" + authority);
+
+  const auto reply = pool.forward({.method = "GET", .path = ""}, std::nullopt);
+
+  ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+  EXPECT_EQ(reply.response.body, "ok");
+  auto future = received.get_future();
+  ASSERT_EQ(future.wait_for(kWait), std::future_status::ready);
+  const auto text = future.get();
+  EXPECT_EQ(text.rfind("GET / HTTP/1.1\r\n", 0), 0u) << text;
+  EXPECT_NE(text.find("\r\nHost: " + authority + "\r\n"), std::string::npos) << text;
+  EXPECT_EQ(lower(text).find("x-idempotency-fence"), std::string::npos) << text;
+}
+
+TEST(UpstreamPool, ReusesAKeepAliveConnection) {
+  RawServer server(answer_each(kOk));
+  const auto pool = make_pool(server.url());
+
+  for (int i = 0; i < 3; ++i) {
+    const auto reply = pool.forward(post(), i);
+    ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+    EXPECT_EQ(reply.response.body, "ok");
+  }
+  EXPECT_EQ(server.accepted(), 1);
+}
+
+TEST(UpstreamPool, ReconnectsWhenTheServerClosedTheIdleConnection) {
+  std::promise<void> closed;
+  RawServer server([&](int fd, int index) {
+    if (index > 0) return answer_each(kOk)(fd, index);
+    std::string pending;
+    read_request(fd, pending);
+    send_all(fd, kOk);        // keep-alive by default...
+    ::shutdown(fd, SHUT_WR);  // ...and then closed while idle, as app servers do
+    closed.set_value();
+    read_to_close(fd);
+  });
+  const auto pool = make_pool(server.url());
+
+  ASSERT_EQ(pool.forward(post(), 1).kind, Kind::kResponse);
+  ASSERT_EQ(closed.get_future().wait_for(kWait), std::future_status::ready);
+  const auto reply = pool.forward(post(), 2);
+
+  ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+  EXPECT_EQ(reply.response.body, "ok");
+  EXPECT_EQ(server.accepted(), 2);
+}
+
+TEST(UpstreamPool, DoesNotPoolAConnectionTheResponseClosed) {
+  for (const char* response :
+       {"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok",
+        "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok"}) {
+    // The server keeps the connection open anyway: only the client's decision is tested.
+    RawServer server(answer_each(response));
+    const auto pool = make_pool(server.url());
+
+    ASSERT_EQ(pool.forward(post(), 1).kind, Kind::kResponse);
+    const auto reply = pool.forward(post(), 2);
+
+    ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+    EXPECT_EQ(server.accepted(), 2) << response;
+  }
+}
+
+TEST(UpstreamPool, ANewPoolNeverGetsADestroyedPoolsConnection) {
+  RawServer server(answer_each(kOk));
+  for (int i = 0; i < 2; ++i) {
+    // Likely at the same address each time; the pool's id tells them apart.
+    const auto pool =
+        std::make_unique<UpstreamPool>(parse_upstream_url(server.url()), UpstreamOptions{});
+    ASSERT_EQ(pool->forward(post(), i).kind, Kind::kResponse);
+  }
+  EXPECT_EQ(server.accepted(), 2);
+}
+
+TEST(UpstreamPool, KeepsOneConnectionPerCallingThread) {
+  RawServer server(answer_each(kOk));
+  const auto pool = make_pool(server.url());
+  constexpr int kThreads = 4;
+  std::atomic<int> answered{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 25; ++i) {
+        if (pool.forward(post(), i).kind == Kind::kResponse) ++answered;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(answered.load(), kThreads * 25);
+  EXPECT_EQ(server.accepted(), kThreads);
+}
+
+TEST(UpstreamPool, SkipsInterimResponses) {
+  RawServer server(
+      answer_each("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 102 Processing\r\n\r\n"
+                  "HTTP/1.1 202 Accepted\r\nContent-Length: 4\r\n\r\ndone"));
+  const auto pool = make_pool(server.url());
+
+  const auto reply = pool.forward(post(), 1);
+
+  ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+  EXPECT_EQ(reply.response.status, 202);
+  EXPECT_EQ(reply.response.body, "done");
+}
+
+TEST(UpstreamPool, ReadsNoBodyAfterAHeadResponse) {
+  RawServer server(answer_each("HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n"));
+  const auto pool = make_pool(server.url(), {.timeout = 10s});
+
+  for (int i = 0; i < 2; ++i) {
+    const auto reply = pool.forward({.method = "HEAD", .path = "/"}, std::nullopt);
+    ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+    EXPECT_EQ(reply.response.body, "");
+    EXPECT_LT(reply.elapsed, 5s);
+  }
+  EXPECT_EQ(server.accepted(), 1);
+}
+
+TEST(UpstreamPool, RefusedConnectionIsNotSent) {
+  // Bound but not listening: connects are refused, and no one else can take the port.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t size = sizeof address;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), size), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size), 0);
+  const auto pool = make_pool("http://127.0.0.1:" + std::to_string(ntohs(address.sin_port)),
+                              {.connect_timeout = 20s, .timeout = 30s});
+
+  const auto reply = pool.forward(post(), 1);
+  ::close(fd);
+
+  EXPECT_EQ(reply.kind, Kind::kNotSent);
+  EXPECT_NE(reply.error.find("connect"), std::string::npos) << reply.error;
+  EXPECT_LT(reply.elapsed, 5s);
+}
+
+TEST(UpstreamPool, ConnectTimeoutIsNotSent) {
+  // A full accept queue (backlog 0, one connection waiting) makes Linux drop further SYNs.
+  RawServer server(nullptr, 0);
+  const int filler = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(static_cast<std::uint16_t>(server.port()));
+  ASSERT_EQ(::connect(filler, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  const auto pool = make_pool(server.url(), {.connect_timeout = 300ms, .timeout = 30s});
+
+  const auto reply = pool.forward(post(), 1);
+  ::close(filler);
+
+  EXPECT_EQ(reply.kind, Kind::kNotSent);
+  EXPECT_EQ(reply.error, "connect timed out");
+  EXPECT_LT(reply.elapsed, 5s);
+}
+
+TEST(UpstreamPool, UnresolvableHostIsNotSent) {
+  const auto pool = make_pool("http://no-such-host.invalid:8080", {.connect_timeout = 2s});
+
+  const auto reply = pool.forward(post(), 1);
+
+  EXPECT_EQ(reply.kind, Kind::kNotSent);
+  EXPECT_NE(reply.error.find("resolv"), std::string::npos) << reply.error;
+  EXPECT_EQ(reply.error.find("no-such-host"), std::string::npos) << reply.error;
+}
+
+TEST(UpstreamPool, SilentServerIsNoAnswerAtTheDeadline) {
+  std::promise<std::string> received;
+  RawServer server([&](int fd, int) {
+    std::string pending;
+    received.set_value(read_request(fd, pending).text);
+    read_to_close(fd);  // and never answer
+  });
+  const auto pool = make_pool(server.url(), {.timeout = 300ms});
+
+  const auto reply = pool.forward(post("payload"), 1);
+
+  EXPECT_EQ(reply.kind, Kind::kNoAnswer);
+  EXPECT_EQ(reply.error, "timed out waiting for the response");
+  EXPECT_LT(reply.elapsed, 5s);
+  auto future = received.get_future();
+  ASSERT_EQ(future.wait_for(kWait), std::future_status::ready);
+  EXPECT_NE(future.get().find("\r\n\r\npayload"), std::string::npos);
+}
+
+TEST(UpstreamPool, GarbageIsNoAnswer) {
+  RawServer server([](int fd, int) {
+    std::string pending;
+    read_request(fd, pending);
+    send_all(fd, "SSH-2.0-OpenSSH_9.2\r\nthis is not HTTP\r\n\r\n");
+    read_to_close(fd);
+  });
+  const auto pool = make_pool(server.url(), {.timeout = 10s});
+
+  const auto reply = pool.forward(post(), 1);
+
+  EXPECT_EQ(reply.kind, Kind::kNoAnswer);
+  EXPECT_NE(reply.error.find("no valid HTTP response"), std::string::npos) << reply.error;
+  EXPECT_LT(reply.elapsed, 5s);
+}
+
+TEST(UpstreamPool, ClosedBeforeAnsweringIsNoAnswer) {
+  RawServer server([](int fd, int) {
+    std::string pending;
+    read_request(fd, pending);
+    ::shutdown(fd, SHUT_RDWR);
+  });
+  const auto pool = make_pool(server.url(), {.timeout = 10s});
+
+  const auto reply = pool.forward(post(), 1);
+
+  EXPECT_EQ(reply.kind, Kind::kNoAnswer);
+  EXPECT_LT(reply.elapsed, 5s);
+}
+
+// Sends a 50 MB body after `head` until the client goes away.
+RawServer::Serve huge_body(std::string head, bool chunked) {
+  return [head, chunked](int fd, int) {
+    std::string pending;
+    if (read_request(fd, pending).text.empty()) return;
+    if (!send_all(fd, head)) return;
+    const std::string block(64 * 1024, 'x');
+    const std::string chunk = "10000\r\n" + block + "\r\n";
+    for (int i = 0; i < 50 * 16; ++i) {
+      if (!send_all(fd, chunked ? chunk : block)) return;
+    }
+    if (chunked) send_all(fd, "0\r\n\r\n");
+    read_to_close(fd);
+  };
+}
+
+TEST(UpstreamPool, TooLargeBodyIsTruncatedAndTheConnectionDropped) {
+  for (bool chunked : {false, true}) {
+    const std::string head =
+        chunked ? "HTTP/1.1 200 OK\r\nX-App: yes\r\nTransfer-Encoding: chunked\r\n\r\n"
+                : "HTTP/1.1 200 OK\r\nX-App: yes\r\nContent-Length: 52428800\r\n\r\n";
+    RawServer server(huge_body(head, chunked));
+    const auto pool = make_pool(server.url(), {.timeout = 10s});
+
+    const auto reply = pool.forward(post(), 1);
+
+    const char* variant = chunked ? "chunked" : "content-length";
+    ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+    EXPECT_EQ(reply.response.status, 200);
+    EXPECT_TRUE(reply.truncated) << variant;
+    EXPECT_EQ(reply.response.body.size(), 0u) << variant;  // not printed: it could be huge
+    EXPECT_EQ(reply.error, "") << variant;
+    EXPECT_EQ(header(reply.response, "X-App"), "yes");
+    EXPECT_LT(reply.elapsed, 5s);
+    // The rest of the body was never read: the connection is gone, the next one is new.
+    EXPECT_EQ(pool.forward(post(), 2).kind, Kind::kResponse);
+    EXPECT_EQ(server.accepted(), 2) << variant;
+  }
+}
+
+TEST(UpstreamPool, BodyBrokenOffIsTruncatedWithAReason) {
+  RawServer server([](int fd, int) {
+    std::string pending;
+    read_request(fd, pending);
+    send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten..");
+    read_to_close(fd);
+  });
+  const auto pool = make_pool(server.url(), {.timeout = 300ms});
+
+  const auto reply = pool.forward(post(), 1);
+
+  ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+  EXPECT_EQ(reply.response.status, 200);
+  EXPECT_TRUE(reply.truncated);
+  EXPECT_EQ(reply.response.body, "");
+  EXPECT_EQ(reply.error, "timed out reading the response body");
+  EXPECT_LT(reply.elapsed, 5s);
+}
+
+TEST(UpstreamPool, FailedTlsHandshakeIsNotSent) {
+  RawServer server([](int fd, int) {
+    char hello[4096];
+    if (::recv(fd, hello, sizeof hello, 0) <= 0) return;  // the ClientHello
+    send_all(fd, "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+    ::shutdown(fd, SHUT_RDWR);
+  });
+  const auto pool =
+      make_pool("https://127.0.0.1:" + std::to_string(server.port()), {.timeout = 10s});
+
+  const auto reply = pool.forward(post(), 1);
+
+  EXPECT_EQ(reply.kind, Kind::kNotSent);
+  EXPECT_EQ(reply.error.rfind("TLS handshake", 0), 0u) << reply.error;
+  EXPECT_LT(reply.elapsed, 5s);
+}
+
+TEST(UpstreamPool, AnInvalidOriginOrRequestIsNotSent) {
+  const UpstreamPool bad_url({.origin = "ftp://example.com", .base_path = ""}, {});
+  EXPECT_EQ(bad_url.forward(post(), 1).kind, Kind::kNotSent);
+
+  RawServer server(answer_each(kOk));
+  const auto pool = make_pool(server.url());
+  EXPECT_EQ(pool.forward({.method = "PO ST", .path = "/"}, 1).kind, Kind::kNotSent);
+  EXPECT_EQ(pool.forward({.method = "GET", .path = "/a b"}, 1).kind, Kind::kNotSent);
+  EXPECT_EQ(pool.forward({.method = "GET", .path = "/\r\nX: 1"}, 1).kind, Kind::kNotSent);
+  EXPECT_EQ(server.accepted(), 0);
+}
+
+}  // namespace
+}  // namespace idempotency::gateway
