@@ -133,7 +133,8 @@ std::variant<Config, ConfigExit> parse_config(int argc, const char* const* argv)
                  "from a request's first byte to the end of its header")
       ->envname("IDEMPOTENCY_HEADER_TIMEOUT")
       ->capture_default_str();
-  app.add_option("--body-timeout", body_timeout, "from the end of the header to the end of the body")
+  app.add_option("--body-timeout", body_timeout,
+                 "from the end of the header to the end of the body")
       ->envname("IDEMPOTENCY_BODY_TIMEOUT")
       ->capture_default_str();
   app.add_option("--idle-timeout", idle_timeout, "how long an idle keep-alive connection stays")

@@ -123,24 +123,23 @@ int main(int argc, char** argv) {
   auto router = gw::make_router(std::move(handler), raw_backend, config.lease, metrics);
 
   const std::string mode = config.mode == gw::Mode::kPubsub ? "pubsub" : "idempotency-key";
-  return idem::http::serve(
-      config.listen_host, config.listen_port, std::move(router),
-      {.workers = config.workers,
-       .io_threads = config.io_threads,
-       .max_connections = config.max_connections,
-       .max_header_bytes = config.max_header_bytes,
-       .max_body_bytes = config.max_body,
-       .header_timeout = config.header_timeout,
-       .body_timeout = config.body_timeout,
-       .keep_alive_timeout = config.idle_timeout,
-       .on_listening = [&](int port) {
-         idem::log(idem::LogRecord{idem::Severity::kInfo,
-                                   "gateway_listening",
-                                   "pubsub-idempotency-gateway is serving",
-                                   {{"port", std::to_string(port)},
-                                    {"mode", mode},
-                                    {"backend", scheme_of(config.backend)}}});
-         std::printf("listening on %d\n", port);
-         std::fflush(stdout);
-       }});
+  return idem::http::serve(config.listen_host, config.listen_port, std::move(router),
+                           {.workers = config.workers,
+                            .io_threads = config.io_threads,
+                            .max_connections = config.max_connections,
+                            .max_header_bytes = config.max_header_bytes,
+                            .max_body_bytes = config.max_body,
+                            .header_timeout = config.header_timeout,
+                            .body_timeout = config.body_timeout,
+                            .keep_alive_timeout = config.idle_timeout,
+                            .on_listening = [&](int port) {
+                              idem::log(idem::LogRecord{idem::Severity::kInfo,
+                                                        "gateway_listening",
+                                                        "pubsub-idempotency-gateway is serving",
+                                                        {{"port", std::to_string(port)},
+                                                         {"mode", mode},
+                                                         {"backend", scheme_of(config.backend)}}});
+                              std::printf("listening on %d\n", port);
+                              std::fflush(stdout);
+                            }});
 }

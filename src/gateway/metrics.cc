@@ -49,8 +49,8 @@ Metrics::Metrics() {
   for (auto o :
        {outcome::kHandled, outcome::kJoined, outcome::kDuplicate, outcome::kReplayed,
         outcome::kContention, outcome::kConflict, outcome::kMismatch, outcome::kNackUpstream,
-        outcome::kNackUnreachable, outcome::kNackNoAnswer, outcome::kBackendError, outcome::kBadRequest,
-        outcome::kUnauthorized, outcome::kPassthrough, outcome::kError}) {
+        outcome::kNackUnreachable, outcome::kNackNoAnswer, outcome::kBackendError,
+        outcome::kBadRequest, outcome::kUnauthorized, outcome::kPassthrough, outcome::kError}) {
     outcomes_.emplace(o, 0);
   }
   for (auto op : {"claim", "complete", "release"}) backend_errors_.emplace(op, 0);

@@ -31,11 +31,11 @@ inline constexpr std::string_view kNackUpstream = "nack_upstream";
 inline constexpr std::string_view kNackUnreachable = "nack_upstream_unreachable";
 /// Sent, then no answer (timeout, reset): may still be acting, so held until the lease lapses.
 inline constexpr std::string_view kNackNoAnswer = "nack_upstream_no_answer";
-inline constexpr std::string_view kBackendError = "backend_error";                 ///< store
-inline constexpr std::string_view kBadRequest = "bad_request";     ///< malformed, no key
-inline constexpr std::string_view kUnauthorized = "unauthorized";  ///< OIDC refused
-inline constexpr std::string_view kPassthrough = "passthrough";    ///< not deduplicated
-inline constexpr std::string_view kError = "error";                ///< anything else
+inline constexpr std::string_view kBackendError = "backend_error";  ///< store
+inline constexpr std::string_view kBadRequest = "bad_request";      ///< malformed, no key
+inline constexpr std::string_view kUnauthorized = "unauthorized";   ///< OIDC refused
+inline constexpr std::string_view kPassthrough = "passthrough";     ///< not deduplicated
+inline constexpr std::string_view kError = "error";                 ///< anything else
 }  // namespace outcome
 
 /// Histogram counts observations into fixed latency buckets (seconds).
