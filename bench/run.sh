@@ -64,12 +64,13 @@ cleanup() {
 trap cleanup EXIT
 trap '[ "$BASHPID" = "$$" ] && exit 130' INT TERM
 
-# free_port: a port nothing listens on (checked with ss; a start that still races fails loudly).
+# free_port: a port no socket uses (checked with ss; a start that still races fails loudly),
+# below Linux's ephemeral range (32768+), where the benchmark's own client sockets live.
 free_port() {
   local port i
   for ((i = 0; i < 100; i++)); do
-    port=$((20000 + RANDOM % 40000))
-    [ -z "$(ss -Htln "sport = :$port")" ] && { echo "$port"; return 0; }
+    port=$((20000 + RANDOM % 12000))
+    [ -z "$(ss -Htan "sport = :$port")" ] && { echo "$port"; return 0; }
   done
   die "no free port found"
 }

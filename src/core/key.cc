@@ -3,8 +3,9 @@
 #include <openssl/evp.h>
 
 #include <array>
-#include <cstdio>
 #include <stdexcept>
+
+#include "idempotency/detail/hex.h"
 
 namespace idempotency {
 
@@ -22,13 +23,7 @@ std::string key_fingerprint(std::string_view key) {
   if (EVP_Digest(key.data(), key.size(), digest.data(), &length, EVP_sha256(), nullptr) != 1) {
     return "unhashable";  // never fall back to the key itself
   }
-  std::string out;
-  for (unsigned int i = 0; i < 6; ++i) {
-    std::array<char, 3> hex{};
-    std::snprintf(hex.data(), hex.size(), "%02x", digest[i]);
-    out.append(hex.data(), 2);
-  }
-  return out;
+  return detail::to_hex(digest.data(), 6);
 }
 
 }  // namespace idempotency

@@ -3,8 +3,8 @@
 #include <openssl/rand.h>
 
 #include <array>
-#include <cstdio>
 
+#include "idempotency/detail/hex.h"
 #include "idempotency/errors.h"
 
 namespace idempotency::detail {
@@ -14,14 +14,7 @@ std::string new_claim_token() {
   if (RAND_bytes(bytes.data(), static_cast<int>(bytes.size())) != 1) {
     throw Error("claim token: the system random generator failed");
   }
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char b : bytes) {
-    std::array<char, 3> hex{};
-    std::snprintf(hex.data(), hex.size(), "%02x", b);
-    out.append(hex.data(), 2);
-  }
-  return out;
+  return to_hex(bytes.data(), bytes.size());
 }
 
 }  // namespace idempotency::detail

@@ -13,6 +13,7 @@
 #include <utility>
 #include <variant>
 
+#include "idempotency/detail/hex.h"
 #include "idempotency/errors.h"
 #include "idempotency/key.h"
 #include "idempotency/log.h"
@@ -27,17 +28,6 @@ PushResponse plain(int status, std::string body) {
   return {.status = status,
           .headers = {{"Content-Type", "text/plain; charset=utf-8"}},
           .body = std::move(body) + "\n"};
-}
-
-std::string to_hex(const unsigned char* data, std::size_t size) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(size * 2);
-  for (std::size_t i = 0; i < size; ++i) {
-    out += kDigits[data[i] >> 4];
-    out += kDigits[data[i] & 0xf];
-  }
-  return out;
 }
 
 int retry_after_seconds(TimePoint lease_expiry) {
@@ -251,7 +241,7 @@ std::string request_fingerprint(const PushRequest& request) {
   ok = ok && EVP_DigestFinal_ex(ctx, digest.data(), &size) == 1;
   EVP_MD_CTX_free(ctx);
   if (!ok) throw std::runtime_error("SHA-256 failed");
-  return to_hex(digest.data(), size);
+  return idempotency::detail::to_hex(digest.data(), size);
 }
 
 http::Handler make_idempotency_key_handler(const Config& config, GatewayDeps deps) {

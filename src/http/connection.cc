@@ -30,7 +30,7 @@ namespace {
 
 // A read hands Beast at most this much at a time: small enough to keep a trickling client's
 // buffer small, large enough for a whole push envelope in a few reads.
-constexpr std::size_t kReadChunk = 64 * 1024;
+constexpr std::size_t kReadChunk = std::size_t{64} * 1024;
 // After refusing a request, its unread rest is drained for at most this long (and this many
 // bytes) so the client reads the answer instead of a connection reset.
 constexpr std::chrono::milliseconds kLingerTime{1'000};
