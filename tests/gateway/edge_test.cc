@@ -33,7 +33,9 @@
 #include <thread>
 #include <vector>
 
+#include "gateway_client.h"
 #include "support/child_process.h"
+#include "support/raw_connection.h"
 #include "support/temp_dir.h"
 
 namespace idempotency::testing {
@@ -42,56 +44,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-
-std::string base64(const std::string& s) {
-  std::string out(4 * ((s.size() + 2) / 3) + 1, '\0');
-  out.resize(static_cast<std::size_t>(EVP_EncodeBlock(
-      reinterpret_cast<unsigned char*>(out.data()),
-      reinterpret_cast<const unsigned char*>(s.data()), static_cast<int>(s.size()))));
-  return out;
-}
-
-// A wrapped push envelope whose message carries `data` (base64-encoded here).
-std::string envelope(const std::string& id,
-                     const nlohmann::json& attributes = nlohmann::json::object(),
-                     const std::string& data = {}) {
-  return nlohmann::json{{"message",
-                         {{"messageId", id},
-                          {"data", base64(data.empty() ? "order " + id : data)},
-                          {"attributes", attributes}}},
-                        {"subscription", "projects/p/subscriptions/orders"},
-                        {"deliveryAttempt", 1}}
-      .dump();
-}
-
-struct Reply {
-  int status = -1;
-  std::string body;
-  httplib::Headers headers;
-  [[nodiscard]] std::string header(const char* name) const {
-    auto it = headers.find(name);
-    return it == headers.end() ? "" : it->second;
-  }
-  [[nodiscard]] bool has_header(const char* name) const { return headers.count(name) > 0; }
-};
-
-Reply send(int port, const std::string& method, const std::string& path,
-           const std::string& body = {}, const httplib::Headers& headers = {}) {
-  httplib::Client client("127.0.0.1", port);
-  client.set_read_timeout(30, 0);
-  client.set_write_timeout(30, 0);
-  httplib::Request request;
-  request.method = method;
-  request.path = path;
-  request.headers = headers;
-  request.body = body;
-  if (!body.empty()) request.set_header("Content-Type", "application/json");
-  auto r = client.send(request);
-  if (!r) return {};
-  return {r->status, r->body, r->headers};
-}
-
-int post(int port, const std::string& body) { return send(port, "POST", "/push", body).status; }
 
 bool contains(std::string_view haystack, std::string_view needle) {
   return haystack.find(needle) != std::string_view::npos;
@@ -112,90 +64,6 @@ int free_port() {
   if (fd >= 0) ::close(fd);
   return port;
 }
-
-// A client TCP connection to 127.0.0.1 that sends bytes exactly as given.
-class RawConnection {
- public:
-  explicit RawConnection(int port) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd_ < 0) return;
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    // NOLINTNEXTLINE: the sockets API takes a sockaddr*.
-    if (::connect(fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
-      ::close(fd_);
-      fd_ = -1;
-    }
-  }
-  ~RawConnection() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  RawConnection(const RawConnection&) = delete;
-  RawConnection& operator=(const RawConnection&) = delete;
-
-  [[nodiscard]] bool is_open() const { return fd_ >= 0; }
-  [[nodiscard]] int fd() const { return fd_; }
-
-  // Writes all of `bytes`; false when the peer is gone.
-  bool send(std::string_view bytes) const {
-    while (!bytes.empty()) {
-      const auto n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-      if (n <= 0) return false;
-      bytes.remove_prefix(static_cast<std::size_t>(n));
-    }
-    return true;
-  }
-
-  // Reads until `marker` occurs at or after `from` in what was received, the peer closes, or
-  // `limit` passes; returns everything received so far.
-  const std::string& read_until(std::string_view marker, milliseconds limit = seconds(5),
-                                std::size_t from = 0) {
-    const auto deadline = Clock::now() + limit;
-    while (received_.find(marker, from) == std::string::npos && read_some(deadline)) {
-    }
-    return received_;
-  }
-
-  // Reads until the peer closes or resets the connection, or `limit` passes; says whether the
-  // peer closed.
-  bool read_to_close(milliseconds limit) {
-    const auto deadline = Clock::now() + limit;
-    while (read_some(deadline)) {
-    }
-    return closed_;
-  }
-
-  [[nodiscard]] const std::string& received() const { return received_; }
-  // The status code of the first response line read, or -1.
-  [[nodiscard]] int status() const {
-    if (received_.rfind("HTTP/1.1 ", 0) != 0 || received_.size() < 12) return -1;
-    return std::atoi(received_.substr(9, 3).c_str());
-  }
-
- private:
-  // Reads what arrives before `deadline`; false on close, reset or timeout.
-  bool read_some(Clock::time_point deadline) {
-    if (closed_ || fd_ < 0) return false;
-    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) return false;
-    pollfd p{.fd = fd_, .events = POLLIN, .revents = 0};
-    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
-    std::array<char, 65536> chunk{};
-    const auto n = ::recv(fd_, chunk.data(), chunk.size(), 0);
-    if (n <= 0) {
-      closed_ = true;  // EOF, or a reset
-      return false;
-    }
-    received_.append(chunk.data(), static_cast<std::size_t>(n));
-    return true;
-  }
-
-  int fd_ = -1;
-  std::string received_;
-  bool closed_ = false;
-};
 
 // A POST /push with `extra` header lines (each ending in CRLF) between the usual ones and the
 // blank line, then `body`.

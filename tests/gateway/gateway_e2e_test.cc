@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "gateway_client.h"
 #include "support/child_process.h"
 #include "support/temp_dir.h"
 #include "support/test_servers.h"
@@ -27,50 +28,6 @@ namespace idempotency::testing {
 namespace {
 
 constexpr std::string_view kBackend = GATEWAY_BACKEND;
-
-std::string base64(const std::string& s) {
-  std::string out(4 * ((s.size() + 2) / 3) + 1, '\0');
-  out.resize(static_cast<std::size_t>(EVP_EncodeBlock(
-      reinterpret_cast<unsigned char*>(out.data()),
-      reinterpret_cast<const unsigned char*>(s.data()), static_cast<int>(s.size()))));
-  return out;
-}
-
-std::string envelope(const std::string& id,
-                     const nlohmann::json& attributes = nlohmann::json::object()) {
-  return nlohmann::json{
-      {"message", {{"messageId", id}, {"data", base64("order " + id)}, {"attributes", attributes}}},
-      {"subscription", "projects/p/subscriptions/orders"},
-      {"deliveryAttempt", 1}}
-      .dump();
-}
-
-struct Reply {
-  int status = -1;
-  std::string body;
-  httplib::Headers headers;
-  [[nodiscard]] std::string header(const char* name) const {
-    auto it = headers.find(name);
-    return it == headers.end() ? "" : it->second;
-  }
-};
-
-Reply send(int port, const std::string& method, const std::string& path,
-           const std::string& body = {}, const httplib::Headers& headers = {}) {
-  httplib::Client client("127.0.0.1", port);
-  client.set_read_timeout(30, 0);
-  httplib::Request request;
-  request.method = method;
-  request.path = path;
-  request.headers = headers;
-  request.body = body;
-  if (!body.empty()) request.set_header("Content-Type", "application/json");
-  auto r = client.send(request);
-  if (!r) return {};
-  return {r->status, r->body, r->headers};
-}
-
-int post(int port, const std::string& body) { return send(port, "POST", "/push", body).status; }
 
 class GatewayTest : public ::testing::Test {
  protected:

@@ -30,38 +30,6 @@ bool accepts_connections(int port);
 /// it returns whether it did.
 bool wait_until_refused(int port);
 
-/// RawConnection is a client TCP connection to 127.0.0.1 that sends bytes exactly as given, for
-/// the requests no well-behaved client library would send.
-class RawConnection {
- public:
-  /// RawConnection() connects to 127.0.0.1:port (is_open() says whether it did).
-  explicit RawConnection(int port);
-  ~RawConnection();
-  RawConnection(const RawConnection&) = delete;
-  RawConnection& operator=(const RawConnection&) = delete;
-
-  [[nodiscard]] bool is_open() const { return fd_ >= 0; }
-  /// send() writes all of `bytes`; false when the peer is gone.
-  bool send(std::string_view bytes);
-  /// read_until() reads until `marker` has arrived, the peer closed, or `limit` passed, and
-  /// returns everything read so far on this connection.
-  std::string read_until(std::string_view marker,
-                         std::chrono::milliseconds limit = std::chrono::seconds(5));
-  /// read_to_close() reads until the peer closes (or resets) the connection, or `limit`
-  /// passes; it says whether the peer closed.
-  bool read_to_close(std::chrono::milliseconds limit = std::chrono::seconds(5));
-  /// received() is everything read so far.
-  [[nodiscard]] const std::string& received() const { return received_; }
-
- private:
-  // Reads what is available within `limit`; false on close, reset or timeout.
-  bool read_some(std::chrono::milliseconds limit);
-
-  int fd_ = -1;
-  std::string received_;
-  bool closed_ = false;
-};
-
 /// Listener is a listening loopback socket and its port.
 struct Listener {
   int fd = -1;

@@ -14,13 +14,14 @@
 #include "http_test_util.h"
 #include "idempotency/http.h"
 #include "support/log_capture.h"
+#include "support/raw_connection.h"
 
 namespace idempotency::http {
 namespace {
 
+using idempotency::testing::RawConnection;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using testing::RawConnection;
 using ::testing::StartsWith;
 
 constexpr std::string_view kBody = R"({"message":{"messageId":"1"}})";
