@@ -174,7 +174,19 @@ ErasedOutcome claim_and_execute(std::string_view key, LockBackend& backend,
     if (auto* done = std::get_if<AlreadyDone>(&result)) {
       if (!hooks.decode) return ErasedOutcome{Status::kReplayed, nullptr, 0, std::nullopt};
       if (!done->result) return ErasedOutcome{Status::kDuplicate, nullptr, 0, std::nullopt};
-      return ErasedOutcome{Status::kReplayed, hooks.decode(*done->result), 0, std::nullopt};
+      try {
+        return ErasedOutcome{Status::kReplayed, hooks.decode(*done->result), 0, std::nullopt};
+      } catch (const std::exception& e) {
+        // DONE is DONE whoever wrote it (lock() + complete("receipt") on the same key): the
+        // work ran, so this is a duplicate; failing would turn every redelivery into a nack
+        // until the ttl ends.
+        log(LogRecord{Severity::kWarning,
+                      "stored_result_unreadable",
+                      "the key is done but its stored result is not this call's type; "
+                      "answering duplicate",
+                      {{"key_fingerprint", key_fingerprint(key)}, {"error", e.what()}}});
+        return ErasedOutcome{Status::kDuplicate, nullptr, 0, std::nullopt};
+      }
     }
     const auto& held = std::get<HeldByOther>(result);
     const auto now = std::chrono::steady_clock::now();

@@ -65,6 +65,12 @@ class LazyBackend {
   std::function<std::shared_ptr<LockBackend>()> factory_;
 };
 
+// A StoreError thrown by the handler's own code, told apart from the wrapper's store calls.
+class HandlerStoreError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 struct Wrapper {
   IdempotentOptions options;
   ResponseHandler handler;
@@ -151,7 +157,13 @@ struct Wrapper {
       auto outcome = once(
           key, backend->get(),
           [&](const Claim& claim, const std::stop_token&) {
-            return checked(handler(Delivery{message, claim.fence}));
+            try {
+              return checked(handler(Delivery{message, claim.fence}));
+            } catch (const StoreError& e) {
+              // The handler's own store failed: a handler failure (500), not the wrapper's
+              // store failing before the handler ran (503).
+              throw HandlerStoreError(e.what());
+            }
           },
           OnceOptions{.lease = options.lease, .wait_for = options.wait_for});
       switch (outcome.status()) {

@@ -271,6 +271,31 @@ TEST_F(IdempotentTest, AStoreErrorBeforeTheHandlerIsANack) {
   EXPECT_EQ(runs_, 0);
 }
 
+TEST_F(IdempotentTest, AStoreErrorFromTheHandlersOwnCodeIsAHandlerFailure) {
+  auto handle = idempotent({.backend = store_}, [](const Delivery&) {
+    throw StoreError("the handler's own database is down");
+  });
+  EXPECT_EQ(handle(push("m-13b")).status, 500);
+  EXPECT_EQ(logs_.count("handler_failed"), 1);
+  EXPECT_EQ(logs_.count("store_error"), 0) << "the wrapper's store did not fail";
+  // A handler failure releases the key: the redelivery runs.
+  auto ok = wrap();
+  EXPECT_EQ(ok(push("m-13b")).status, 200);
+}
+
+TEST_F(IdempotentTest, AKeyDoneWithForeignResultBytesIsADuplicate) {
+  {
+    // The same key completed by lock() elsewhere, with bytes that are not a stored response.
+    auto held = lock("m-13c", *store_);
+    held.complete("receipt");
+  }
+  auto handle = wrap({.replay_stored_response = true});
+  EXPECT_EQ(handle(push("m-13c")).status, 204);
+  EXPECT_EQ(handle(push("m-13c")).status, 204);
+  EXPECT_EQ(runs_, 0);
+  EXPECT_EQ(logs_.count("stored_result_unreadable"), 2);
+}
+
 TEST_F(IdempotentTest, OnDuplicateIsCalledAndAHookThatThrowsIsIgnored) {
   int hooks = 0;
   auto handle = wrap({.on_duplicate = [&](const Message&) {

@@ -21,7 +21,8 @@ enum class Status {
   kExecuted,    ///< This call owned the key and ran the operation.
   kJoined,      ///< It arrived while an owner in this process ran and received its outcome.
   kReplayed,    ///< It arrived after a success and received the stored result.
-  kDuplicate,   ///< The key is DONE but holds no result this call can return (e.g. set by lock()).
+  kDuplicate,   ///< The key is DONE but holds no result this call can return (e.g. set by lock(),
+                ///< or bytes its codec cannot decode, logged as `stored_result_unreadable`).
   kInProgress,  ///< A live owner in another process has the key (after any `wait_for`).
 };
 

@@ -10,10 +10,14 @@
 // | outcome                                   | HTTP | Pub/Sub |
 // |-------------------------------------------|------|---------|
 // | handler returned (or joined one that did) | 200  | ack     |
-// | duplicate: DONE within the ttl            | 204  | ack     |
+// | duplicate: DONE within the ttl (whatever   | 204  | ack     |
+// |   result bytes it holds)                  |      |         |
 // | live holder elsewhere (after `wait_for`),  | 503  | nack, one warning log line |
 // |   or the handler's own mutex() is held    |      |         |
-// | handler threw                             | 500  | nack    |
+// | handler threw (a StoreError from the       | 500  | nack, `handler_failed` |
+// |   handler's own code included)            |      |         |
+// | the wrapper's store failed before the     | 503  | nack, `store_error`    |
+// |   handler ran (claim)                     |      |         |
 // | handler threw `OutcomeUnknown` (its side   | 503  | nack; the key stays held until |
 // |   effect may be happening elsewhere)      |      |   its lease lapses             |
 // | no key / malformed envelope               | 400  | nack (fail closed) |
