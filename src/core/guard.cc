@@ -76,6 +76,9 @@ Guard::~Guard() {
                         "release failed; the key frees itself when the lease lapses");
     record.fields.emplace_back("error", e.what());
     log(record);
+  } catch (...) {
+    log(about(claim_, Severity::kWarning, "release_failed",
+              "release failed with an unknown error; the key frees itself when the lease lapses"));
   }
 }
 

@@ -137,6 +137,14 @@ void release_after_failure(LockBackend& backend, const Claim& claim) noexcept {
                   {{"key_fingerprint", key_fingerprint(claim.key)},
                    {"fence", std::to_string(claim.fence)},
                    {"error", e.what()}}});
+  } catch (...) {
+    // Anything else (a driver's own type) must not reach noexcept code and terminate.
+    log(LogRecord{
+        Severity::kWarning,
+        "release_failed",
+        "release failed with an unknown error; the key frees itself when the lease "
+        "lapses",
+        {{"key_fingerprint", key_fingerprint(claim.key)}, {"fence", std::to_string(claim.fence)}}});
   }
 }
 

@@ -21,6 +21,9 @@ class FaultyBackend final : public LockBackend {
   std::atomic<bool> fence_out_complete{false};
   /// release() throws StoreError while set.
   std::atomic<bool> fail_release{false};
+  /// release() throws something that is not a std::exception (an int) while set, as a
+  /// third-party driver might.
+  std::atomic<bool> fail_release_oddly{false};
   /// claim() throws StoreError before reaching the store while set.
   std::atomic<bool> fail_claim{false};
   /// claim() reaches the store, then throws as if the reply was lost, while set.
@@ -48,6 +51,7 @@ class FaultyBackend final : public LockBackend {
   void do_release(const Claim& claim) override {
     ++releases;
     if (fail_release) throw StoreError("injected: release failed");
+    if (fail_release_oddly) throw 42;  // NOLINT(hicpp-exception-baseclass): the point
     inner_.release(claim);
   }
   std::size_t do_purge_expired() override { return inner_.purge_expired(); }

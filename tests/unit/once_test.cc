@@ -196,6 +196,22 @@ TEST_F(OnceTest, AnUnknownOutcomeKeepsTheKeyHeldUntilItsLeaseLapses) {
   EXPECT_EQ(after.fence(), 2) << "the retry outranks the silent call at the sink";
 }
 
+TEST_F(OnceTest, AReleaseThrowingANonStandardExceptionDoesNotTerminate) {
+  backend_.fail_release_oddly = true;
+  EXPECT_THROW((void)once("k", backend_, []() -> std::string { throw PaymentDeclined("no"); }),
+               PaymentDeclined);
+  {
+    // The guard's destructor, unwinding: it must swallow the release failure, whatever it is.
+    EXPECT_THROW(
+        {
+          auto held = lock("g", backend_);
+          throw PaymentDeclined("no");
+        },
+        PaymentDeclined);
+  }
+  EXPECT_EQ(backend_.releases.load(), 2);
+}
+
 TEST_F(OnceTest, TheTtlIsMeasuredFromSuccessAndEndsExactlyAtTtl) {
   int runs = 0;
   auto op = [&] { return std::to_string(++runs); };
