@@ -176,6 +176,9 @@ std::variant<Config, ConfigExit> parse_config(int argc, const char* const* argv)
       ->delimiter(',');
   app.add_option("--jwks", config.jwks, "JWKS file or URL (default: Google's keys)")
       ->envname("IDEMPOTENCY_JWKS");
+  app.add_flag("--allow-idempotency-disabled", config.allow_disabled,
+               "serve even when GCP_PUBSUB_IDEMPOTENCY_DISABLED is set (test setups only)")
+      ->envname("IDEMPOTENCY_ALLOW_IDEMPOTENCY_DISABLED");
 
   try {
     app.parse(argc, argv);

@@ -57,6 +57,9 @@ struct Config {
   std::vector<std::string> oidc_emails;
   /// A JWKS file path, or an http(s) URL; empty: Google's keys.
   std::string jwks;
+  /// Serve even when GCP_PUBSUB_IDEMPOTENCY_DISABLED is set (every push reaches the upstream
+  /// unguarded): for test setups only.
+  bool allow_disabled = false;
 };
 
 /// ConfigExit says the process should exit now: after --help (code 0, text for stdout) or a

@@ -22,6 +22,7 @@
 #include "idempotency/log.h"
 #include "idempotency/oidc.h"
 #include "idempotency/open_backend.h"
+#include "idempotency/pubsub/idempotent.h"
 #include "idempotency_key_mode.h"
 #include "metered_backend.h"
 #include "pubsub_mode.h"
@@ -64,6 +65,14 @@ int main(int argc, char** argv) {
   }
   const gw::Config config = std::get<gw::Config>(std::move(parsed));
 
+  // Inherited silently, the variable would turn the sidecar into a plain proxy that forwards
+  // every duplicate: refuse unless asked for explicitly.
+  if (config.mode == gw::Mode::kPubsub && idem::pubsub::disabled_by_environment() &&
+      !config.allow_disabled) {
+    return fail(2,
+                "GCP_PUBSUB_IDEMPOTENCY_DISABLED is set: every push would reach the upstream "
+                "unguarded; unset it, or pass --allow-idempotency-disabled (test setups only)");
+  }
   try {
     idem::validate_lease(config.lease);
   } catch (const std::invalid_argument& e) {

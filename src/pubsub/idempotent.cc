@@ -77,17 +77,23 @@ struct Wrapper {
   bool disabled;
   std::shared_ptr<LazyBackend> backend;
 
+  // Unguarded means "no dedup", not "another answer": the handler's response, its Nack status
+  // and its failures are answered exactly as on the guarded path.
   PushResponse run_unguarded(const Message& message, const char* why) const {
     log(LogRecord{Severity::kWarning, "unguarded",
                   std::string("running the handler unguarded: ") + why, context(message, {})});
     try {
-      handler(Delivery{message, 0});
+      return checked(handler(Delivery{message, 0}));
+    } catch (const Nack& n) {
+      return nack(n, message, {});
     } catch (const std::exception& e) {
       log(LogRecord{
           Severity::kError, "handler_failed", "the handler threw; nacking", {{"error", e.what()}}});
-      return respond(500, "handler failed");
+    } catch (...) {
+      log(LogRecord{Severity::kError, "handler_failed",
+                    "the handler threw a non-exception; nacking", context(message, {})});
     }
-    return respond(200, "ok");
+    return respond(500, "handler failed");
   }
 
   // A handler's response must be an ack: anything else would be stored as a success.

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <fstream>
 #include <memory>
@@ -436,6 +437,23 @@ TEST_F(gateway_flags, BadFlagsExit2WithOneLineSayingWhichAndWhy) {
   expect_refused({"--upstream", "http://127.0.0.1:1", "--backend", "not a url"}, "--backend");
   expect_refused(with({"--oidc-audience", "https://a"}), "--oidc-audience");
   expect_refused(with({"--no-such-flag"}), "no-such-flag");
+}
+
+TEST_F(gateway_flags, AnInheritedIdempotencyDisabledIsRefusedUnlessAllowed) {
+  TempDir dir;
+  const std::string backend = "sqlite://" + dir.file("idem.db");
+  ::setenv("GCP_PUBSUB_IDEMPOTENCY_DISABLED", "1", 1);  // inherited by the child
+  expect_refused({"--upstream", "http://127.0.0.1:1", "--backend", backend},
+                 "GCP_PUBSUB_IDEMPOTENCY_DISABLED");
+  {
+    ChildProcess allowed(GATEWAY_PATH,
+                         {"--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1",
+                          "--backend", backend, "--allow-idempotency-disabled"},
+                         {});
+    EXPECT_EQ(send(allowed.port(), "GET", "/healthz").status, 200);
+    EXPECT_EQ(allowed.terminate(), 0);
+  }
+  ::unsetenv("GCP_PUBSUB_IDEMPOTENCY_DISABLED");
 }
 
 TEST_F(gateway_flags, AnUnopenableStoreExits1BeforeServing) {

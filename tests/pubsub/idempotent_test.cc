@@ -212,6 +212,27 @@ TEST_F(IdempotentTest, NoKeyFailsClosedWith400UnlessUnguardedIsAllowed) {
   EXPECT_EQ(logs_.count("unguarded"), 1);
 }
 
+TEST_F(IdempotentTest, UnguardedAnswersWhatTheHandlerAnswers) {
+  int call = 0;
+  auto handle = idempotent_response(
+      {.backend = store_, .key = key_from_attribute("po_id"), .allow_unguarded = true},
+      [&](const Delivery&) -> PushResponse {
+        switch (++call) {
+          case 1:
+            return PushResponse{.status = 202, .headers = {{"X-Mine", "1"}}, .body = "queued"};
+          case 2:
+            throw Nack(503, "dependency down");
+          default:
+            throw 42;  // NOLINT(hicpp-exception-baseclass): not a std::exception, on purpose
+        }
+      });
+  const PushResponse first = handle(push("m-6u"));
+  EXPECT_EQ(first.status, 202);
+  EXPECT_EQ(first.body, "queued");
+  EXPECT_EQ(handle(push("m-6u")).status, 503) << "a Nack keeps its status";
+  EXPECT_EQ(handle(push("m-6u")).status, 500) << "anything thrown is a nack, never an escape";
+}
+
 TEST_F(IdempotentTest, AKeyFunctionThatThrowsFailsClosed) {
   auto handle = wrap({.key = [](const Message&) -> std::string { throw std::out_of_range("x"); }});
   EXPECT_EQ(handle(push("m-7")).status, 400);
