@@ -20,6 +20,7 @@
 #include "http_text.h"
 #include "idempotency/errors.h"
 #include "idempotency/guard.h"
+#include "idempotency/key.h"
 #include "idempotency/memory_lock.h"
 #include "support/base64.h"
 #include "support/faulty_backend.h"
@@ -405,6 +406,43 @@ TEST_F(IdempotentTest, AResponseHandlersResponseIsAnsweredStoredAndReplayedByteF
   EXPECT_EQ(find_header(replay.headers, "idempotency-replayed"),
             std::optional<std::string_view>("true"));
   EXPECT_EQ(calls, 1);
+}
+
+TEST(AckSet, ExactlyTheStatusesPubSubAcks) {
+  // Pub/Sub acks 102, 200, 201, 202 and 204; every other status, other 2xx included, nacks.
+  for (int status = 100; status <= 599; ++status) {
+    const bool acked =
+        status == 102 || status == 200 || status == 201 || status == 202 || status == 204;
+    EXPECT_EQ(is_ack(status), acked) << status;
+  }
+}
+
+TEST_F(IdempotentTest, EveryAckStatusIsAnsweredAndStoredAndEveryOtherIsANack) {
+  for (int status : {102, 200, 201, 202, 204, 203, 205, 206, 299, 301, 404, 429, 500}) {
+    const std::string id = "m-ack-" + std::to_string(status);
+    auto handle = idempotent_response(
+        {.backend = store_}, [status](const Delivery&) { return PushResponse{.status = status}; });
+    const int first = handle(push(id)).status;
+    const int again = handle(push(id)).status;
+    if (is_ack(status)) {
+      EXPECT_EQ(first, status);
+      EXPECT_EQ(again, 204) << status << " was stored: the redelivery is a duplicate";
+    } else {
+      EXPECT_EQ(first, 500) << status << " is never passed to Pub/Sub as if it were an answer";
+      EXPECT_EQ(again, 500) << status << " was not stored";
+    }
+  }
+}
+
+TEST_F(IdempotentTest, AKeyOverTheLimitIs400WithoutAStoreCall) {
+  auto faulty = std::make_shared<FaultyBackend>(*store_);
+  auto handle = wrap({.backend = faulty, .key = key_from_attribute("po_id")});
+  const PushResponse r =
+      handle(push("m-long", nlohmann::json{{"po_id", std::string(kMaxKeyBytes + 1, 'k')}}));
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.body.find('\n'), r.body.size() - 1) << "one line";
+  EXPECT_EQ(faulty->claims.load(), 0);
+  EXPECT_EQ(runs_, 0);
 }
 
 TEST_F(IdempotentTest, ANackChoosesTheStatusAndANonAckResponseIsNeverStored) {
