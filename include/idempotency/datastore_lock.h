@@ -43,7 +43,8 @@ struct DatastoreOptions {
   BackendOptions backend;
   /// The Google Cloud project; empty means `GOOGLE_CLOUD_PROJECT`, else the metadata server.
   std::string project;
-  /// The database id; empty means the default database.
+  /// The database id; empty (or "(default)", its name in the console) means the default
+  /// database.
   std::string database;
   /// The namespace; empty means the default namespace.
   std::string namespace_id;

@@ -203,11 +203,14 @@ std::optional<ParseError> read_structured(const json& doc, const ParseOptions& o
 // Tells the forms apart in the order the header documents. `doc` receives the parsed body
 // when detection had to parse it, so it is parsed once.
 DeliveryForm detect(const PushRequest& request, std::optional<json>& doc) {
+  // First: Eventarc never sends x-goog-pubsub-* headers, while an unwrapped delivery carries
+  // its message's attributes as bare headers, which may look like CloudEvents (ce-id, or a
+  // Content-Type attribute of application/cloudevents+json).
+  if (has_write_metadata(request)) return DeliveryForm::kUnwrapped;
   if (media_type(request) == kStructuredContentType) return DeliveryForm::kCloudEventStructured;
   if (request.header("ce-specversion") || request.header("ce-id")) {
     return DeliveryForm::kCloudEventBinary;
   }
-  if (has_write_metadata(request)) return DeliveryForm::kUnwrapped;
   if (may_be_json_object(request.body)) {
     auto parsed = internal::parse_bounded_json(request.body);
     if (auto* j = std::get_if<json>(&parsed)) {

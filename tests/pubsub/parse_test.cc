@@ -198,6 +198,19 @@ TEST(ParseUnwrapped, WriteMetadataHeaders) {
   EXPECT_EQ(default_key(m), "2980761766361540");
 }
 
+// With unwrapping, attributes arrive as bare headers: a message published with CloudEvents
+// binding attributes (ce-id, ce-specversion) or a Content-Type attribute of
+// application/cloudevents+json is still a Pub/Sub delivery, because Eventarc never sends the
+// x-goog-pubsub-* headers.
+TEST(ParseUnwrapped, WriteMetadataWinsOverCloudEventLookalikeAttributes) {
+  Message m = parsed(fixture("unwrapped_cloudevent_attributes.http"));
+  EXPECT_EQ(m.form, DeliveryForm::kUnwrapped);
+  EXPECT_EQ(m.data, R"({"status": "Hello there"})");
+  EXPECT_EQ(m.message_id, "2980761766361541");
+  EXPECT_EQ(m.cloud_event_id, std::nullopt);
+  EXPECT_EQ(default_key(m), "2980761766361541");
+}
+
 TEST(ParseUnwrapped, WithoutMetadataThereIsNoDefaultKey) {
   Message m = parsed(fixture("unwrapped_no_metadata.http"));
   EXPECT_EQ(m.form, DeliveryForm::kUnwrapped);

@@ -8,12 +8,15 @@
 //   auto key = idempotency::pubsub::default_key(message);  // messageId, else ce-id
 //
 // Four delivery forms are accepted, told apart in this order:
-//  1. `Content-Type: application/cloudevents+json`: a structured CloudEvent whose `data` is
-//     MessagePublishedData (`{"message": {...}, "subscription": ...}`).
-//  2. A `ce-specversion` or `ce-id` header: a binary-mode CloudEvent (Eventarc) whose body is
-//     MessagePublishedData.
-//  3. Any of the write-metadata headers `x-goog-pubsub-message-id`, `-publish-time`,
+//  1. Any of the write-metadata headers `x-goog-pubsub-message-id`, `-publish-time`,
 //     `-subscription-name`, `-ordering-key`: an unwrapped delivery; the raw body is the data.
+//     Checked first because Eventarc never sends them, while an unwrapped delivery carries
+//     its attributes as bare headers that may look like CloudEvents (`ce-id`, or a
+//     `Content-Type` attribute of `application/cloudevents+json`).
+//  2. `Content-Type: application/cloudevents+json`: a structured CloudEvent whose `data` is
+//     MessagePublishedData (`{"message": {...}, "subscription": ...}`).
+//  3. A `ce-specversion` or `ce-id` header: a binary-mode CloudEvent (Eventarc) whose body is
+//     MessagePublishedData.
 //  4. A JSON body whose `message` member is an object: the wrapped push envelope (camelCase or
 //     snake_case field spellings). Anything else is an unwrapped delivery without metadata.
 // An unwrapped delivery without write metadata whose data happens to be a JSON object with an

@@ -184,6 +184,10 @@ std::string datastore_key_name(std::string_view key) {
   return kHashPrefix + sha256_hex(key);
 }
 
+// The console's name for the default database; the API wants an empty databaseId instead and
+// refuses this one ("'(default)' is not allowed; use empty string").
+constexpr std::string_view kDefaultDatabaseName = "(default)";
+
 DatastoreOptions parse_datastore_url(std::string_view url, DatastoreOptions base) {
   constexpr std::string_view kScheme = "datastore://";
   if (url.substr(0, kScheme.size()) != kScheme) {
@@ -217,7 +221,7 @@ DatastoreOptions parse_datastore_url(std::string_view url, DatastoreOptions base
     if (name == "kind") {
       base.kind = value;
     } else if (name == "database") {
-      base.database = value;
+      base.database = value == kDefaultDatabaseName ? std::string() : value;
     } else {
       throw std::invalid_argument("unknown Datastore URL parameter (expected kind or database)");
     }
@@ -514,6 +518,7 @@ DatastoreLock::DatastoreLock(DatastoreOptions options)
       options.request_timeout.count() <= 0) {
     throw std::invalid_argument("datastore back-off must not be negative, timeout positive");
   }
+  if (options.database == kDefaultDatabaseName) options.database.clear();
   Impl& d = *impl_;
   d.clock = options.backend.clock ? options.backend.clock : system_clock();
   std::string endpoint = options.endpoint;

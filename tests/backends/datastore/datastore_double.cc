@@ -159,6 +159,17 @@ void DatastoreDouble::put(const Json& entity) {
   entities_[key_id(entity.at("key"))] = Stored{entity, ++version_};
 }
 
+namespace {
+
+// The API addresses the default database by an empty databaseId and refuses its display name.
+void refuse_default_database_name(const nlohmann::json& partition) {
+  if (partition.value("databaseId", "") == "(default)") {
+    throw std::invalid_argument("'(default)' is not allowed; use empty string");
+  }
+}
+
+}  // namespace
+
 std::string DatastoreDouble::key_id(const Json& key) {
   const Json& p = key.at("partitionId");
   const Json& path = key.at("path").at(0);
@@ -168,6 +179,7 @@ std::string DatastoreDouble::key_id(const Json& key) {
   if (name.size() >= 4 && name.rfind("__", 0) == 0 && name.substr(name.size() - 2) == "__") {
     throw std::invalid_argument("The key name matches the reserved pattern __.*__.");
   }
+  refuse_default_database_name(p);
   const char sep = '\x1f';
   return p.value("projectId", "") + sep + p.value("databaseId", "") + sep +
          p.value("namespaceId", "") + sep + path.at("kind").get<std::string>() + sep + name;
@@ -344,6 +356,7 @@ DatastoreDouble::Reply DatastoreDouble::rollback(const Json& body) {
 DatastoreDouble::Reply DatastoreDouble::run_query(const Json& body) {
   const Json& q = body.at("query");
   const Json& p = body.value("partitionId", Json::object());
+  refuse_default_database_name(p);
   const std::string kind = q.at("kind").at(0).at("name").get<std::string>();
   bool keys_only = false;
   if (q.contains("projection")) {

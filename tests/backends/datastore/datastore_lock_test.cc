@@ -269,6 +269,18 @@ TEST_F(DatastoreLockTest, ANamedDatabaseIsAddressed) {
   EXPECT_EQ((*server_.entity(kind_, "k"))["key"]["partitionId"]["databaseId"], "db2");
 }
 
+// The API refuses the default database's display name; the URL and the options accept it.
+TEST_F(DatastoreLockTest, TheDefaultDatabaseByNameIsTheDefaultDatabase) {
+  EXPECT_EQ(parse_datastore_url("datastore://p?database=(default)").database, "");
+  DatastoreOptions o = options();
+  o.database = "(default)";
+  DatastoreLock backend(o);
+  (void)won(backend.claim("k", kLease));
+  const auto entity = server_.entity(kind_, "k");
+  ASSERT_TRUE(entity.has_value());
+  EXPECT_EQ((*entity)["key"]["partitionId"].value("databaseId", ""), "");
+}
+
 TEST_F(DatastoreLockTest, BadOptionsAreRejected) {
   DatastoreOptions o = options();
   o.kind = "__kind__";
