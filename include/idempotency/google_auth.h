@@ -2,7 +2,9 @@
 //
 // `google_default_credentials()` looks, in this order, at `GOOGLE_APPLICATION_CREDENTIALS`
 // (a service-account key, whose RS256-signed JWT is exchanged at the file's `token_uri`, or an
-// `authorized_user` file, whose refresh token is exchanged at the token endpoint), then at the
+// `authorized_user` file, whose refresh token is exchanged at the token endpoint), then at
+// gcloud's well-known file (`$CLOUDSDK_CONFIG/application_default_credentials.json`, else
+// `~/.config/gcloud/…`, which `gcloud auth application-default login` writes), then at the
 // metadata server of Cloud Run / GCE / GKE (`GCE_METADATA_HOST` overrides its host, as in
 // Google's own libraries). An emulator (`DATASTORE_EMULATOR_HOST`) needs no token at all; that
 // decision belongs to the backend, not here.
@@ -47,6 +49,11 @@ class TokenSource {
   /// source() names where tokens come from (e.g. "service account key file /path"), for
   /// error messages; never contains secrets.
   [[nodiscard]] virtual std::string source() const = 0;
+
+  /// quota_project() is the project billed for API calls made with these tokens, when the
+  /// credentials name one (an `authorized_user` file's `quota_project_id`); callers send it as
+  /// `x-goog-user-project`. Empty otherwise.
+  [[nodiscard]] virtual std::string quota_project() const { return {}; }
 };
 
 /// The OAuth scope Datastore needs.
@@ -62,7 +69,8 @@ struct CredentialsOptions {
   std::string scope = kDatastoreScope;
   /// Timeout of one HTTP request to a token endpoint or the metadata server.
   std::chrono::milliseconds timeout = std::chrono::seconds(10);
-  /// A credentials file; empty means `GOOGLE_APPLICATION_CREDENTIALS` (if set).
+  /// A credentials file; empty means `GOOGLE_APPLICATION_CREDENTIALS` (if set), then gcloud's
+  /// well-known file (if present).
   std::string credentials_file;
   /// The metadata server's host[:port]; empty means `GCE_METADATA_HOST`, else
   /// `metadata.google.internal`.
@@ -70,8 +78,9 @@ struct CredentialsOptions {
 };
 
 /// google_default_credentials() picks the first available source: the credentials file
-/// (service account or authorized user), else the metadata server. Throws `AuthError` when the
-/// file is named but unreadable or malformed; the metadata server is only asked on first use.
+/// (service account or authorized user), else gcloud's well-known file when it exists, else
+/// the metadata server. Throws `AuthError` when a file is named or present but unreadable or
+/// malformed; the metadata server is only asked on first use.
 [[nodiscard]] std::shared_ptr<TokenSource> google_default_credentials(
     CredentialsOptions options = {});
 

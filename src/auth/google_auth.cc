@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -32,6 +33,18 @@ std::string env(const char* name) {
 
 std::shared_ptr<const Clock> clock_of(const CredentialsOptions& o) {
   return o.clock ? o.clock : system_clock();
+}
+
+// Where `gcloud auth application-default login` writes its file, as Google's libraries look
+// for it: CLOUDSDK_CONFIG when set, else ~/.config/gcloud. Empty when neither can be told.
+std::string well_known_file() {
+  std::string dir = env("CLOUDSDK_CONFIG");
+  if (dir.empty()) {
+    const std::string home = env("HOME");
+    if (home.empty()) return {};
+    dir = home + "/.config/gcloud";
+  }
+  return dir + "/application_default_credentials.json";
 }
 
 std::string metadata_base(const CredentialsOptions& o) {
@@ -194,11 +207,14 @@ class AuthorizedUserSource final : public CachedSource {
     client_secret_ = file.at("client_secret").get<std::string>();
     refresh_token_ = file.at("refresh_token").get<std::string>();
     token_uri_ = file.value("token_uri", kDefaultTokenUri);
+    quota_project_ = file.value("quota_project_id", "");
   }
 
   std::string source() const override {
     return "authorized_user file " + path_ + " (token endpoint " + token_uri_ + ")";
   }
+
+  std::string quota_project() const override { return quota_project_; }
 
  private:
   Token fetch(TimePoint /*now*/) override {
@@ -217,6 +233,7 @@ class AuthorizedUserSource final : public CachedSource {
   std::string client_secret_;
   std::string refresh_token_;
   std::string token_uri_;
+  std::string quota_project_;
 };
 
 class MetadataSource final : public CachedSource {
@@ -278,6 +295,15 @@ std::shared_ptr<TokenSource> google_default_credentials(CredentialsOptions optio
       return credentials_from_file(file, std::move(options));
     } catch (const AuthError& e) {
       throw AuthError(std::string(e.what()) + " [from GOOGLE_APPLICATION_CREDENTIALS]");
+    }
+  }
+  const std::string gcloud_file = well_known_file();
+  std::error_code ignored;
+  if (!gcloud_file.empty() && std::filesystem::exists(gcloud_file, ignored)) {
+    try {
+      return credentials_from_file(gcloud_file, std::move(options));
+    } catch (const AuthError& e) {
+      throw AuthError(std::string(e.what()) + " [gcloud's application default credentials]");
     }
   }
   return metadata_credentials(std::move(options));

@@ -234,6 +234,7 @@ struct DatastoreLock::Impl {
   std::string project;
   std::string base_url;  // ".../v1/projects/P:"
   std::shared_ptr<auth::TokenSource> credentials;
+  std::string quota_project;  // sent as x-goog-user-project when the credentials name one
   std::shared_ptr<const Clock> clock;
   HttpClient http;
 
@@ -265,6 +266,7 @@ struct DatastoreLock::Impl {
                         "&database_id=" + options.database);
     }
     if (credentials) {
+      if (!quota_project.empty()) headers.push_back("x-goog-user-project: " + quota_project);
       try {
         headers.push_back("Authorization: Bearer " + credentials->access_token());
       } catch (const auth::AuthError& e) {
@@ -536,6 +538,7 @@ DatastoreLock::DatastoreLock(DatastoreOptions options)
       throw StoreError(std::string("datastore: no credentials: ") + e.what());
     }
   }
+  if (d.credentials) d.quota_project = d.credentials->quota_project();
   d.project = options.project;
   if (d.project.empty()) d.project = env("GOOGLE_CLOUD_PROJECT");
   if (d.project.empty() && plain_http) d.project = env("DATASTORE_PROJECT_ID");

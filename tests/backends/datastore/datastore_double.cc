@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <cctype>
 #include <stdexcept>
 
 namespace idempotency::testing {
@@ -121,6 +122,12 @@ void DatastoreDouble::require_token(std::string token) {
   token_ = std::move(token);
 }
 
+std::string DatastoreDouble::last_header(const std::string& name) const {
+  std::lock_guard lock(mutex_);
+  const auto it = last_headers_.find(name);
+  return it == last_headers_.end() ? std::string() : it->second;
+}
+
 int DatastoreDouble::calls(const std::string& method) const {
   std::lock_guard lock(mutex_);
   if (method == "*") {
@@ -213,6 +220,13 @@ void DatastoreDouble::handle(const httplib::Request& req, httplib::Response& res
   {
     std::lock_guard lock(mutex_);
     calls_[method]++;
+    last_headers_.clear();
+    for (const auto& [name, value] : req.headers) {
+      std::string lower = name;
+      std::transform(lower.begin(), lower.end(), lower.begin(),
+                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      last_headers_[lower] = value;
+    }
     latency = latency_;
     if (!token_.empty() && req.get_header_value("Authorization") != "Bearer " + token_) {
       reply = error(401, "UNAUTHENTICATED", "Request had invalid authentication credentials.");

@@ -68,6 +68,8 @@ class DatastoreDouble {
   [[nodiscard]] int calls(const std::string& method) const;
   /// reset_counts() zeroes the call counters.
   void reset_counts();
+  /// last_header() is the value of header `name` (lower case) on the latest call, "" if absent.
+  [[nodiscard]] std::string last_header(const std::string& name) const;
   /// entity() returns the stored entity `name` of `kind` (any partition), if any.
   [[nodiscard]] std::optional<Json> entity(const std::string& kind, const std::string& name) const;
   /// entity_count() counts the stored entities of `kind`.
@@ -113,6 +115,7 @@ class DatastoreDouble {
   std::chrono::milliseconds latency_{0};
   std::string token_;
   std::map<std::string, int> calls_;
+  std::map<std::string, std::string> last_headers_;  // lower-case name -> value
 };
 
 }  // namespace idempotency::testing

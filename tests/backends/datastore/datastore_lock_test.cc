@@ -309,6 +309,22 @@ TEST_F(DatastoreLockTest, CredentialsAreSentAsABearerToken) {
   o.credentials = std::make_shared<FixedToken>();
   DatastoreLock authed(o);
   (void)won(authed.claim("k", kLease));
+  EXPECT_EQ(server_.last_header("x-goog-user-project"), "");
+}
+
+// Credentials that name a quota project (gcloud's user credentials) bill API calls to it.
+TEST_F(DatastoreLockTest, AQuotaProjectIsSentAsXGoogUserProject) {
+  class BilledToken final : public auth::TokenSource {
+   public:
+    std::string access_token() override { return "tok-123"; }
+    std::string source() const override { return "billed"; }
+    std::string quota_project() const override { return "billed-project"; }
+  };
+  DatastoreOptions o = options();
+  o.credentials = std::make_shared<BilledToken>();
+  DatastoreLock backend(o);
+  (void)won(backend.claim("k", kLease));
+  EXPECT_EQ(server_.last_header("x-goog-user-project"), "billed-project");
 }
 
 // Environment variables are process-wide; these tests set and restore them.

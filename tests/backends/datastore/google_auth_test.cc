@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -274,6 +275,8 @@ TEST_F(GoogleAuthTest, TheMetadataServerIsAskedWithMetadataFlavor) {
 TEST_F(GoogleAuthTest, DefaultCredentialsPreferTheFileThenTheMetadataServer) {
   ::setenv("GCE_METADATA_HOST", google_.host().c_str(), 1);  // NOLINT(concurrency-mt-unsafe)
   ::unsetenv("GOOGLE_APPLICATION_CREDENTIALS");              // NOLINT(concurrency-mt-unsafe)
+  // No gcloud well-known file, whatever the machine running the test has in its home.
+  ::setenv("CLOUDSDK_CONFIG", dir_.file("no-gcloud").c_str(), 1);  // NOLINT(concurrency-mt-unsafe)
   auto metadata = auth::google_default_credentials(auth::CredentialsOptions{.clock = clock_});
   EXPECT_THAT(metadata->source(), HasSubstr("metadata server http://" + google_.host()));
   EXPECT_EQ(metadata->access_token(), "md-1");
@@ -284,6 +287,47 @@ TEST_F(GoogleAuthTest, DefaultCredentialsPreferTheFileThenTheMetadataServer) {
   EXPECT_EQ(file->access_token(), "tok-2");
   ::unsetenv("GOOGLE_APPLICATION_CREDENTIALS");  // NOLINT(concurrency-mt-unsafe)
   ::unsetenv("GCE_METADATA_HOST");               // NOLINT(concurrency-mt-unsafe)
+  ::unsetenv("CLOUDSDK_CONFIG");                 // NOLINT(concurrency-mt-unsafe)
+}
+
+// `gcloud auth application-default login` writes an authorized_user file to a well-known place;
+// it comes after GOOGLE_APPLICATION_CREDENTIALS and before the metadata server, and its quota
+// project is what API calls are billed to.
+TEST_F(GoogleAuthTest, DefaultCredentialsReadGcloudsWellKnownFileBeforeTheMetadataServer) {
+  ::setenv("GCE_METADATA_HOST", google_.host().c_str(), 1);  // NOLINT(concurrency-mt-unsafe)
+  ::unsetenv("GOOGLE_APPLICATION_CREDENTIALS");              // NOLINT(concurrency-mt-unsafe)
+  const std::string config = dir_.file("gcloud");
+  std::filesystem::create_directories(config);
+  ::setenv("CLOUDSDK_CONFIG", config.c_str(), 1);  // NOLINT(concurrency-mt-unsafe)
+  std::ofstream(config + "/application_default_credentials.json") << Json{
+      {"type", "authorized_user"},
+      {"client_id", "cid"},
+      {"client_secret", "csecret"},
+      {"refresh_token", "rt/secret"},
+      {"quota_project_id", "billed-project"},
+      {"token_uri", google_.token_uri()}}.dump();
+  auto gcloud = auth::google_default_credentials(auth::CredentialsOptions{.clock = clock_});
+  EXPECT_THAT(gcloud->source(), HasSubstr("authorized_user file " + config));
+  EXPECT_EQ(gcloud->access_token(), "tok-1");
+  EXPECT_TRUE(google_.refresh_ok_);
+  EXPECT_EQ(gcloud->quota_project(), "billed-project");
+  // GOOGLE_APPLICATION_CREDENTIALS still comes first.
+  ::setenv("GOOGLE_APPLICATION_CREDENTIALS", write_service_account().c_str(),
+           1);  // NOLINT(concurrency-mt-unsafe)
+  auto file = auth::google_default_credentials(auth::CredentialsOptions{.clock = clock_});
+  EXPECT_THAT(file->source(), HasSubstr("service account key file"));
+  EXPECT_EQ(file->quota_project(), "");
+  ::unsetenv("GOOGLE_APPLICATION_CREDENTIALS");  // NOLINT(concurrency-mt-unsafe)
+  // A malformed well-known file is an error naming it, not a silent fall-through.
+  std::ofstream(config + "/application_default_credentials.json") << "{";
+  try {
+    (void)auth::google_default_credentials(auth::CredentialsOptions{.clock = clock_});
+    ADD_FAILURE() << "expected AuthError";
+  } catch (const auth::AuthError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("gcloud's application default credentials"));
+  }
+  ::unsetenv("GCE_METADATA_HOST");  // NOLINT(concurrency-mt-unsafe)
+  ::unsetenv("CLOUDSDK_CONFIG");    // NOLINT(concurrency-mt-unsafe)
 }
 
 TEST_F(GoogleAuthTest, ARefusedExchangeNamesTheSourceAndReasonButNoSecret) {
