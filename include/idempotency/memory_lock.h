@@ -1,7 +1,8 @@
 // InMemoryLock: the in-process backend, for tests, local development and single-process use.
 //
 // It is a first-class implementation of the port (not a mock): the same transition
-// function, lazy expiry on every read, and the same contract suite as every other backend.
+// function, lazy expiry on every read, expired records reclaimed a few at a time by every
+// write, and the same contract suite as every other backend.
 // It is not shared between processes and does not survive a restart.
 //
 // Thread safety: safe from any number of threads; keys are sharded so threads working on
@@ -28,6 +29,11 @@ class InMemoryLock final : public LockBackend {
 
   /// entry_count() returns how many records exist, after dropping the expired ones.
   [[nodiscard]] std::size_t entry_count();
+
+  /// stored_count() returns how many records are held, expired ones not yet reclaimed
+  /// included: what the store costs in memory. Every write reclaims a few expired records, so
+  /// it stays within about twice the live records without `purge_expired()`.
+  [[nodiscard]] std::size_t stored_count() const;
 
   /// record() returns a copy of `key`'s stored record, if any (for inspection and tests).
   [[nodiscard]] std::optional<Record> record(std::string_view key) const;

@@ -1,6 +1,8 @@
 // SqliteLock: the embedded, durable default backend (one SQLite file).
 //
-// WAL mode, a busy timeout, and the schema created on first use. Each operation is one
+// WAL mode (its file capped at 64 MiB after checkpoints), a busy timeout, and the schema
+// created on first use; a new file is in incremental auto-vacuum, so purged records give their
+// space back to the file system. Each operation is one
 // `BEGIN IMMEDIATE` write transaction around the core's transition function, so several
 // processes on one host sharing the file are safe. Times are epoch-millisecond integers
 // from the injectable clock.
@@ -32,6 +34,9 @@ struct SqliteOptions {
   /// Caps the database at this many pages (0: no cap), so a runaway store fails with
   /// `StoreError` ("database or disk is full") instead of filling the disk.
   std::int64_t max_pages = 0;
+  /// Records `purge_expired()` deletes per write transaction, so a purge holds the file's
+  /// writer lock only briefly at a time.
+  std::size_t purge_batch = 500;
 };
 
 /// SqliteLock stores records in a SQLite database file.

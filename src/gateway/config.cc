@@ -90,6 +90,7 @@ std::variant<Config, ConfigExit> parse_config(int argc, const char* const* argv)
   std::string key = "messageId";
   std::string lease = "15m";
   std::string ttl = "1h";
+  std::string purge_interval = "1m";
   std::string upstream_timeout = "30s";
   std::string upstream_connect_timeout = "5s";
   std::string wait_for = "0s";
@@ -120,6 +121,10 @@ std::variant<Config, ConfigExit> parse_config(int argc, const char* const* argv)
       ->capture_default_str();
   app.add_option("--ttl", ttl, "how long a completed key suppresses duplicates")
       ->envname("IDEMPOTENCY_TTL")
+      ->capture_default_str();
+  app.add_option("--purge-interval", purge_interval,
+                 "how often expired records are deleted in the background (0: never)")
+      ->envname("IDEMPOTENCY_PURGE_INTERVAL")
       ->capture_default_str();
   app.add_option("--upstream-timeout", upstream_timeout,
                  "deadline for the whole upstream exchange (connect, send, whole response)")
@@ -200,6 +205,7 @@ std::variant<Config, ConfigExit> parse_config(int argc, const char* const* argv)
     config.key = key_flag(key);
     config.lease = duration_flag("--lease", lease, false);
     config.ttl = duration_flag("--ttl", ttl, false);
+    config.purge_interval = duration_flag("--purge-interval", purge_interval, true);
     config.upstream_timeout = duration_flag("--upstream-timeout", upstream_timeout, false);
     config.upstream_connect_timeout =
         duration_flag("--upstream-connect-timeout", upstream_connect_timeout, false);

@@ -36,6 +36,8 @@ struct Config {
   std::string key_prefix;
   std::chrono::milliseconds lease = std::chrono::minutes(15);
   std::chrono::milliseconds ttl = std::chrono::hours(1);
+  /// How often expired records are deleted in the background; zero turns it off.
+  std::chrono::milliseconds purge_interval = std::chrono::minutes(1);
   /// The whole exchange with the upstream: connect, send, and read the whole response.
   std::chrono::milliseconds upstream_timeout = std::chrono::seconds(30);
   /// Establishing a connection to the upstream (capped by upstream_timeout).

@@ -34,6 +34,7 @@ std::optional<std::chrono::milliseconds> parse_duration(std::string_view text) {
   // Bounded well below int64 milliseconds so sums cannot overflow.
   constexpr std::uint64_t kLimitMs = std::uint64_t{1} << 52;
   if (text.empty()) return std::nullopt;
+  if (text == "0") return std::chrono::milliseconds(0);  // zero needs no unit
   std::uint64_t total = 0;
   std::size_t pos = 0;
   while (pos < text.size()) {

@@ -12,7 +12,7 @@
 namespace idempotency::gateway {
 
 /// parse_duration() reads one or more `<digits><unit>` parts (units ms, s, m, h) and returns
-/// their sum, or nothing when the text is not of that form or overflows.
+/// their sum (a bare "0" is zero), or nothing when the text is not of that form or overflows.
 [[nodiscard]] std::optional<std::chrono::milliseconds> parse_duration(std::string_view text);
 
 /// parse_size() reads a byte count with an optional binary suffix (K/KiB, M/MiB, G/GiB, any

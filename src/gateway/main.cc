@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <variant>
@@ -23,6 +24,7 @@
 #include "idempotency/oidc.h"
 #include "idempotency/open_backend.h"
 #include "idempotency/pubsub/idempotent.h"
+#include "idempotency/reclaimer.h"
 #include "idempotency_key_mode.h"
 #include "metered_backend.h"
 #include "pubsub_mode.h"
@@ -116,6 +118,16 @@ int main(int argc, char** argv) {
   }
 
   auto metrics = std::make_shared<gw::Metrics>();
+  // Expired records are deleted as the gateway runs, so its store stays at what the traffic
+  // needs instead of growing until the disk is full.
+  std::optional<idem::Reclaimer> reclaimer;
+  if (config.purge_interval.count() > 0) {
+    reclaimer.emplace(raw_backend,
+                      idem::ReclaimerOptions{.interval = config.purge_interval,
+                                             .on_pass = [metrics](const idem::PurgePass& pass) {
+                                               metrics->purge_pass(pass);
+                                             }});
+  }
   gw::GatewayDeps deps{
       .backend = std::make_shared<gw::MeteredBackend>(raw_backend, metrics),
       .upstream = std::make_shared<const gw::UpstreamPool>(

@@ -76,6 +76,14 @@ void Metrics::backend_error(std::string_view operation) {
   ++it->second;
 }
 
+void Metrics::purge_pass(const PurgePass& pass) {
+  std::lock_guard lock(mutex_);
+  ++purge_passes_;
+  if (!pass.error.empty()) ++purge_failures_;
+  purged_records_ += pass.purged;
+  last_purge_seconds_ = std::chrono::duration<double>(pass.took).count();
+}
+
 std::string Metrics::render() const {
   std::string out;
   {
@@ -95,6 +103,27 @@ std::string Metrics::render() const {
       out += "idempotency_gateway_backend_errors_total{operation=\"" + name + "\"} " +
              std::to_string(value) + "\n";
     }
+    out +=
+        "# HELP idempotency_gateway_purge_passes_total Background purge passes run.\n"
+        "# TYPE idempotency_gateway_purge_passes_total counter\n"
+        "idempotency_gateway_purge_passes_total " +
+        std::to_string(purge_passes_) +
+        "\n"
+        "# HELP idempotency_gateway_purge_failures_total Background purge passes that failed.\n"
+        "# TYPE idempotency_gateway_purge_failures_total counter\n"
+        "idempotency_gateway_purge_failures_total " +
+        std::to_string(purge_failures_) +
+        "\n"
+        "# HELP idempotency_gateway_purged_records_total Expired records deleted.\n"
+        "# TYPE idempotency_gateway_purged_records_total counter\n"
+        "idempotency_gateway_purged_records_total " +
+        std::to_string(purged_records_) +
+        "\n"
+        "# HELP idempotency_gateway_purge_last_duration_seconds How long the last purge pass "
+        "took.\n"
+        "# TYPE idempotency_gateway_purge_last_duration_seconds gauge\n"
+        "idempotency_gateway_purge_last_duration_seconds " +
+        std::to_string(last_purge_seconds_) + "\n";
   }
   out +=
       "# HELP idempotency_gateway_request_duration_seconds Time to answer a request.\n"

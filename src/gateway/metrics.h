@@ -14,6 +14,8 @@
 #include <string>
 #include <string_view>
 
+#include "idempotency/reclaimer.h"
+
 namespace idempotency::gateway {
 
 /// The outcomes counted in `idempotency_gateway_requests_total{outcome=...}`.
@@ -70,6 +72,8 @@ class Metrics {
   Histogram& backend_latency(std::string_view operation);
   /// backend_error() counts a backend call that threw.
   void backend_error(std::string_view operation);
+  /// purge_pass() records one background purge pass (`idem::Reclaimer`).
+  void purge_pass(const PurgePass& pass);
   /// render() returns the whole exposition.
   [[nodiscard]] std::string render() const;
 
@@ -77,6 +81,10 @@ class Metrics {
   mutable std::mutex mutex_;
   std::map<std::string, std::uint64_t, std::less<>> outcomes_;        // guarded by mutex_
   std::map<std::string, std::uint64_t, std::less<>> backend_errors_;  // guarded by mutex_
+  std::uint64_t purge_passes_ = 0;                                    // guarded by mutex_
+  std::uint64_t purge_failures_ = 0;                                  // guarded by mutex_
+  std::uint64_t purged_records_ = 0;                                  // guarded by mutex_
+  double last_purge_seconds_ = 0;                                     // guarded by mutex_
   Histogram request_latency_;
   Histogram upstream_latency_;
   Histogram claim_latency_;

@@ -224,6 +224,41 @@ TEST_F(GATEWAY_PUBSUB_SUITE, SigtermLetsTheRequestInFlightCompleteAndExitsZero) 
   EXPECT_EQ(status, 201);
 }
 
+// The gateway deletes expired records as it runs (--purge-interval), so its store holds what
+// the traffic needs instead of every key it ever saw; /metrics shows the passes.
+TEST_F(GATEWAY_PUBSUB_SUITE, ExpiredRecordsArePurgedInTheBackground) {
+  auto gateway = start_gateway({"--lease", "1s", "--ttl", "1s", "--purge-interval", "100ms"});
+  constexpr int kMessages = 20;
+  for (int i = 0; i < kMessages; ++i) {
+    ASSERT_EQ(post(gateway->port(), envelope("m-purge-" + std::to_string(i))), 201);
+  }
+  const std::string purged_line = "idempotency_gateway_purged_records_total " +
+                                  std::to_string(kBackend == "redis" ? 0 : kMessages) + "\n";
+  std::string metrics;
+  for (int i = 0; i < 200; ++i) {  // a hang guard, not a timing assertion
+    metrics = send(gateway->port(), "GET", "/metrics").body;
+    const bool some_passes =
+        metrics.find("idempotency_gateway_purge_passes_total 0\n") == std::string::npos;
+    if (some_passes && metrics.find(purged_line) != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  // Redis deletes each record itself at its expires_at (PEXPIREAT): nothing is left to purge.
+  EXPECT_NE(metrics.find(purged_line), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("idempotency_gateway_purge_failures_total 0\n"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("# TYPE idempotency_gateway_purge_last_duration_seconds gauge"),
+            std::string::npos);
+  // A purged key is simply new again: after its ttl a redelivery runs, as it would have (on
+  // Redis, once the ttl has passed: its passes have nothing to wait for).
+  int status = post(gateway->port(), envelope("m-purge-0"));
+  for (int i = 0; i < 100 && status == 204; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    status = post(gateway->port(), envelope("m-purge-0"));
+  }
+  EXPECT_EQ(status, 201);
+  EXPECT_EQ(calls("m-purge-0"), 2);
+}
+
 TEST_F(GATEWAY_PUBSUB_SUITE, HealthReadinessAndMetricsAreServed) {
   auto gateway = start_gateway();
   EXPECT_EQ(send(gateway->port(), "GET", "/healthz").status, 200);
@@ -428,6 +463,8 @@ TEST_F(gateway_flags, BadFlagsExit2WithOneLineSayingWhichAndWhy) {
   expect_refused(with({"--lease", "15x"}), "--lease: '15x' is not a duration");
   expect_refused(with({"--ttl", "soon"}), "--ttl");
   expect_refused(with({"--upstream-timeout", "0s"}), "--upstream-timeout: must be above zero");
+  expect_refused(with({"--purge-interval", "often"}),
+                 "--purge-interval: 'often' is not a duration");
   expect_refused(with({"--key", "body:id"}), "--key: 'body:id'");
   expect_refused(with({"--key", "attribute:"}), "--key");
   expect_refused(with({"--mode", "exactly-once"}), "--mode");
@@ -437,6 +474,18 @@ TEST_F(gateway_flags, BadFlagsExit2WithOneLineSayingWhichAndWhy) {
   expect_refused({"--upstream", "http://127.0.0.1:1", "--backend", "not a url"}, "--backend");
   expect_refused(with({"--oidc-audience", "https://a"}), "--oidc-audience");
   expect_refused(with({"--no-such-flag"}), "no-such-flag");
+}
+
+TEST_F(gateway_flags, APurgeIntervalOfZeroTurnsTheReclaimerOff) {
+  TempDir dir;
+  ChildProcess gateway(GATEWAY_PATH,
+                       {"--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--backend",
+                        "sqlite://" + dir.file("idem.db"), "--purge-interval", "0"},
+                       {});
+  const std::string metrics = send(gateway.port(), "GET", "/metrics").body;
+  EXPECT_NE(metrics.find("idempotency_gateway_purge_passes_total 0\n"), std::string::npos)
+      << metrics;
+  EXPECT_EQ(gateway.terminate(), 0);
 }
 
 TEST_F(gateway_flags, AnInheritedIdempotencyDisabledIsRefusedUnlessAllowed) {

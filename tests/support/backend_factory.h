@@ -19,8 +19,9 @@ struct BackendFactory {
   /// backend honours `options.clock` when it is set (Redis and PostgreSQL then judge time by
   /// it instead of the server clock), so the suite moves time without sleeping.
   std::function<std::unique_ptr<LockBackend>(const BackendOptions& options)> make;
-  /// True when the store deletes a record exactly at its expires_at (Redis PEXPIREAT), so a
-  /// claim after it restarts at fence 1 instead of fence + 1.
+  /// True when the store treats a record as deleted exactly at its expires_at (Redis
+  /// PEXPIREAT; the memory backend, which sweeps expired records as it writes), so a claim
+  /// after it restarts at fence 1 instead of fence + 1.
   bool reaps_at_expiry = false;
   /// Makes two backend instances over one fresh store, as two processes sharing it would
   /// have (for the cross-instance `once` suite). Empty for a store no two instances share.

@@ -12,9 +12,15 @@ namespace idempotency {
 struct InMemoryLock::State {
   // Enough shards that threads on different keys rarely meet, few enough to stay small.
   static constexpr std::size_t kShards = 32;
+  // Buckets inspected for expired records on each write to a shard. A write adds at most one
+  // record and the map keeps at least one bucket per record, so sweeping two per write goes
+  // round the whole shard faster than it can grow: the shard stays within about twice its
+  // live records with no thread of its own.
+  static constexpr std::size_t kSweepBuckets = 2;
   struct Shard {
     mutable std::mutex mutex;
     std::unordered_map<std::string, Record> records;
+    std::size_t sweep_cursor = 0;  // the next bucket to inspect
   };
   std::array<Shard, kShards> shards;
   std::shared_ptr<const Clock> clock;
@@ -32,9 +38,12 @@ struct InMemoryLock::State {
     Shard& shard = shard_for(key);
     std::lock_guard lock(shard.mutex);
     auto it = shard.records.find(std::string(key));
+    const Millis at = now();
+    // An expired record is absent, exactly as if the sweep below had reached it already (and
+    // as on Redis, which deletes at expires_at): so when the sweep runs changes no answer.
     std::optional<Record> current;
-    if (it != shard.records.end()) current = it->second;
-    Transition t = transition(current, op, now());
+    if (it != shard.records.end() && at < it->second.expires_at) current = it->second;
+    Transition t = transition(current, op, at);
     if (t.changed) {
       if (t.record) {
         shard.records.insert_or_assign(std::string(key), *t.record);
@@ -42,7 +51,24 @@ struct InMemoryLock::State {
         shard.records.erase(it);
       }
     }
+    sweep(shard, at);
     return t;
+  }
+
+  // Deletes the expired records of the next kSweepBuckets buckets. Expired records answer as
+  // absent already, so this changes no answer.
+  static void sweep(Shard& shard, Millis at) {
+    auto& records = shard.records;
+    for (std::size_t i = 0; i < kSweepBuckets; ++i) {
+      const std::size_t bucket = shard.sweep_cursor++ % records.bucket_count();
+      for (auto it = records.begin(bucket); it != records.end(bucket);) {
+        const auto current = it++;  // advance first: erasing invalidates `current` only
+        if (at >= current->second.expires_at) {
+          const std::string victim = current->first;  // not a reference into the dying node
+          records.erase(victim);
+        }
+      }
+    }
   }
 };
 
@@ -78,6 +104,15 @@ std::size_t InMemoryLock::do_purge_expired() {
                             [now](const auto& entry) { return now >= entry.second.expires_at; });
   }
   return purged;
+}
+
+std::size_t InMemoryLock::stored_count() const {
+  std::size_t count = 0;
+  for (const auto& shard : state_->shards) {
+    std::lock_guard lock(shard.mutex);
+    count += shard.records.size();
+  }
+  return count;
 }
 
 std::size_t InMemoryLock::entry_count() {

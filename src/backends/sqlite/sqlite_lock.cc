@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <cstdint>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -39,6 +40,12 @@ bool is_identifier(std::string_view name) {
 void check(sqlite3* db, int rc, const char* what) {
   if (rc != SQLITE_OK && rc != SQLITE_DONE && rc != SQLITE_ROW) fail(db, what);
 }
+
+// After a checkpoint the WAL file is truncated to this size.
+constexpr std::int64_t kWalSizeLimit = std::int64_t{64} << 20;
+// Free pages handed back to the file system after each purge batch (4 KiB each by default):
+// more than a batch of records frees, so the free list does not build up.
+constexpr int kVacuumPagesPerBatch = 256;
 
 void exec(sqlite3* db, const std::string& sql, const char* what) {
   check(db, sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), what);
@@ -80,6 +87,7 @@ struct SqliteLock::Impl {
   StmtPtr select;
   StmtPtr upsert;
   StmtPtr purge;
+  std::int64_t purge_batch = 0;
   std::shared_ptr<const Clock> clock;
 
   StmtPtr prepare(const std::string& sql) {
@@ -172,6 +180,9 @@ SqliteLock::SqliteLock(const std::string& path, SqliteOptions options)
     throw std::invalid_argument("sqlite busy_timeout must not be negative");
   }
   if (options.max_pages < 0) throw std::invalid_argument("sqlite max_pages must not be negative");
+  if (options.purge_batch < 1 || options.purge_batch > static_cast<std::size_t>(INT32_MAX)) {
+    throw std::invalid_argument("sqlite purge_batch must be from 1 to INT32_MAX");
+  }
   impl_->clock = options.backend.clock ? std::move(options.backend.clock) : system_clock();
   sqlite3* raw = nullptr;
   const int rc =
@@ -184,8 +195,14 @@ SqliteLock::SqliteLock(const std::string& path, SqliteOptions options)
         "busy timeout");
   // WAL lets readers and the one writer overlap across processes; FULL sync makes a claim
   // survive a power cut, not only a process crash.
+  // Before the table exists: a new file frees the pages of purged records back to the file
+  // system (incremental_vacuum after each purge) instead of only onto its free list. A file
+  // created without it keeps reusing its free pages, so it stops growing all the same.
+  exec(raw, "PRAGMA auto_vacuum=INCREMENTAL", "pragma");
   exec(raw, "PRAGMA journal_mode=WAL", "cannot use the database file");
   exec(raw, "PRAGMA synchronous=FULL", "pragma");
+  // A checkpoint leaves the WAL file at most this big, whatever a burst made it grow to.
+  exec(raw, "PRAGMA journal_size_limit=" + std::to_string(kWalSizeLimit), "pragma");
   if (options.max_pages > 0) {
     exec(raw, "PRAGMA max_page_count=" + std::to_string(options.max_pages), "pragma");
   }
@@ -199,7 +216,11 @@ SqliteLock::SqliteLock(const std::string& path, SqliteOptions options)
       "INSERT OR REPLACE INTO " + t +
       " (key, state, fence, lease_expiry_ms, expires_at_ms, claim_token, result, fingerprint) "
       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
-  impl_->purge = impl_->prepare("DELETE FROM " + t + " WHERE expires_at_ms <= ?1");
+  // Through the expires_at index, a bounded batch at a time: the writer lock is held for one
+  // short transaction, never for a whole backlog.
+  impl_->purge = impl_->prepare("DELETE FROM " + t + " WHERE key IN (SELECT key FROM " + t +
+                                " WHERE expires_at_ms <= ?1 LIMIT ?2)");
+  impl_->purge_batch = static_cast<std::int64_t>(options.purge_batch);
 }
 
 SqliteLock::~SqliteLock() = default;
@@ -221,13 +242,28 @@ void SqliteLock::do_release(const Claim& claim) {
 }
 
 std::size_t SqliteLock::do_purge_expired() {
-  std::lock_guard lock(impl_->mutex);
-  sqlite3_stmt* s = impl_->purge.get();
-  sqlite3_reset(s);
-  check(impl_->db.get(), sqlite3_bind_int64(s, 1, to_millis(impl_->clock->now())), "bind");
-  if (sqlite3_step(s) != SQLITE_DONE) fail(impl_->db.get(), "purge");
-  sqlite3_reset(s);
-  return static_cast<std::size_t>(sqlite3_changes64(impl_->db.get()));
+  const Millis now = to_millis(impl_->clock->now());
+  std::size_t total = 0;
+  for (;;) {
+    // The lock is taken per batch, so this process's own claims run between batches.
+    std::lock_guard lock(impl_->mutex);
+    sqlite3* db = impl_->db.get();
+    sqlite3_stmt* s = impl_->purge.get();
+    sqlite3_reset(s);
+    check(db, sqlite3_bind_int64(s, 1, now), "bind");
+    check(db, sqlite3_bind_int64(s, 2, impl_->purge_batch), "bind");
+    if (sqlite3_step(s) != SQLITE_DONE) fail(db, "purge");
+    sqlite3_reset(s);
+    const auto deleted = static_cast<std::size_t>(sqlite3_changes64(db));
+    total += deleted;
+    if (deleted > 0) {
+      // Hands the freed pages back to the file system (a no-op for a file made without
+      // auto_vacuum), bounded like the batch itself.
+      exec(db, "PRAGMA incremental_vacuum(" + std::to_string(kVacuumPagesPerBatch) + ")",
+           "incremental vacuum");
+    }
+    if (deleted < static_cast<std::size_t>(impl_->purge_batch)) return total;
+  }
 }
 
 std::optional<Record> SqliteLock::record(std::string_view key) {

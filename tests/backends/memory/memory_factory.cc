@@ -8,7 +8,8 @@ BackendFactory memory_factory() {
                         .make = [](const BackendOptions& options) -> std::unique_ptr<LockBackend> {
                           return std::make_unique<InMemoryLock>(options);
                         },
-                        .reaps_at_expiry = false};
+                        // An expired record is absent (and swept by later writes), as on Redis.
+                        .reaps_at_expiry = true};
 }
 
 }  // namespace idempotency::testing

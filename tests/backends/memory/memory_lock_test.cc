@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "support/claim_matchers.h"
 
 namespace idempotency::testing {
@@ -22,6 +24,25 @@ TEST(InMemoryLock, EntryCountDropsExpiredRecordsLazily) {
   EXPECT_FALSE(backend.record("a").has_value());
   clock->advance(milliseconds(50));
   EXPECT_EQ(backend.entry_count(), 0U);
+}
+
+// No purge is ever called: the writes themselves reclaim what expired, so a process that
+// runs for months on distinct keys holds about its live records, not every key it ever saw.
+TEST(InMemoryLock, WritesReclaimExpiredRecordsSoMemoryStaysBounded) {
+  auto clock = std::make_shared<ManualClock>();
+  InMemoryLock backend(BackendOptions{.ttl = milliseconds(1000), .clock = clock});
+  constexpr int kPerRound = 2000;
+  int next_key = 0;
+  for (int round = 0; round < 10; ++round) {
+    for (int i = 0; i < kPerRound; ++i) {
+      EXPECT_TRUE(backend.complete(
+          won(backend.claim("k" + std::to_string(next_key++), milliseconds(100)))));
+    }
+    // Everything written before this round has expired; at most this round's records live.
+    EXPECT_LE(backend.stored_count(), 2U * kPerRound) << "round " << round;
+    clock->advance(milliseconds(1000));  // this round's records expire
+  }
+  EXPECT_FALSE(backend.record("k0").has_value());
 }
 
 TEST(InMemoryLock, RecordShowsTheStoredState) {

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -214,6 +215,46 @@ TEST(SqliteLock, ADiskFullWriteIsAStoreErrorAndLosesNothing) {
   EXPECT_THROW((void)backend.complete(first, big), StoreError);
   held(backend.claim("first", kLease));  // the claim is intact, not half-completed
   EXPECT_TRUE(backend.complete(first, std::string("small")));
+}
+
+// Reads one integer PRAGMA through a connection of its own, as an operator's sqlite3 would.
+std::int64_t pragma(const std::string& path, const std::string& name) {
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  sqlite3_stmt* s = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(db, ("PRAGMA " + name).c_str(), -1, &s, nullptr), SQLITE_OK);
+  std::int64_t value = -1;
+  if (sqlite3_step(s) == SQLITE_ROW) value = sqlite3_column_int64(s, 0);
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+  return value;
+}
+
+// A purge deletes in small transactions (other writers get the lock between them) and gives
+// the space back: the file's page count falls, rather than only its free list growing.
+TEST(SqliteLock, APurgeDeletesInBatchesAndReturnsTheSpace) {
+  TempDir dir;
+  const std::string path = dir.file("idem.db");
+  auto clock = std::make_shared<ManualClock>();
+  SqliteOptions options;
+  options.backend.ttl = milliseconds(1000);
+  options.backend.clock = clock;
+  options.purge_batch = 64;
+  SqliteLock backend(path, options);
+  EXPECT_EQ(pragma(path, "auto_vacuum"), 2) << "a new file is in incremental auto-vacuum";
+  const std::string bulky(6000, 'r');
+  for (int i = 0; i < 300; ++i) {
+    EXPECT_TRUE(backend.complete(won(backend.claim("k" + std::to_string(i), kLease)), bulky));
+  }
+  Claim live = won(backend.claim("live", kLease));
+  const std::int64_t full = pragma(path, "page_count");
+  clock->advance(milliseconds(1000));
+  EXPECT_EQ(backend.purge_expired(), 300U);
+  const std::int64_t after = pragma(path, "page_count");
+  EXPECT_LT(after * 4, full) << "pages: " << full << " before the purge, " << after << " after";
+  EXPECT_EQ(pragma(path, "freelist_count"), 0);
+  EXPECT_TRUE(backend.complete(live));
+  EXPECT_EQ(backend.purge_expired(), 0U);
 }
 
 TEST(SqliteLock, BadTableNamesAreRejected) {

@@ -1,0 +1,115 @@
+// Reclaimer: expired records go away in the background, live ones stay, failures are logged
+// and retried, and destruction stops the thread.
+#include "idempotency/reclaimer.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "idempotency/errors.h"
+#include "idempotency/memory_lock.h"
+#include "support/claim_matchers.h"
+#include "support/log_capture.h"
+
+namespace idempotency::testing {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr milliseconds kInterval{5};
+
+// Waits (bounded) until `done()` holds; the bound is a hang guard, not a timing assertion.
+template <class Done>
+bool eventually(Done done) {
+  for (int i = 0; i < 2000 && !done(); ++i) std::this_thread::sleep_for(milliseconds(5));
+  return done();
+}
+
+// A store whose purge fails the first `failures` times, then purges through `inner`.
+class FlakyPurge final : public LockBackend {
+ public:
+  FlakyPurge(LockBackend& inner, int failures)
+      : LockBackend(BackendOptions{.ttl = inner.ttl()}), inner_(inner), failures_(failures) {}
+
+ protected:
+  ClaimResult do_claim(std::string_view key, milliseconds lease,
+                       const ClaimRequest& request) override {
+    return inner_.claim(key, lease, request);
+  }
+  bool do_complete(const Claim& claim, std::optional<std::string> result) override {
+    return inner_.complete(claim, std::move(result));
+  }
+  void do_release(const Claim& claim) override { inner_.release(claim); }
+  std::size_t do_purge_expired() override {
+    if (failures_.fetch_sub(1) > 0) throw StoreError("injected: purge failed");
+    return inner_.purge_expired();
+  }
+
+ private:
+  LockBackend& inner_;
+  std::atomic<int> failures_;
+};
+
+TEST(Reclaimer, DeletesExpiredRecordsAndKeepsLiveOnes) {
+  auto clock = std::make_shared<ManualClock>();
+  auto backend =
+      std::make_shared<InMemoryLock>(BackendOptions{.ttl = milliseconds(100), .clock = clock});
+  for (int i = 0; i < 50; ++i) {
+    EXPECT_TRUE(backend->complete(won(backend->claim("old" + std::to_string(i), kInterval))));
+  }
+  Claim live = won(backend->claim("live", milliseconds(1000)));
+  // Every "old" record is past its expires_at. No write follows, so the memory store's own
+  // sweep-on-write reclaims none of them: the reclaimer must.
+  clock->advance(milliseconds(100));
+  std::atomic<std::size_t> reported{0};
+  Reclaimer reclaimer(backend, {.interval = kInterval, .on_pass = [&](const PurgePass& pass) {
+                                  EXPECT_TRUE(pass.error.empty());
+                                  reported += pass.purged;
+                                }});
+  ASSERT_TRUE(eventually([&] { return reclaimer.purged() >= 50; }));
+  EXPECT_EQ(reclaimer.purged(), 50U);
+  EXPECT_TRUE(eventually([&] { return reported.load() == 50; }));
+  EXPECT_EQ(backend->stored_count(), 1U);
+  EXPECT_TRUE(backend->complete(live)) << "a live claim must survive every pass";
+}
+
+TEST(Reclaimer, AFailingPassIsLoggedAndTheNextOneRetries) {
+  LogCapture logs;
+  auto clock = std::make_shared<ManualClock>();
+  InMemoryLock inner(BackendOptions{.ttl = milliseconds(100), .clock = clock});
+  auto backend = std::make_shared<FlakyPurge>(inner, 2);
+  EXPECT_TRUE(backend->complete(won(backend->claim("k", kInterval))));
+  clock->advance(milliseconds(100));
+  std::atomic<int> failed{0};
+  Reclaimer reclaimer(backend, {.interval = kInterval, .on_pass = [&](const PurgePass& pass) {
+                                  if (!pass.error.empty()) ++failed;
+                                }});
+  ASSERT_TRUE(eventually([&] { return reclaimer.purged() == 1; }));
+  EXPECT_EQ(failed.load(), 2);
+  EXPECT_EQ(logs.count("purge_failed"), 2);
+  EXPECT_EQ(inner.stored_count(), 0U);
+}
+
+TEST(Reclaimer, DestructionStopsTheThreadBeforeTheFirstPass) {
+  auto backend = std::make_shared<InMemoryLock>();
+  std::atomic<int> passes{0};
+  {
+    Reclaimer reclaimer(backend, {.interval = std::chrono::hours(1),
+                                  .on_pass = [&](const PurgePass&) { ++passes; }});
+  }  // must not wait an hour
+  EXPECT_EQ(passes.load(), 0);
+}
+
+TEST(Reclaimer, BadArgumentsAreRefused) {
+  EXPECT_THROW(Reclaimer(nullptr), std::invalid_argument);
+  EXPECT_THROW(Reclaimer(std::make_shared<InMemoryLock>(), {.interval = milliseconds(0)}),
+               std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace idempotency::testing
