@@ -315,6 +315,12 @@ TEST_P(BackendContract, BadInputIsRejectedBeforeAnyStoreCall) {
   EXPECT_EQ(won(backend_->claim("k", kLease)).fence, 1) << "nothing was stored";
 }
 
+TEST_P(BackendContract, ABlankKeyIsRejectedBeforeAnyStoreCall) {
+  EXPECT_THROW((void)backend_->claim(" ", kLease), std::invalid_argument);
+  EXPECT_THROW((void)backend_->claim("\t\r\n", kLease), std::invalid_argument);
+  EXPECT_EQ(won(backend_->claim(" k ", kLease)).key, " k ") << "padding is kept, never trimmed";
+}
+
 TEST_P(BackendContract, BadTtlIsRejectedAtConstruction) {
   EXPECT_THROW(make(milliseconds(0)), std::invalid_argument);
   EXPECT_THROW(make(milliseconds(-1)), std::invalid_argument);
