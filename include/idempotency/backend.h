@@ -43,7 +43,8 @@ struct Claim {
   std::int64_t fence = 0;
   /// When the lease lapses and another caller may reclaim the key.
   TimePoint lease_expiry;
-  /// Identifies the claim call; a retried claim carrying it re-affirms this claim.
+  /// Identifies the claim call; a retried claim carrying it re-affirms this claim while its
+  /// lease is live (never after a release or once the lease lapsed).
   std::string claim_token;
 };
 
@@ -69,7 +70,9 @@ using ClaimResult = std::variant<Won, AlreadyDone, HeldByOther>;
 /// Per-call extras for `claim`.
 struct ClaimRequest {
   /// Empty: the backend makes a fresh random token. Set it to retry a claim whose reply was
-  /// lost: the retry then re-affirms the claim it made instead of finding it held.
+  /// lost: the retry then re-affirms the claim it made instead of finding it held, as long as
+  /// that claim's lease is live. Past the lease, or after a release, the retry is an ordinary
+  /// claim (a reclaim with fence + 1 when the key is free).
   std::string claim_token;
   /// Stored with the claim and returned to duplicates (e.g. a hash of the request body).
   std::optional<std::string> fingerprint;

@@ -15,7 +15,15 @@ namespace idempotency {
 /// The longest key accepted, in bytes. It fits every backend's index limits.
 inline constexpr std::size_t kMaxKeyBytes = 1024;
 
-/// validate_key() throws `std::invalid_argument` for an empty key or one longer than
+/// The bytes a blank key consists of: ASCII whitespace (C `isspace`). Keys are bytes, not
+/// text, so non-ASCII whitespace (e.g. UTF-8 U+00A0) is an ordinary key byte.
+inline constexpr std::string_view kBlankKeyBytes = " \t\n\v\f\r";
+
+/// is_blank_key() is true for an empty key or one of only `kBlankKeyBytes` (seed 2: a key
+/// must be a non-blank string).
+[[nodiscard]] bool is_blank_key(std::string_view key) noexcept;
+
+/// validate_key() throws `std::invalid_argument` for an empty or blank key or one longer than
 /// `kMaxKeyBytes`. The message names the problem, never the key.
 void validate_key(std::string_view key);
 

@@ -34,7 +34,7 @@ struct Record {
   /// From this instant the record suppresses nothing and may be physically deleted.
   Millis expires_at = 0;
   /// Per claim call; a retried claim carrying the same token re-affirms instead of locking
-  /// itself out.
+  /// itself out, while the lease is live. Empty after a release.
   std::string claim_token;
   /// The operation's result bytes, stored by `complete` (DONE only).
   std::optional<std::string> result;
@@ -96,8 +96,13 @@ struct Transition {
 ///
 /// Timing rules: a claim sets `lease_expiry = now + lease` and `expires_at = now + lease +
 /// ttl` (the record outlives its holder); complete sets `expires_at = now + ttl` (the ttl is
-/// measured from success); release sets `lease_expiry = now` and keeps the record at least
-/// `ttl` longer so the advanced fence outlives any holder that could still wake up.
+/// measured from success); release sets `lease_expiry = now`, clears the claim token and keeps
+/// the record at least `ttl` longer so the advanced fence outlives any holder that could still
+/// wake up.
+///
+/// Re-affirm: a claim whose token equals a CLAIMED record's answers Won with that record's
+/// fence, unchanged, only while `now < lease_expiry` (and before `expires_at`). Past the lease
+/// it is an ordinary reclaim (fence + 1); after a release there is no token to match.
 [[nodiscard]] Transition transition(const std::optional<Record>& current, const Operation& op,
                                     Millis now);
 

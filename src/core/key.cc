@@ -9,8 +9,13 @@
 
 namespace idempotency {
 
+bool is_blank_key(std::string_view key) noexcept {
+  return key.find_first_not_of(kBlankKeyBytes) == std::string_view::npos;
+}
+
 void validate_key(std::string_view key) {
   if (key.empty()) throw std::invalid_argument("idempotency key is empty");
+  if (is_blank_key(key)) throw std::invalid_argument("idempotency key is blank (only whitespace)");
   if (key.size() > kMaxKeyBytes) {
     throw std::invalid_argument("idempotency key is " + std::to_string(key.size()) +
                                 " bytes; the limit is " + std::to_string(kMaxKeyBytes));

@@ -29,9 +29,11 @@ Transition apply_claim(const std::optional<Record>& current, const ClaimOp& op, 
   };
   if (!current) return fresh(1);
   const Record& r = *current;
-  // A retried claim call finds its own claim: re-affirm it, same fence, nothing written.
+  // A retried claim call finds its own claim: re-affirm it, same fence, nothing written. Only
+  // while its lease is live: a lapsed claim goes through the reclaim below (fence + 1), and a
+  // released one has no token left (see apply_release), so neither can come back to life.
   if (r.state == RecordState::kClaimed && !op.claim_token.empty() &&
-      r.claim_token == op.claim_token && !is_expired(r, now)) {
+      r.claim_token == op.claim_token && now < r.lease_expiry && !is_expired(r, now)) {
     return unchanged(current, Answer{ClaimAnswer::kWon, true});
   }
   if (is_expired(r, now)) return fresh(r.fence + 1);
@@ -63,6 +65,8 @@ Transition apply_release(const std::optional<Record>& current, const ReleaseOp& 
   r.lease_expiry = now;
   // Advancing the fence kills the released claim; keeping the record keeps the fence.
   r.fence += 1;
+  // Nobody holds the new fence, so no token may re-affirm it, whatever the clocks say.
+  r.claim_token.clear();
   r.expires_at = std::max(r.expires_at, now + op.ttl);
   return Transition{r, Answer{std::nullopt, true}, true};
 }

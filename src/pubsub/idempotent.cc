@@ -114,7 +114,11 @@ struct Wrapper {
   std::string resolve_key(const Message& message, std::string& problem) const {
     try {
       std::string key = options.key ? options.key(message) : key_from_message_id()(message);
-      if (key.empty()) problem = "no idempotency key: the message has no value for the key";
+      if (key.empty()) {
+        problem = "no idempotency key: the message has no value for the key";
+      } else if (is_blank_key(key)) {
+        problem = "no idempotency key: the key is blank (only whitespace)";
+      }
       return key;
     } catch (...) {
       problem = "no idempotency key: the key function failed";

@@ -1,13 +1,16 @@
 // Ready key functions for idempotent().
 #include <utility>
 
+#include "idempotency/key.h"
 #include "idempotency/pubsub/idempotent.h"
 
 namespace idempotency::pubsub {
 namespace {
 
 std::string prefixed(const std::string& prefix, std::string_view value) {
-  if (value.empty()) return {};  // no key: the caller fails closed
+  // No value, or a blank one: no key, so the caller fails closed instead of sharing one key
+  // (the prefix) among every message without a real value.
+  if (is_blank_key(value)) return {};
   return prefix + std::string(value);
 }
 

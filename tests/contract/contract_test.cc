@@ -225,6 +225,47 @@ TEST_P(BackendContract, ClaimReaffirmUnderRetryOnTheReclaimPath) {
   EXPECT_TRUE(backend_->complete(again));
 }
 
+// Issue 11, defect 1: a token re-affirms only its own live claim; otherwise a claim carrying
+// it takes the normal path (reclaim with fence + 1, or held).
+
+TEST_P(BackendContract, AReleasedClaimIsNotReaffirmedByItsToken) {
+  const ClaimRequest same{.claim_token = "call-r"};
+  Claim first = won(backend_->claim("k", kLease, same));
+  backend_->release(first);
+  Claim dead = first;
+  dead.fence = first.fence + 1;  // the fence the release left on the record
+  Claim again = won(backend_->claim("k", kLease, same));
+  EXPECT_EQ(again.fence, first.fence + 2) << "a reclaim, not a re-affirm of the released record";
+  EXPECT_EQ(again.lease_expiry, clock_->now() + kLease) << "a live lease, not the released one";
+  EXPECT_FALSE(backend_->complete(dead));
+  EXPECT_FALSE(backend_->complete(first));
+  held(backend_->claim("k", kLease));
+  EXPECT_TRUE(backend_->complete(again));
+}
+
+TEST_P(BackendContract, ATokenWhoseLeaseLapsedReclaimsWithFencePlusOne) {
+  const ClaimRequest same{.claim_token = "call-l"};
+  Claim first = won(backend_->claim("k", kLease, same));
+  clock_->advance(kLease);  // now == lease_expiry
+  Claim again = won(backend_->claim("k", kLease, same));
+  EXPECT_EQ(again.fence, first.fence + 1);
+  EXPECT_EQ(again.lease_expiry, clock_->now() + kLease);
+  EXPECT_FALSE(backend_->complete(first)) << "the lapsed claim is fenced out by the reclaim";
+  held(backend_->claim("k", kLease));
+  EXPECT_TRUE(backend_->complete(again));
+}
+
+TEST_P(BackendContract, ATokenPastExpiresAtStartsAFreshClaim) {
+  const ClaimRequest same{.claim_token = "call-e"};
+  Claim first = won(backend_->claim("k", kLease, same));
+  clock_->advance(kLease + backend_->ttl());  // now == expires_at
+  Claim again = won(backend_->claim("k", kLease, same));
+  EXPECT_EQ(again.fence, GetParam().reaps_at_expiry ? 1 : first.fence + 1);
+  EXPECT_EQ(again.lease_expiry, clock_->now() + kLease);
+  held(backend_->claim("k", kLease));
+  EXPECT_TRUE(backend_->complete(again));
+}
+
 TEST_P(BackendContract, AReusedTokenDoesNotReaffirmAnotherCallsClaim) {
   won(backend_->claim("k", kLease, ClaimRequest{.claim_token = "a"}));
   held(backend_->claim("k", kLease, ClaimRequest{.claim_token = "b"}));
@@ -272,6 +313,12 @@ TEST_P(BackendContract, BadInputIsRejectedBeforeAnyStoreCall) {
   EXPECT_THROW((void)backend_->claim("k", milliseconds(-5)), std::invalid_argument);
   EXPECT_THROW((void)backend_->claim("k", kMaxLease + milliseconds(1)), std::invalid_argument);
   EXPECT_EQ(won(backend_->claim("k", kLease)).fence, 1) << "nothing was stored";
+}
+
+TEST_P(BackendContract, ABlankKeyIsRejectedBeforeAnyStoreCall) {
+  EXPECT_THROW((void)backend_->claim(" ", kLease), std::invalid_argument);
+  EXPECT_THROW((void)backend_->claim("\t\r\n", kLease), std::invalid_argument);
+  EXPECT_EQ(won(backend_->claim(" k ", kLease)).key, " k ") << "padding is kept, never trimmed";
 }
 
 TEST_P(BackendContract, BadTtlIsRejectedAtConstruction) {

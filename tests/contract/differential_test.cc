@@ -126,5 +126,88 @@ TEST_P(Differential, RandomSequencesMatchThePureFunction) {
   }
 }
 
+// Issue 11, defect 1, scripted: a token re-affirms only its own live claim. Every answer must
+// match the pure function AND the rule, so the two cannot agree on the old behaviour.
+TEST_P(Differential, ATokenReaffirmsOnlyItsOwnLiveClaim) {
+  constexpr Millis kTtl = 300;
+  constexpr Millis kLease = 100;
+  using std::chrono::milliseconds;
+  auto backend = make(milliseconds(kTtl));
+  Model model(kTtl, GetParam().reaps_at_expiry);
+  auto now = [&] { return to_millis(clock_->now()); };
+  auto claim = [&](const std::string& key, const std::string& token) -> Claim {
+    Transition expected = model.apply(key, ClaimOp{token, kLease, kTtl, std::nullopt}, now());
+    ClaimResult actual = backend->claim(key, milliseconds(kLease), ClaimRequest{token, {}});
+    EXPECT_EQ(outcome_name(actual),
+              outcome_name(claim_result(key, *expected.record, *expected.answer.claim)));
+    if (const auto* w = std::get_if<Won>(&actual)) {
+      EXPECT_EQ(w->claim.fence, expected.record->fence);
+      EXPECT_EQ(to_millis(w->claim.lease_expiry), expected.record->lease_expiry);
+      return w->claim;
+    }
+    return Claim{.key = key};  // fence 0: never completes
+  };
+  auto complete = [&](const Claim& c) {
+    const bool expected =
+        model.apply(c.key, CompleteOp{c.fence, std::nullopt, kTtl}, now()).answer.ok;
+    const bool actual = backend->complete(c);
+    EXPECT_EQ(actual, expected);
+    return actual;
+  };
+  auto release = [&](const Claim& c) {
+    (void)model.apply(c.key, ReleaseOp{c.fence, kTtl}, now());
+    backend->release(c);
+  };
+
+  {  // a live claim re-affirms: same fence, same lease
+    SCOPED_TRACE("live");
+    const Claim first = claim("live", "t-v");
+    clock_->advance(milliseconds(kLease - 1));
+    const Claim again = claim("live", "t-v");
+    EXPECT_EQ(again.fence, first.fence);
+    EXPECT_EQ(again.lease_expiry, first.lease_expiry);
+  }
+  {  // after release: the normal reclaim, never the released record
+    SCOPED_TRACE("released");
+    const Claim first = claim("released", "t-r");
+    release(first);
+    const Claim again = claim("released", "t-r");
+    EXPECT_EQ(again.fence, first.fence + 2);
+    EXPECT_GT(again.lease_expiry, clock_->now());
+    Claim dead = first;
+    dead.fence = first.fence + 1;
+    EXPECT_FALSE(complete(dead));
+    EXPECT_TRUE(complete(again));
+  }
+  {  // after release, by a clock that stepped back: still nothing to re-affirm
+    SCOPED_TRACE("released, clock stepped back");
+    const Claim first = claim("stepped", "t-s");
+    release(first);
+    clock_->set(clock_->now() - milliseconds(1));
+    EXPECT_EQ(claim("stepped", "t-s").fence, 0) << "held, not re-affirmed";
+    clock_->advance(milliseconds(1));
+    EXPECT_EQ(claim("stepped", "t-s").fence, first.fence + 2);
+  }
+  {  // after the lease lapsed: a reclaim with fence + 1 that fences the lapsed claim out
+    SCOPED_TRACE("lapsed");
+    const Claim first = claim("lapsed", "t-l");
+    clock_->advance(milliseconds(kLease));
+    const Claim again = claim("lapsed", "t-l");
+    EXPECT_EQ(again.fence, first.fence + 1);
+    EXPECT_GT(again.lease_expiry, clock_->now());
+    EXPECT_FALSE(complete(first));
+    EXPECT_TRUE(complete(again));
+  }
+  {  // after expires_at: a fresh claim (fence + 1, or 1 where the store reaped the record)
+    SCOPED_TRACE("expired");
+    const Claim first = claim("expired", "t-e");
+    clock_->advance(milliseconds(kLease + kTtl));
+    const Claim again = claim("expired", "t-e");
+    EXPECT_EQ(again.fence, GetParam().reaps_at_expiry ? 1 : first.fence + 1);
+    EXPECT_GT(again.lease_expiry, clock_->now());
+    EXPECT_TRUE(complete(again));
+  }
+}
+
 }  // namespace
 }  // namespace idempotency::testing

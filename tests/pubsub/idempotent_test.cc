@@ -445,6 +445,26 @@ TEST_F(IdempotentTest, AKeyOverTheLimitIs400WithoutAStoreCall) {
   EXPECT_EQ(runs_, 0);
 }
 
+// Issue 11, defect 6: a blank (whitespace-only) key is no key (seed 2: non-blank keys).
+TEST_F(IdempotentTest, ABlankKeyIs400WithoutAStoreCall) {
+  auto faulty = std::make_shared<FaultyBackend>(*store_);
+  auto custom =
+      wrap({.backend = faulty, .key = [](const Message&) { return std::string(" \t "); }});
+  const PushResponse r = custom(push("m-blank"));
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.body.find('\n'), r.body.size() - 1) << "one line";
+  EXPECT_THAT(r.body, HasSubstr("blank"));
+  // A blank attribute is a missing one, prefix or not: never one key shared by all of them.
+  auto prefixed = wrap({.backend = faulty, .key = key_from_attribute("po_id", "orders:")});
+  EXPECT_EQ(prefixed(push("m-blank-attr", nlohmann::json{{"po_id", "  "}})).status, 400);
+  EXPECT_EQ(faulty->claims.load(), 0);
+  EXPECT_EQ(runs_, 0);
+  EXPECT_EQ(logs_.count("no_key"), 2);
+  // Surrounding whitespace in a non-blank key is kept as it is: keys are bytes.
+  EXPECT_EQ(prefixed(push("m-padded", nlohmann::json{{"po_id", " 42 "}})).status, 200);
+  EXPECT_EQ(runs_, 1);
+}
+
 TEST_F(IdempotentTest, ANackChoosesTheStatusAndANonAckResponseIsNeverStored) {
   int calls = 0;
   auto handle = idempotent_response({.backend = store_}, [&](const Delivery&) -> PushResponse {

@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "idempotency/errors.h"
 #include "idempotency/guard.h"
@@ -89,6 +90,28 @@ TEST(KeyPrivacy, KeyValidationMessagesNameTheProblemNotTheKey) {
   EXPECT_THAT(
       what_of([] { validate_key(std::string(kSecretKey) + std::string(kMaxKeyBytes, 'x')); }),
       ::testing::AllOf(HasSubstr("limit"), Not(HasSubstr(kSecret))));
+}
+
+// Issue 11, defect 6: seed 2 requires a non-blank key.
+TEST(KeyValidation, ABlankKeyIsRejectedWithAMessageThatNamesTheProblem) {
+  for (const std::string& blank : std::vector<std::string>{" ", "   ", "\t", " \r\n", "\v\f \t"}) {
+    SCOPED_TRACE("blank key of " + std::to_string(blank.size()) + " bytes");
+    EXPECT_THAT(what_of([&] { validate_key(blank); }), HasSubstr("blank"));
+  }
+  // Keys are bytes: anything else is an ordinary key, padding and non-ASCII spaces included.
+  for (const std::string& key :
+       std::vector<std::string>{" k ", "\t0", std::string("\0", 1), "\xc2\xa0"}) {
+    EXPECT_NO_THROW(validate_key(key));
+  }
+}
+
+TEST(KeyValidation, EveryEntryPointRefusesABlankKeyBeforeAnyStoreCall) {
+  InMemoryLock store(BackendOptions{});
+  FaultyBackend backend(store);
+  EXPECT_THROW((void)backend.claim("  ", milliseconds(1000)), std::invalid_argument);
+  EXPECT_THROW((void)lock("\t", backend), std::invalid_argument);
+  EXPECT_THROW((void)mutex(" \n", backend), std::invalid_argument);
+  EXPECT_EQ(backend.claims.load(), 0);
 }
 
 }  // namespace

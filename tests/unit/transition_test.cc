@@ -83,6 +83,7 @@ TEST(Transition, ReleaseWithMatchingFenceExpiresLeaseAndAdvancesFence) {
   Record want = r;
   want.fence = 4;
   want.lease_expiry = kNow;
+  want.claim_token.clear();
   EXPECT_EQ(*t.record, want);
 }
 
@@ -137,6 +138,50 @@ TEST(Transition, ARetriedClaimWithItsOwnTokenReaffirms) {
   EXPECT_EQ(t.answer.claim, ClaimAnswer::kWon);
   EXPECT_FALSE(t.changed);
   EXPECT_EQ(*t.record, r);
+}
+
+// Issue 11, defect 1: a token re-affirms only the live claim it made.
+
+TEST(Transition, ATokenWhoseLeaseLapsedReclaimsWithFencePlusOneInsteadOfReaffirming) {
+  const Record r = claimed(3, kNow, kNow + 5000, "mine");  // now == lease_expiry: lapsed
+  Transition t = transition(r, claim_op("mine"), kNow);
+  EXPECT_EQ(t.answer.claim, ClaimAnswer::kWon);
+  EXPECT_TRUE(t.changed) << "a lapsed claim is reclaimed, not re-affirmed";
+  Record want = claimed(4, kNow + kLease, kNow + kLease + kTtl, "mine");
+  want.fingerprint = "fp";
+  EXPECT_EQ(*t.record, want);
+  EXPECT_FALSE(transition(*t.record, CompleteOp{3, std::nullopt, kTtl}, kNow).answer.ok);
+}
+
+TEST(Transition, ReleaseClearsTheClaimToken) {
+  const Record r = claimed(3, kNow + 10, kNow + 5000, "mine");
+  Transition t = transition(r, ReleaseOp{3, kTtl}, kNow);
+  EXPECT_EQ(t.record->claim_token, "") << "a released claim has no token to re-affirm";
+}
+
+TEST(Transition, AReleasedClaimIsNeverReaffirmedByItsToken) {
+  const Record released =
+      *transition(claimed(3, kNow + 10, kNow + 5000, "mine"), ReleaseOp{3, kTtl}, kNow).record;
+  // The same token after the release: the normal reclaim path, fence 4 -> 5, a live lease.
+  Transition t = transition(released, claim_op("mine"), kNow);
+  EXPECT_EQ(t.answer.claim, ClaimAnswer::kWon);
+  EXPECT_TRUE(t.changed);
+  EXPECT_EQ(t.record->fence, 5);
+  EXPECT_EQ(t.record->lease_expiry, kNow + kLease);
+  EXPECT_FALSE(transition(*t.record, CompleteOp{4, std::nullopt, kTtl}, kNow).answer.ok)
+      << "the released record's fence must never complete";
+  // Even a clock that stepped back before the release instant finds nothing to re-affirm.
+  EXPECT_EQ(transition(released, claim_op("mine"), kNow - 1).answer.claim,
+            ClaimAnswer::kHeldByOther);
+}
+
+TEST(Transition, ATokenPastExpiresAtReclaimsWithFencePlusOne) {
+  const Record r = claimed(3, kNow - 10, kNow, "mine");
+  Transition t = transition(r, claim_op("mine"), kNow);
+  EXPECT_EQ(t.answer.claim, ClaimAnswer::kWon);
+  EXPECT_TRUE(t.changed);
+  EXPECT_EQ(t.record->fence, 4);
+  EXPECT_EQ(t.record->lease_expiry, kNow + kLease);
 }
 
 TEST(Transition, AnEmptyTokenNeverReaffirms) {

@@ -73,7 +73,8 @@ class Nack : public std::runtime_error {
   int status_;
 };
 
-/// Resolves a message's idempotency key. Throwing or returning "" means "no key".
+/// Resolves a message's idempotency key. Throwing or returning "" or a blank key (only
+/// whitespace, see `is_blank_key`) means "no key".
 using KeyFunction = std::function<std::string(const Message&)>;
 
 /// A push handler: request in, response out.
@@ -82,7 +83,8 @@ using PushHandler = std::function<PushResponse(const PushRequest&)>;
 /// key_from_message_id() keys by the message id (else the CloudEvent id), with a prefix.
 [[nodiscard]] KeyFunction key_from_message_id(std::string prefix = {});
 /// key_from_attribute() keys by the attribute `name` (business dedup, e.g. "po_id"), with a
-/// prefix; a message without the attribute has no key.
+/// prefix; a message without the attribute has no key. In every `key_from_*`, a blank value
+/// (only whitespace) counts as none, prefix or not.
 [[nodiscard]] KeyFunction key_from_attribute(std::string name, std::string prefix = {});
 /// key_from_ordering_key() keys by the message's ordering key, with a prefix.
 [[nodiscard]] KeyFunction key_from_ordering_key(std::string prefix = {});

@@ -478,12 +478,12 @@ struct PostgresLock::Impl {
     // In DO UPDATE only the target row and EXCLUDED are visible, so `n` is recovered from
     // the proposed row: excluded.lease_expiry = n + lease.
     const std::string n = "(excluded.lease_expiry - $3)";
-    // transition(): re-affirm (CLAIMED, same non-empty token, not expired) keeps the row; an
-    // expired record, or a CLAIMED one whose lease lapsed, is reclaimed with fence + 1;
-    // everything else is kept.
-    const std::string reclaim = "(" + n + " >= r.expires_at OR (r.state = 1 AND " + n +
-                                " >= r.lease_expiry AND (r.claim_token <> excluded.claim_token OR "
-                                "octet_length(excluded.claim_token) = 0)))";
+    // transition(): an expired record, or a CLAIMED one whose lease lapsed, is reclaimed with
+    // fence + 1, whatever its token; everything else is kept, and a kept CLAIMED row is the
+    // caller's (a re-affirm) only when its token is the caller's, i.e. only while its lease is
+    // live. release empties the token, so a released row is never re-affirmed.
+    const std::string reclaim =
+        "(" + n + " >= r.expires_at OR (r.state = 1 AND " + n + " >= r.lease_expiry))";
     auto pick = [&](const std::string& fresh, const std::string& kept) {
       return "CASE WHEN " + reclaim + " THEN " + fresh + " ELSE " + kept + " END";
     };
@@ -518,6 +518,7 @@ struct PostgresLock::Impl {
                              "RETURNING r.fence");
     release_sql = notifying("UPDATE " + t +
                             " AS r SET lease_expiry = c.n, fence = r.fence + 1, "
+                            "claim_token = ''::bytea, "
                             "expires_at = greatest(r.expires_at, c.n + $4) "
                             "FROM c WHERE r.key = $1 AND r.fence = $3 AND r.state = 1 AND "
                             "c.n < r.expires_at RETURNING r.fence");

@@ -127,8 +127,10 @@ if op == 'claim' then
   if lease <= 0 or ttl <= 0 then
     return redis.error_reply('ERR idempotency script: lease and ttl must be positive')
   end
-  -- A retried claim call finds its own claim: re-affirm it, same fence, nothing written.
-  if rec and rec.state == 'CLAIMED' and token ~= '' and rec.claim_token == token then
+  -- A retried claim call finds its own live claim: re-affirm it, same fence, nothing written.
+  -- A lapsed one is reclaimed below; a released one has no token left.
+  if rec and rec.state == 'CLAIMED' and token ~= '' and rec.claim_token == token and
+      now < rec.lease_expiry then
     return {'won', fmt(rec.fence), fmt(rec.lease_expiry)}
   end
   if rec and rec.state == 'DONE' then
@@ -175,6 +177,7 @@ if op == 'release' then
   -- Advancing the fence kills the released claim; keeping the record keeps the fence.
   rec.lease_expiry = now
   rec.fence = rec.fence + 1
+  rec.claim_token = ''  -- nobody holds the new fence: no token may re-affirm it
   rec.expires_at = math.max(rec.expires_at, now + ttl)
   store(rec)
   redis.call('PUBLISH', key, 'release')

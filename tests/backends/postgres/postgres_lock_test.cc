@@ -173,6 +173,20 @@ TEST_F(PostgresLockTest, ReleaseByServerClockAdvancesFence) {
   EXPECT_TRUE(backend->complete(second));
 }
 
+TEST_F(PostgresLockTest, AReleasedClaimIsNotReaffirmedByItsTokenByServerClock) {
+  auto backend = make();
+  const ClaimRequest same{.claim_token = "released-token-0001"};
+  const Claim first = won(backend->claim("release-token-key", milliseconds(60'000), same));
+  backend->release(first);
+  const Claim again = won(backend->claim("release-token-key", milliseconds(60'000), same));
+  EXPECT_EQ(again.fence, first.fence + 2) << "a reclaim, not a re-affirm of the released record";
+  EXPECT_GE(again.lease_expiry, first.lease_expiry) << "a fresh lease, not the released one";
+  Claim dead = first;
+  dead.fence = first.fence + 1;
+  EXPECT_FALSE(backend->complete(dead));
+  EXPECT_TRUE(backend->complete(again));
+}
+
 // ---------------------------------------------------------------------------------------
 // Races: several processes x threads
 

@@ -318,6 +318,20 @@ TEST(RedisServerClock, TheTtlEndsForRealAndRedisReapsTheRecord) {
   EXPECT_EQ(won(lock->claim("k", milliseconds(200))).fence, 1);
 }
 
+TEST(RedisServerClock, AReleasedClaimIsNotReaffirmedByItsToken) {
+  auto lock = fixture_lock();
+  const ClaimRequest same{.claim_token = "released-token-0001"};
+  Claim first = won(lock->claim("k", milliseconds(60'000), same));
+  lock->release(first);
+  Claim again = won(lock->claim("k", milliseconds(60'000), same));
+  EXPECT_EQ(again.fence, first.fence + 2) << "a reclaim, not a re-affirm of the released record";
+  EXPECT_GE(again.lease_expiry, first.lease_expiry) << "a fresh lease, not the released one";
+  Claim dead = first;
+  dead.fence = first.fence + 1;
+  EXPECT_FALSE(lock->complete(dead));
+  EXPECT_TRUE(lock->complete(again));
+}
+
 TEST(RedisServerClock, ClientClockSkewCannotBreakALease) {
   // Two instances, as on two hosts. Neither reads its own clock: the lease is judged by the
   // server's TIME alone, so a client whose wall clock runs hours ahead still sees the lease.
