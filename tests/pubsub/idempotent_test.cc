@@ -22,35 +22,18 @@
 #include "idempotency/guard.h"
 #include "idempotency/key.h"
 #include "idempotency/memory_lock.h"
-#include "support/base64.h"
+#include "push_envelope.h"
 #include "support/faulty_backend.h"
 #include "support/log_capture.h"
 
 namespace idempotency::pubsub {
 namespace {
 
-using idempotency::testing::base64;
 using idempotency::testing::FaultyBackend;
 using idempotency::testing::LogCapture;
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-// A wrapped push envelope as Pub/Sub sends it.
-PushRequest push(const std::string& message_id, const nlohmann::json& attributes = nullptr,
-                 int delivery_attempt = 1, const std::string& data = "order") {
-  nlohmann::json message = {{"messageId", message_id},
-                            {"message_id", message_id},
-                            {"publishTime", "2026-11-30T12:00:00.000Z"},
-                            {"data", base64(data)}};
-  if (!attributes.is_null()) message["attributes"] = attributes;
-  nlohmann::json envelope = {{"message", message},
-                             {"subscription", "projects/p/subscriptions/orders"},
-                             {"deliveryAttempt", delivery_attempt}};
-  PushRequest r;
-  r.headers = {{"Content-Type", "application/json"}};
-  r.body = envelope.dump();
-  return r;
-}
+using testing::push;
 
 std::string read_file(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
