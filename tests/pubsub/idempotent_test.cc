@@ -242,6 +242,25 @@ TEST_F(IdempotentTest, ABusinessKeyCatchesARepublishUnderANewMessageId) {
   EXPECT_TRUE(store_->record("orders:PO-1").has_value());
 }
 
+TEST_F(IdempotentTest, AnUnwrappedDeliveryHasNoAttributesSoAnAttributeKeyFailsClosed) {
+  // With write metadata Pub/Sub sends an attribute as a plain header (po_id: PO-9), which
+  // cannot be told from a transport header: Message::attributes stays empty for this form.
+  PushRequest unwrapped;
+  unwrapped.headers = {{"Content-Type", "application/json"},
+                       {"X-Goog-Pubsub-Message-Id", "u-1"},
+                       {"X-Goog-Pubsub-Subscription-Name", "projects/p/subscriptions/raw"},
+                       {"po_id", "PO-9"}};
+  unwrapped.body = R"({"status": "shipped"})";
+  auto by_attribute = wrap({.key = key_from_attribute("po_id", "orders:")});
+  EXPECT_EQ(by_attribute(unwrapped).status, 400);
+  EXPECT_EQ(runs_, 0);
+  auto by_header = wrap({.key = key_from_header("po_id", "orders:")});
+  EXPECT_EQ(by_header(unwrapped).status, 200);
+  EXPECT_EQ(by_header(unwrapped).status, 204);
+  EXPECT_EQ(runs_, 1);
+  EXPECT_TRUE(store_->record("orders:PO-9").has_value());
+}
+
 TEST_F(IdempotentTest, OrderingKeyAndHeaderKeyHelpersResolve) {
   Message m;
   m.ordering_key = "customer-1";
