@@ -4,12 +4,13 @@
 //   auto held = idempotency::lock(message_id, backend);
 //
 // Each record is one Redis hash under `RedisOptions::key_prefix`, so every call touches a
-// single key and the backend is Redis-Cluster-safe. claim, complete and release are each
-// one round trip: a Lua script, loaded once and called with EVALSHA, re-expresses the
-// core's `transition()` and decides on the server. Time is the server's own (`TIME`), so
-// clock skew between client instances cannot break a lease; every write sets the key's
-// expiry to the record's `expires_at`, so Redis deletes the record exactly when its
-// retention window ends (a claim after that starts again at fence 1).
+// single key (a layout Redis Cluster could shard; the client itself talks to the one node
+// its URL names and follows no MOVED/ASK redirect, so Cluster is not supported yet).
+// claim, complete and release are each one round trip: a Lua script, loaded once and called
+// with EVALSHA, re-expresses the core's `transition()` and decides on the server. Time is
+// the server's own (`TIME`), so clock skew between client instances cannot break a lease;
+// every write sets the key's expiry to the record's `expires_at`, so Redis deletes the
+// record exactly when its retention window ends (a claim after that starts again at fence 1).
 //
 // Error handling: a call that fails (server down, timeout, auth refused, an unexpected
 // reply) throws `StoreError` with the server's message, never the key, and never reports

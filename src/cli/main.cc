@@ -82,7 +82,8 @@ int main(int argc, char** argv) {
   std::string backend_url;
   app.add_option("--backend", backend_url,
                  "Backend URL: sqlite:///PATH[?table=NAME], postgres://USER:PASSWORD@HOST/DB"
-                 "[?table=NAME], redis://HOST:PORT[/DB], memory://")
+                 "[?table=NAME], redis://HOST:PORT[/DB], datastore://PROJECT[/NAMESPACE][?kind=K], "
+                 "memory://")
       ->envname("IDEMPOTENCY_BACKEND");
 
   std::string key_arg;

@@ -12,6 +12,9 @@
 #ifdef IDEMPOTENCY_HAVE_REDIS
 #include "idempotency/redis_lock.h"
 #endif
+#ifdef IDEMPOTENCY_HAVE_DATASTORE
+#include "idempotency/datastore_lock.h"
+#endif
 
 namespace idempotency::cli {
 
@@ -24,6 +27,9 @@ std::optional<Record> read_record(LockBackend& backend, std::string_view key) {
 #endif
 #ifdef IDEMPOTENCY_HAVE_REDIS
   if (auto* redis = dynamic_cast<RedisLock*>(&backend)) return redis->record(key);
+#endif
+#ifdef IDEMPOTENCY_HAVE_DATASTORE
+  if (auto* datastore = dynamic_cast<DatastoreLock*>(&backend)) return datastore->record(key);
 #endif
   if (auto* memory = dynamic_cast<InMemoryLock*>(&backend)) return memory->record(key);
   throw usage_error("this backend's records cannot be inspected");

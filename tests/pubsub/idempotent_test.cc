@@ -22,35 +22,18 @@
 #include "idempotency/guard.h"
 #include "idempotency/key.h"
 #include "idempotency/memory_lock.h"
-#include "support/base64.h"
+#include "push_envelope.h"
 #include "support/faulty_backend.h"
 #include "support/log_capture.h"
 
 namespace idempotency::pubsub {
 namespace {
 
-using idempotency::testing::base64;
 using idempotency::testing::FaultyBackend;
 using idempotency::testing::LogCapture;
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-// A wrapped push envelope as Pub/Sub sends it.
-PushRequest push(const std::string& message_id, const nlohmann::json& attributes = nullptr,
-                 int delivery_attempt = 1, const std::string& data = "order") {
-  nlohmann::json message = {{"messageId", message_id},
-                            {"message_id", message_id},
-                            {"publishTime", "2026-11-30T12:00:00.000Z"},
-                            {"data", base64(data)}};
-  if (!attributes.is_null()) message["attributes"] = attributes;
-  nlohmann::json envelope = {{"message", message},
-                             {"subscription", "projects/p/subscriptions/orders"},
-                             {"deliveryAttempt", delivery_attempt}};
-  PushRequest r;
-  r.headers = {{"Content-Type", "application/json"}};
-  r.body = envelope.dump();
-  return r;
-}
+using testing::push;
 
 std::string read_file(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -257,6 +240,25 @@ TEST_F(IdempotentTest, ABusinessKeyCatchesARepublishUnderANewMessageId) {
   EXPECT_EQ(handle(push("m-10", {{"po_id", "PO-1"}})).status, 204);
   EXPECT_EQ(runs_, 1);
   EXPECT_TRUE(store_->record("orders:PO-1").has_value());
+}
+
+TEST_F(IdempotentTest, AnUnwrappedDeliveryHasNoAttributesSoAnAttributeKeyFailsClosed) {
+  // With write metadata Pub/Sub sends an attribute as a plain header (po_id: PO-9), which
+  // cannot be told from a transport header: Message::attributes stays empty for this form.
+  PushRequest unwrapped;
+  unwrapped.headers = {{"Content-Type", "application/json"},
+                       {"X-Goog-Pubsub-Message-Id", "u-1"},
+                       {"X-Goog-Pubsub-Subscription-Name", "projects/p/subscriptions/raw"},
+                       {"po_id", "PO-9"}};
+  unwrapped.body = R"({"status": "shipped"})";
+  auto by_attribute = wrap({.key = key_from_attribute("po_id", "orders:")});
+  EXPECT_EQ(by_attribute(unwrapped).status, 400);
+  EXPECT_EQ(runs_, 0);
+  auto by_header = wrap({.key = key_from_header("po_id", "orders:")});
+  EXPECT_EQ(by_header(unwrapped).status, 200);
+  EXPECT_EQ(by_header(unwrapped).status, 204);
+  EXPECT_EQ(runs_, 1);
+  EXPECT_TRUE(store_->record("orders:PO-9").has_value());
 }
 
 TEST_F(IdempotentTest, OrderingKeyAndHeaderKeyHelpersResolve) {

@@ -28,6 +28,8 @@ class FaultyBackend final : public LockBackend {
   std::atomic<bool> fail_claim{false};
   /// claim() reaches the store, then throws as if the reply was lost, while set.
   std::atomic<bool> drop_claim_reply{false};
+  /// complete() reaches the store, then throws as if the reply was lost, while set.
+  std::atomic<bool> drop_complete_reply{false};
 
   std::atomic<int> claims{0};
   std::atomic<int> completes{0};
@@ -46,7 +48,9 @@ class FaultyBackend final : public LockBackend {
     ++completes;
     if (fail_complete) throw StoreError("injected: complete failed");
     if (fence_out_complete) return false;
-    return inner_.complete(claim, std::move(result));
+    const bool ok = inner_.complete(claim, std::move(result));
+    if (drop_complete_reply) throw StoreError("injected: complete reply lost");
+    return ok;
   }
   void do_release(const Claim& claim) override {
     ++releases;

@@ -38,8 +38,10 @@ struct OnceOptions {
   /// On a live holder in another process, wait up to this long for it to finish and replay
   /// its result instead of answering `kInProgress`. Zero: do not wait.
   std::chrono::milliseconds wait_for{0};
-  /// Cancels this caller: a joined caller alone gets `Cancelled`; an owner's execution is
-  /// cancelled (the token is passed to the operation when it accepts one) and handed off.
+  /// Cancels this caller: a joined caller alone gets `Cancelled`. An owner's token is passed
+  /// to the operation when it accepts one; the key is released and handed off only once the
+  /// operation honours it and throws. An operation that ignores it runs to its end, and a
+  /// normal return stands as a success.
   std::stop_token stop;
 };
 

@@ -112,6 +112,11 @@ void DatastoreDouble::inject(Fault fault) {
   faults_.push_back(std::move(fault));
 }
 
+void DatastoreDouble::after_next(std::string method, std::function<void()> action) {
+  std::lock_guard lock(mutex_);
+  actions_.emplace_back(std::move(method), std::move(action));
+}
+
 void DatastoreDouble::set_latency(std::chrono::milliseconds latency) {
   std::lock_guard lock(mutex_);
   latency_ = latency;
@@ -215,6 +220,7 @@ std::int64_t DatastoreDouble::current_version(const std::string& id) const {
 void DatastoreDouble::handle(const httplib::Request& req, httplib::Response& res) {
   const std::string method = req.matches[2];
   std::optional<Fault> fault;
+  std::function<void()> action;
   std::chrono::milliseconds latency{0};
   Reply reply;
   {
@@ -241,8 +247,15 @@ void DatastoreDouble::handle(const httplib::Request& req, httplib::Response& res
           reply = error(400, "INVALID_ARGUMENT", e.what());
         }
       }
+      auto it = std::find_if(actions_.begin(), actions_.end(),
+                             [&](const auto& a) { return a.first == method; });
+      if (it != actions_.end()) {
+        action = std::move(it->second);
+        actions_.erase(it);
+      }
     }
   }
+  if (action) action();  // unlocked: it may call this double through another client
   if (latency.count() > 0) std::this_thread::sleep_for(latency);
   if (fault && fault->after_apply && reply.http == 200) {
     if (fault->delay.count() > 0) {

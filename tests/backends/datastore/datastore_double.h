@@ -6,13 +6,15 @@
 // another commit since; lookups; keys-only queries with an inequality filter on an indexed
 // property (excluded properties are not queryable, as in Datastore); inserts, upserts, deletes,
 // baseVersion. Faults: error replies before applying, error replies or long delays AFTER a
-// commit was applied (a lost commit response), and latency. It is not Google's emulator:
+// commit was applied (a lost commit response), and latency; `after_next` interleaves another
+// client's operation at an exact point of a call. It is not Google's emulator:
 // behaviour beyond this slice (indexes, limits, eventual consistency, lock waits) is not modelled.
 //
 // Thread safety: every member may be called from any thread while the server runs.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -60,6 +62,10 @@ class DatastoreDouble {
   [[nodiscard]] std::string endpoint() const;
   /// inject() queues a fault; faults are consumed in order.
   void inject(Fault fault);
+  /// after_next() runs `action` once, when the next call of `method` has been applied and
+  /// before its reply is sent. It runs outside the double's lock, so it may use the double
+  /// through another client: a race between two clients played out at an exact point.
+  void after_next(std::string method, std::function<void()> action);
   /// set_latency() delays every reply by `latency`.
   void set_latency(std::chrono::milliseconds latency);
   /// require_token() makes every call without `Authorization: Bearer token` a 401.
@@ -112,6 +118,7 @@ class DatastoreDouble {
   std::int64_t version_ = 0;
   std::int64_t next_tx_ = 0;
   std::vector<Fault> faults_;
+  std::vector<std::pair<std::string, std::function<void()>>> actions_;  // method -> action
   std::chrono::milliseconds latency_{0};
   std::string token_;
   std::map<std::string, int> calls_;
