@@ -445,6 +445,7 @@ struct DatastoreLock::Impl {
 
   // Deletes those of `names` still expired at `now`, in one transaction; returns how many.
   std::size_t delete_expired(const std::vector<std::string>& names, Millis at) {
+    if (names.empty()) return 0;
     return with_retries("purge_expired", {}, {}, [&]() -> std::size_t {
       const std::string tx = begin();
       bool committing = false;
@@ -470,10 +471,17 @@ struct DatastoreLock::Impl {
     });
   }
 
+  // runQuery batches in a row whose endCursor did not move before the purge gives up.
+  static constexpr int kMaxStalledBatches = 3;
+
+  // Pages through the expired keys. Only NO_MORE_RESULTS ends the query: NOT_FINISHED batches
+  // may be short or empty, and AFTER_LIMIT / AFTER_CURSOR mean there may be more past the
+  // endCursor, so every other state continues from it (google/datastore/v1/query.proto).
   std::size_t purge() {
     const Millis at = now();
     std::size_t purged = 0;
     std::string cursor;
+    int stalled = 0;
     for (;;) {
       Json query = {{"kind", Json::array({Json{{"name", options.kind}}})},
                     {"projection", Json::array({Json{{"property", {{"name", "__key__"}}}}})},
@@ -487,21 +495,43 @@ struct DatastoreLock::Impl {
       Json b = body();
       b["partitionId"] = partition();
       b["query"] = query;
-      Json r = with_retries("purge_expired", {}, {}, [&] { return call("runQuery", b); });
+      const Json r = with_retries("purge_expired", {}, {}, [&] { return call("runQuery", b); });
       std::vector<std::string> names;
-      const Json& batch = r.at("batch");
-      if (batch.contains("entityResults")) {
-        for (const auto& er : batch["entityResults"]) {
-          names.push_back(er.at("entity").at("key").at("path").at(0).at("name").get<std::string>());
+      std::string more;
+      std::string end;
+      try {
+        const Json& batch = r.at("batch");
+        if (batch.contains("entityResults")) {
+          for (const auto& er : batch["entityResults"]) {
+            names.push_back(
+                er.at("entity").at("key").at("path").at(0).at("name").get<std::string>());
+          }
         }
+        more = batch.value("moreResults", "");
+        end = batch.value("endCursor", "");
+      } catch (const Json::exception&) {
+        throw StoreError("datastore: purge_expired: a malformed runQuery reply");
       }
-      if (names.empty()) break;
       purged += delete_expired(names, at);
-      cursor = batch.value("endCursor", "");
-      if (names.size() < options.purge_batch_size || cursor.empty() ||
-          batch.value("moreResults", "") == "NO_MORE_RESULTS") {
-        break;
+      if (more == "NO_MORE_RESULTS") break;
+      if (more != "NOT_FINISHED" && more != "MORE_RESULTS_AFTER_LIMIT" &&
+          more != "MORE_RESULTS_AFTER_CURSOR") {
+        throw StoreError("datastore: purge_expired: runQuery answered moreResults \"" + more +
+                         "\"");
       }
+      if (end.empty()) {
+        throw StoreError("datastore: purge_expired: runQuery answered " + more +
+                         " without an endCursor");
+      }
+      if (end == cursor) {
+        if (++stalled == kMaxStalledBatches) {
+          throw StoreError("datastore: purge_expired: the query did not advance in " +
+                           std::to_string(kMaxStalledBatches) + " batches");
+        }
+      } else {
+        stalled = 0;
+      }
+      cursor = std::move(end);
     }
     return purged;
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <stdexcept>
+#include <utility>
 
 namespace idempotency::testing {
 namespace {
@@ -164,6 +165,21 @@ std::size_t DatastoreDouble::entity_count(const std::string& kind) const {
 void DatastoreDouble::put(const Json& entity) {
   std::lock_guard lock(mutex_);
   entities_[key_id(entity.at("key"))] = Stored{entity, ++version_};
+}
+
+void DatastoreDouble::set_query_batch_cap(std::size_t n) {
+  std::lock_guard lock(mutex_);
+  query_batch_cap_ = n;
+}
+
+void DatastoreDouble::set_query_scan_limit(std::size_t n) {
+  std::lock_guard lock(mutex_);
+  query_scan_limit_ = n;
+}
+
+void DatastoreDouble::set_query_stalled(bool stalled) {
+  std::lock_guard lock(mutex_);
+  query_stalled_ = stalled;
 }
 
 namespace {
@@ -385,12 +401,26 @@ DatastoreDouble::Reply DatastoreDouble::run_query(const Json& body) {
                                                          ? std::stoll(q["limit"].get<std::string>())
                                                          : q["limit"].get<std::int64_t>())
                           : SIZE_MAX;
-  const std::string after = q.contains("startCursor") ? unhex(q["startCursor"]) : std::string();
+  const std::string start = q.value("startCursor", "");
+  const std::string after = unhex(start);
+  if (query_stalled_) {
+    Json batch = {{"entityResultType", keys_only ? "KEY_ONLY" : "FULL"},
+                  {"endCursor", start.empty() ? hex(std::string(1, '\0')) : start},
+                  {"moreResults", "NOT_FINISHED"}};
+    return Reply{200, Json{{"batch", batch}}};
+  }
   Json results = Json::array();
   bool more = false;
-  std::string last;
+  bool not_finished = false;
+  std::size_t examined = 0;
+  std::string last;  // the last entity examined and passed over: where the batch ends
   for (const auto& [id, stored] : entities_) {  // key order
     if (!after.empty() && id <= after) continue;
+    if (query_scan_limit_ != 0 && examined++ == query_scan_limit_) {
+      not_finished = true;
+      break;
+    }
+    const std::string before = std::exchange(last, id);
     const Json& key = stored.entity["key"];
     const Json& kp = key["partitionId"];
     if (key["path"][0]["kind"] != kind || kp.value("projectId", "") != p.value("projectId", "") ||
@@ -408,17 +438,28 @@ DatastoreDouble::Reply DatastoreDouble::run_query(const Json& body) {
     }
     if (results.size() == limit) {
       more = true;
+      last = before;
+      break;
+    }
+    if (query_batch_cap_ != 0 && results.size() == query_batch_cap_) {
+      not_finished = true;
+      last = before;
       break;
     }
     Json entity = keys_only ? Json{{"key", key}} : stored.entity;
     results.push_back(
         {{"entity", entity}, {"version", std::to_string(stored.version)}, {"cursor", hex(id)}});
-    last = id;
   }
   Json batch = {{"entityResultType", keys_only ? "KEY_ONLY" : "FULL"},
                 {"entityResults", results},
-                {"moreResults", more ? "MORE_RESULTS_AFTER_LIMIT" : "NO_MORE_RESULTS"}};
-  if (!last.empty()) batch["endCursor"] = hex(last);
+                {"moreResults", not_finished ? "NOT_FINISHED"
+                                : more       ? "MORE_RESULTS_AFTER_LIMIT"
+                                             : "NO_MORE_RESULTS"}};
+  if (!last.empty()) {
+    batch["endCursor"] = hex(last);
+  } else if (!start.empty()) {
+    batch["endCursor"] = start;
+  }
   return Reply{200, Json{{"batch", batch}}};
 }
 

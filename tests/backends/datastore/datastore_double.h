@@ -77,6 +77,19 @@ class DatastoreDouble {
   /// put() stores `entity` (with its key) as a non-transactional upsert would.
   void put(const Json& entity);
 
+  // Query paging as Datastore may do it: a batch can stop early with moreResults NOT_FINISHED
+  // (short or empty), and the client continues from its endCursor. 0 turns a knob off.
+  /// set_query_batch_cap() returns at most `n` results per runQuery batch, NOT_FINISHED when
+  /// it stopped at the cap.
+  void set_query_batch_cap(std::size_t n);
+  /// set_query_scan_limit() examines at most `n` stored entities (any kind, in key order) per
+  /// runQuery and answers NOT_FINISHED with the cursor after the last one examined: an empty
+  /// batch when none of them matched.
+  void set_query_scan_limit(std::size_t n);
+  /// set_query_stalled() makes runQuery answer empty NOT_FINISHED batches whose endCursor is
+  /// the startCursor it was given: a server that never advances.
+  void set_query_stalled(bool stalled);
+
  private:
   struct Stored {
     Json entity;
@@ -116,6 +129,9 @@ class DatastoreDouble {
   std::string token_;
   std::map<std::string, int> calls_;
   std::map<std::string, std::string> last_headers_;  // lower-case name -> value
+  std::size_t query_batch_cap_ = 0;
+  std::size_t query_scan_limit_ = 0;
+  bool query_stalled_ = false;
 };
 
 }  // namespace idempotency::testing

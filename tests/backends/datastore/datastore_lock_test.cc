@@ -232,6 +232,49 @@ TEST_F(DatastoreLockTest, PurgeDeletesExpiredRecordsInBatches) {
   held(backend.claim("live", kLease));  // the live record survived the purge
 }
 
+// Datastore may end a batch early with moreResults NOT_FINISHED, short or empty; only
+// NO_MORE_RESULTS ends the query. Here live records come first in key order, so the first
+// batches are empty, and later ones stop at 3 results of the 10 asked for.
+TEST_F(DatastoreLockTest, PurgePagesThroughShortAndEmptyNotFinishedBatches) {
+  DatastoreOptions o = options();
+  o.purge_batch_size = 10;
+  o.backend.ttl = milliseconds(1000);
+  DatastoreLock backend(o);
+  for (int i = 0; i < 12; ++i) {
+    Claim c = won(backend.claim("b-old-" + std::to_string(i), milliseconds(100)));
+    ASSERT_TRUE(backend.complete(c));
+  }
+  clock_->advance(milliseconds(5000));
+  for (int i = 0; i < 6; ++i) (void)won(backend.claim("a-live-" + std::to_string(i), kLease));
+  server_.set_query_batch_cap(3);
+  server_.set_query_scan_limit(4);
+  EXPECT_EQ(backend.purge_expired(), 12U);
+  EXPECT_EQ(server_.entity_count(kind_), 6U);
+  for (int i = 0; i < 12; ++i) EXPECT_FALSE(backend.record("b-old-" + std::to_string(i)));
+  for (int i = 0; i < 6; ++i) held(backend.claim("a-live-" + std::to_string(i), kLease));
+}
+
+// A server whose cursor never moves would page forever; the purge gives up with a StoreError
+// after a few batches that did not advance (what it deleted so far stays deleted).
+TEST_F(DatastoreLockTest, PurgeGivesUpOnAQueryThatNeverAdvances) {
+  DatastoreOptions o = options();
+  o.backend.ttl = milliseconds(10);
+  DatastoreLock backend(o);
+  (void)won(backend.claim("k", milliseconds(10)));
+  clock_->advance(milliseconds(100));
+  server_.set_query_stalled(true);
+  server_.reset_counts();
+  try {
+    (void)backend.purge_expired();
+    FAIL() << "expected StoreError";
+  } catch (const StoreError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("did not advance"));
+  }
+  EXPECT_EQ(server_.calls("runQuery"), 4);  // the first batch, then 3 that did not move
+  server_.set_query_stalled(false);
+  EXPECT_EQ(backend.purge_expired(), 1U);
+}
+
 TEST_F(DatastoreLockTest, PurgeLeavesOtherKindsAndNamespacesAlone) {
   DatastoreOptions o = options();
   o.backend.ttl = milliseconds(10);
