@@ -443,6 +443,11 @@ struct DatastoreLock::Impl {
     });
   }
 
+  // Root entities one purge transaction looks up and deletes. Firestore in Datastore mode has
+  // no entity-group limit; legacy Cloud Datastore and its emulator allow 25 entity groups per
+  // transaction (more: 400 INVALID_ARGUMENT). 25 works on both (DECISIONS.md).
+  static constexpr std::size_t kPurgeTransactionEntities = 25;
+
   // Deletes those of `names` still expired at `now`, in one transaction; returns how many.
   std::size_t delete_expired(const std::vector<std::string>& names, Millis at) {
     if (names.empty()) return 0;
@@ -512,7 +517,12 @@ struct DatastoreLock::Impl {
       } catch (const Json::exception&) {
         throw StoreError("datastore: purge_expired: a malformed runQuery reply");
       }
-      purged += delete_expired(names, at);
+      for (std::size_t i = 0; i < names.size(); i += kPurgeTransactionEntities) {
+        const auto first = names.begin() + static_cast<std::ptrdiff_t>(i);
+        const auto last = names.begin() + static_cast<std::ptrdiff_t>(std::min(
+                                              names.size(), i + kPurgeTransactionEntities));
+        purged += delete_expired(std::vector<std::string>(first, last), at);
+      }
       if (more == "NO_MORE_RESULTS") break;
       if (more != "NOT_FINISHED" && more != "MORE_RESULTS_AFTER_LIMIT" &&
           more != "MORE_RESULTS_AFTER_CURSOR") {

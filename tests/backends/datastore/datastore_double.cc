@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <set>
 #include <stdexcept>
 #include <utility>
 
@@ -182,7 +183,15 @@ void DatastoreDouble::set_query_stalled(bool stalled) {
   query_stalled_ = stalled;
 }
 
+void DatastoreDouble::set_transaction_entity_group_limit(std::size_t n) {
+  std::lock_guard lock(mutex_);
+  entity_group_limit_ = n;
+}
+
 namespace {
+
+constexpr const char* kTooManyEntityGroups =
+    "operating on too many entity groups in a single transaction.";
 
 // The API addresses the default database by an empty databaseId and refuses its display name.
 void refuse_default_database_name(const nlohmann::json& partition) {
@@ -308,6 +317,10 @@ DatastoreDouble::Reply DatastoreDouble::lookup(const Json& body) {
           {{"entity", it->second.entity}, {"version", std::to_string(it->second.version)}});
     }
   }
+  // Keys have one path element here, so a key id names its entity group.
+  if (tx != nullptr && entity_group_limit_ != 0 && tx->reads.size() > entity_group_limit_) {
+    return error(400, "INVALID_ARGUMENT", kTooManyEntityGroups);
+  }
   Json out = Json::object();
   if (!found.empty()) out["found"] = found;
   if (!missing.empty()) out["missing"] = missing;
@@ -329,6 +342,19 @@ DatastoreDouble::Reply DatastoreDouble::commit(const Json& body) {
         return error(409, "ABORTED",
                      "Aborted due to cross-transaction contention. This occurs when multiple "
                      "transactions attempt to access the same data.");
+      }
+    }
+    if (entity_group_limit_ != 0) {
+      std::set<std::string> groups;
+      for (const auto& [id, version] : tx.reads) groups.insert(id);
+      for (const auto& m : body.value("mutations", Json::array())) {
+        for (const auto& [op, target] : m.items()) {
+          if (op != "baseVersion")
+            groups.insert(key_id(op == "delete" ? target : target.at("key")));
+        }
+      }
+      if (groups.size() > entity_group_limit_) {
+        return error(400, "INVALID_ARGUMENT", kTooManyEntityGroups);
       }
     }
   }

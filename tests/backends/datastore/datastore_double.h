@@ -89,6 +89,11 @@ class DatastoreDouble {
   /// set_query_stalled() makes runQuery answer empty NOT_FINISHED batches whose endCursor is
   /// the startCursor it was given: a server that never advances.
   void set_query_stalled(bool stalled);
+  /// set_transaction_entity_group_limit() refuses a transaction whose lookups and commit touch
+  /// more than `n` entity groups (root keys), as the legacy Datastore emulator does with 25:
+  /// 400 INVALID_ARGUMENT "operating on too many entity groups in a single transaction."
+  /// 0 (the default) is no limit, as in Firestore in Datastore mode.
+  void set_transaction_entity_group_limit(std::size_t n);
 
  private:
   struct Stored {
@@ -132,6 +137,7 @@ class DatastoreDouble {
   std::size_t query_batch_cap_ = 0;
   std::size_t query_scan_limit_ = 0;
   bool query_stalled_ = false;
+  std::size_t entity_group_limit_ = 0;
 };
 
 }  // namespace idempotency::testing

@@ -162,6 +162,31 @@ TEST_F(DatastoreDoubleTest, CappedAndScanLimitedQueriesStopEarlyButPageThroughEv
   EXPECT_EQ(stalled["endCursor"], cursor);
 }
 
+TEST_F(DatastoreDoubleTest, TheEmulatorsEntityGroupLimitRefusesLargeTransactions) {
+  server_.set_transaction_entity_group_limit(3);
+  auto keys = [](int from, int to) {
+    Json out = Json::array();
+    for (int i = from; i < to; ++i) out.push_back(key("k" + std::to_string(i)));
+    return out;
+  };
+  const std::string small = begin();
+  EXPECT_EQ(
+      call("lookup", {{"readOptions", {{"transaction", small}}}, {"keys", keys(0, 3)}}).status,
+      200);
+  EXPECT_EQ(commit(small, {{{"delete", key("k0")}}}).status, 200);
+  Result big = call("lookup", {{"readOptions", {{"transaction", begin()}}}, {"keys", keys(0, 4)}});
+  EXPECT_EQ(big.status, 400);
+  EXPECT_EQ(big.body["error"]["status"], "INVALID_ARGUMENT");
+  EXPECT_EQ(big.body["error"]["message"],
+            "operating on too many entity groups in a single transaction.");
+  const std::string reads = begin();
+  ASSERT_EQ(
+      call("lookup", {{"readOptions", {{"transaction", reads}}}, {"keys", keys(0, 2)}}).status,
+      200);
+  EXPECT_EQ(commit(reads, {{{"delete", key("k2")}}, {{"delete", key("k3")}}}).status, 400);
+  EXPECT_EQ(call("lookup", {{"keys", keys(0, 10)}}).status, 200);  // outside a transaction
+}
+
 TEST_F(DatastoreDoubleTest, IndexedValuesOver1500BytesAreRefused) {
   Json e = entity("a", "2026-01-01T00:00:00Z");
   e["properties"]["big"] = {{"blobValue", std::string(2000, 'A')}};

@@ -275,6 +275,26 @@ TEST_F(DatastoreLockTest, PurgeGivesUpOnAQueryThatNeverAdvances) {
   EXPECT_EQ(backend.purge_expired(), 1U);
 }
 
+// The legacy Datastore emulator refuses a transaction over 25 entity groups (400, not
+// retried); a purge of more expired records than that must still work there.
+TEST_F(DatastoreLockTest, PurgeWorksUnderTheEmulatorsEntityGroupLimit) {
+  server_.set_transaction_entity_group_limit(25);
+  DatastoreOptions o = options();
+  o.backend.ttl = milliseconds(1000);
+  DatastoreLock backend(o);
+  for (int i = 0; i < 60; ++i) {
+    Claim c = won(backend.claim("old-" + std::to_string(i), milliseconds(100)));
+    ASSERT_TRUE(backend.complete(c));
+  }
+  clock_->advance(milliseconds(5000));
+  (void)won(backend.claim("live", kLease));
+  server_.reset_counts();
+  EXPECT_EQ(backend.purge_expired(), 60U);
+  EXPECT_EQ(server_.calls("commit"), 3);  // 25 + 25 + 10
+  EXPECT_EQ(server_.entity_count(kind_), 1U);
+  held(backend.claim("live", kLease));
+}
+
 TEST_F(DatastoreLockTest, PurgeLeavesOtherKindsAndNamespacesAlone) {
   DatastoreOptions o = options();
   o.backend.ttl = milliseconds(10);
