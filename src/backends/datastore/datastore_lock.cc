@@ -165,6 +165,23 @@ RpcFailure classify(const HttpResponse& r) {
   return f;
 }
 
+// Decodes a blobValue. The proto3 JSON mapping writes bytes as standard base64 with padding
+// but has readers accept the URL-safe alphabet and missing padding too, so this does.
+// (auth::detail::base64_decode stays as it is: the tolerance is for this wire format.)
+bool decode_blob(std::string text, std::string& out) {
+  std::size_t padding = 0;
+  while (!text.empty() && text.back() == '=') {
+    text.pop_back();
+    ++padding;
+  }
+  if (padding > 2 || text.size() % 4 == 1 || text.find('=') != std::string::npos) return false;
+  for (char& c : text) {
+    if (c == '-') c = '+';
+    if (c == '_') c = '/';
+  }
+  return auth::detail::base64_decode(text, out);
+}
+
 std::int64_t json_int(const Json& v) {
   if (v.is_number_integer()) return v.get<std::int64_t>();
   const auto s = v.get<std::string>();
@@ -262,8 +279,9 @@ struct DatastoreLock::Impl {
   Json call(const char* method, const Json& request) {
     std::vector<std::string> headers = {"Content-Type: application/json"};
     if (!options.database.empty()) {
-      headers.push_back("x-goog-request-params: project_id=" + project +
-                        "&database_id=" + options.database);
+      // A URL query string: domain-scoped project ids ("example.com:p") need encoding.
+      headers.push_back("x-goog-request-params: project_id=" + auth::detail::url_encode(project) +
+                        "&database_id=" + auth::detail::url_encode(options.database));
     }
     if (credentials) {
       if (!quota_project.empty()) headers.push_back("x-goog-user-project: " + quota_project);
@@ -287,9 +305,12 @@ struct DatastoreLock::Impl {
     throw f;
   }
 
-  std::string begin() {
+  // `previous`: the transaction an ABORTED attempt ran in, which this one retries.
+  std::string begin(const std::string& previous) {
+    Json read_write = Json::object();
+    if (!previous.empty()) read_write["previousTransaction"] = previous;
     Json b = body();
-    b["transactionOptions"] = {{"readWrite", Json::object()}};
+    b["transactionOptions"] = {{"readWrite", std::move(read_write)}};
     Json r = call("beginTransaction", b);
     return r.at("transaction").get<std::string>();
   }
@@ -350,7 +371,7 @@ struct DatastoreLock::Impl {
       auto blob = [&p](const char* name) -> std::optional<std::string> {
         if (!p.contains(name) || !p[name].contains("blobValue")) return std::nullopt;
         std::string out;
-        if (!auth::detail::base64_decode(p[name]["blobValue"].get<std::string>(), out)) {
+        if (!decode_blob(p[name]["blobValue"].get<std::string>(), out)) {
           throw StoreError(std::string("datastore: a record's ") + name + " is not base64");
         }
         return out;
@@ -416,30 +437,46 @@ struct DatastoreLock::Impl {
                      std::to_string(options.max_attempts) + " attempts; last: " + last.describe());
   }
 
-  // One operation: begin, lookup, transition(), commit when changed else rollback.
-  Transition apply(const char* what, std::string_view key, const Operation& op) {
-    const std::string name = datastore_key_name(key);
+  // Runs `body(tx, committing)` in a read-write transaction, retried by with_retries. A body
+  // sets `committing` before it commits; a failure before that rolls the transaction back. The
+  // retry of an ABORTED transaction names it as TransactionOptions.ReadWrite
+  // .previousTransaction, as the v1 API asks of a retried transaction.
+  template <class Body>
+  auto in_transaction(const char* what, std::string_view key, const std::string& name, Body body) {
+    std::string aborted;
     return with_retries(what, key, name, [&] {
-      const std::string tx = begin();
+      const std::string tx = begin(aborted);
       bool committing = false;
       try {
-        auto found = lookup({name}, tx);
-        std::optional<Record> current;
-        if (auto it = found.find(name); it != found.end()) current = to_record(it->second);
-        Transition t = transition(current, op, now());
-        if (!t.changed) {
-          rollback(tx);
-          return t;
-        }
-        Json mutation = t.record ? Json{{"upsert", to_entity(name, *t.record)}}
-                                 : Json{{"delete", key_json(name)}};
-        committing = true;
-        commit(tx, Json::array({std::move(mutation)}));
-        return t;
+        return body(tx, committing);
+      } catch (const RpcFailure& f) {
+        if (!committing) rollback(tx);
+        if (f.status == "ABORTED") aborted = tx;
+        throw;
       } catch (...) {
         if (!committing) rollback(tx);
         throw;
       }
+    });
+  }
+
+  // One operation: begin, lookup, transition(), commit when changed else rollback.
+  Transition apply(const char* what, std::string_view key, const Operation& op) {
+    const std::string name = datastore_key_name(key);
+    return in_transaction(what, key, name, [&](const std::string& tx, bool& committing) {
+      auto found = lookup({name}, tx);
+      std::optional<Record> current;
+      if (auto it = found.find(name); it != found.end()) current = to_record(it->second);
+      Transition t = transition(current, op, now());
+      if (!t.changed) {
+        rollback(tx);
+        return t;
+      }
+      Json mutation = t.record ? Json{{"upsert", to_entity(name, *t.record)}}
+                               : Json{{"delete", key_json(name)}};
+      committing = true;
+      commit(tx, Json::array({std::move(mutation)}));
+      return t;
     });
   }
 
@@ -451,29 +488,26 @@ struct DatastoreLock::Impl {
   // Deletes those of `names` still expired at `now`, in one transaction; returns how many.
   std::size_t delete_expired(const std::vector<std::string>& names, Millis at) {
     if (names.empty()) return 0;
-    return with_retries("purge_expired", {}, {}, [&]() -> std::size_t {
-      const std::string tx = begin();
-      bool committing = false;
-      try {
-        auto found = lookup(names, tx);
-        Json mutations = Json::array();
-        for (const auto& [name, entity] : found) {
-          // Re-checked in the transaction: a record reclaimed since the query must stay.
-          if (at >= to_record(entity).expires_at) mutations.push_back({{"delete", key_json(name)}});
-        }
-        if (mutations.empty()) {
-          rollback(tx);
-          return 0;
-        }
-        const std::size_t n = mutations.size();
-        committing = true;
-        commit(tx, std::move(mutations));
-        return n;
-      } catch (...) {
-        if (!committing) rollback(tx);
-        throw;
-      }
-    });
+    return in_transaction("purge_expired", {}, {},
+                          [&](const std::string& tx, bool& committing) -> std::size_t {
+                            auto found = lookup(names, tx);
+                            Json mutations = Json::array();
+                            for (const auto& [name, entity] : found) {
+                              // Re-checked in the transaction: a record reclaimed since the query
+                              // must stay.
+                              if (at >= to_record(entity).expires_at) {
+                                mutations.push_back({{"delete", key_json(name)}});
+                              }
+                            }
+                            if (mutations.empty()) {
+                              rollback(tx);
+                              return 0;
+                            }
+                            const std::size_t n = mutations.size();
+                            committing = true;
+                            commit(tx, std::move(mutations));
+                            return n;
+                          });
   }
 
   // runQuery batches in a row whose endCursor did not move before the purge gives up.

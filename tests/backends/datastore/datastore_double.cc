@@ -71,6 +71,20 @@ std::string unhex(const std::string& s) {
 }
 
 // Datastore refuses indexed strings and blobs over 1500 bytes.
+// Rewrites every top-level blobValue of `entity` in base64url without padding.
+Json with_url_safe_blobs(Json entity) {
+  if (!entity.contains("properties")) return entity;
+  for (auto& [name, value] : entity["properties"].items()) {
+    if (!value.contains("blobValue")) continue;
+    std::string b = value["blobValue"];
+    while (!b.empty() && b.back() == '=') b.pop_back();
+    std::replace(b.begin(), b.end(), '+', '-');
+    std::replace(b.begin(), b.end(), '/', '_');
+    value["blobValue"] = b;
+  }
+  return entity;
+}
+
 void check_properties(const Json& entity) {
   if (!entity.contains("properties")) return;
   for (const auto& [name, value] : entity["properties"].items()) {
@@ -91,7 +105,8 @@ DatastoreDouble::DatastoreDouble() : server_(std::make_unique<httplib::Server>()
   server_->new_task_queue = [] { return new httplib::ThreadPool(64); };
   server_->set_keep_alive_timeout(2);
   server_->set_tcp_nodelay(true);  // no Nagle + delayed-ACK stalls on small replies
-  server_->Post(R"(/v1/projects/([^/:]+):([A-Za-z]+))",
+  server_->Post(R"(/v1/projects/([^/]+):([A-Za-z]+))",  // domain-scoped ids hold a ':'
+
                 [this](const httplib::Request& req, httplib::Response& res) { handle(req, res); });
   port_ = server_->bind_to_any_port("127.0.0.1");
   if (port_ <= 0) throw std::runtime_error("DatastoreDouble: cannot bind 127.0.0.1");
@@ -186,6 +201,16 @@ void DatastoreDouble::set_query_stalled(bool stalled) {
 void DatastoreDouble::set_transaction_entity_group_limit(std::size_t n) {
   std::lock_guard lock(mutex_);
   entity_group_limit_ = n;
+}
+
+std::vector<std::string> DatastoreDouble::previous_transactions() const {
+  std::lock_guard lock(mutex_);
+  return previous_transactions_;
+}
+
+void DatastoreDouble::serve_url_safe_blobs(bool on) {
+  std::lock_guard lock(mutex_);
+  url_safe_blobs_ = on;
 }
 
 namespace {
@@ -289,7 +314,10 @@ DatastoreDouble::Reply DatastoreDouble::dispatch(const std::string& method, cons
   return error(404, "NOT_FOUND", "unknown method " + method);
 }
 
-DatastoreDouble::Reply DatastoreDouble::begin_transaction(const Json& /*body*/) {
+DatastoreDouble::Reply DatastoreDouble::begin_transaction(const Json& body) {
+  const Json options = body.value("transactionOptions", Json::object());
+  previous_transactions_.push_back(
+      options.value("readWrite", Json::object()).value("previousTransaction", ""));
   const std::string id = "tx" + std::to_string(++next_tx_);
   transactions_[id] = Transaction{};
   return Reply{200, Json{{"transaction", id}}};
@@ -314,7 +342,8 @@ DatastoreDouble::Reply DatastoreDouble::lookup(const Json& body) {
       missing.push_back({{"entity", {{"key", key}}}, {"version", std::to_string(version_)}});
     } else {
       found.push_back(
-          {{"entity", it->second.entity}, {"version", std::to_string(it->second.version)}});
+          {{"entity", url_safe_blobs_ ? with_url_safe_blobs(it->second.entity) : it->second.entity},
+           {"version", std::to_string(it->second.version)}});
     }
   }
   // Keys have one path element here, so a key id names its entity group.

@@ -94,6 +94,12 @@ class DatastoreDouble {
   /// 400 INVALID_ARGUMENT "operating on too many entity groups in a single transaction."
   /// 0 (the default) is no limit, as in Firestore in Datastore mode.
   void set_transaction_entity_group_limit(std::size_t n);
+  /// previous_transactions() lists, per beginTransaction so far, the
+  /// `transactionOptions.readWrite.previousTransaction` it named ("" when none).
+  [[nodiscard]] std::vector<std::string> previous_transactions() const;
+  /// serve_url_safe_blobs() makes lookups answer every blobValue in the URL-safe alphabet
+  /// without padding, which the proto3 JSON mapping allows a writer to use for bytes.
+  void serve_url_safe_blobs(bool on);
 
  private:
   struct Stored {
@@ -138,6 +144,8 @@ class DatastoreDouble {
   std::size_t query_scan_limit_ = 0;
   bool query_stalled_ = false;
   std::size_t entity_group_limit_ = 0;
+  std::vector<std::string> previous_transactions_;
+  bool url_safe_blobs_ = false;
 };
 
 }  // namespace idempotency::testing

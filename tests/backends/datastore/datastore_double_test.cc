@@ -187,6 +187,24 @@ TEST_F(DatastoreDoubleTest, TheEmulatorsEntityGroupLimitRefusesLargeTransactions
   EXPECT_EQ(call("lookup", {{"keys", keys(0, 10)}}).status, 200);  // outside a transaction
 }
 
+TEST_F(DatastoreDoubleTest, BeginTransactionRecordsThePreviousTransaction) {
+  (void)begin();
+  (void)call("beginTransaction",
+             {{"transactionOptions", {{"readWrite", {{"previousTransaction", "tx1"}}}}}});
+  EXPECT_EQ(server_.previous_transactions(), (std::vector<std::string>{"", "tx1"}));
+}
+
+TEST_F(DatastoreDoubleTest, LookupsCanServeBlobsUrlSafeAndUnpadded) {
+  Json e = entity("a", "2026-01-01T00:00:00Z");
+  e["properties"]["b"] = {{"blobValue", "+/+//g=="}, {"excludeFromIndexes", true}};
+  ASSERT_EQ(upsert(e).status, 200);
+  EXPECT_EQ(lookup(begin(), "a").body["found"][0]["entity"]["properties"]["b"]["blobValue"],
+            "+/+//g==");
+  server_.serve_url_safe_blobs(true);
+  EXPECT_EQ(lookup(begin(), "a").body["found"][0]["entity"]["properties"]["b"]["blobValue"],
+            "-_-__g");
+}
+
 TEST_F(DatastoreDoubleTest, IndexedValuesOver1500BytesAreRefused) {
   Json e = entity("a", "2026-01-01T00:00:00Z");
   e["properties"]["big"] = {{"blobValue", std::string(2000, 'A')}};
