@@ -64,7 +64,8 @@ struct DatastoreOptions {
   std::chrono::milliseconds max_backoff = std::chrono::seconds(2);
   /// Timeout of one HTTP request.
   std::chrono::milliseconds request_timeout = std::chrono::seconds(30);
-  /// Entities deleted per commit by `purge_expired()` (Datastore allows at most 500).
+  /// Expired keys `purge_expired()` reads per query batch, 1..500; they are deleted in
+  /// transactions of at most 25 entities (the Datastore emulator's entity-group limit).
   std::size_t purge_batch_size = 500;
 };
 

@@ -165,6 +165,23 @@ RpcFailure classify(const HttpResponse& r) {
   return f;
 }
 
+// Decodes a blobValue. The proto3 JSON mapping writes bytes as standard base64 with padding
+// but has readers accept the URL-safe alphabet and missing padding too, so this does.
+// (auth::detail::base64_decode stays as it is: the tolerance is for this wire format.)
+bool decode_blob(std::string text, std::string& out) {
+  std::size_t padding = 0;
+  while (!text.empty() && text.back() == '=') {
+    text.pop_back();
+    ++padding;
+  }
+  if (padding > 2 || text.size() % 4 == 1 || text.find('=') != std::string::npos) return false;
+  for (char& c : text) {
+    if (c == '-') c = '+';
+    if (c == '_') c = '/';
+  }
+  return auth::detail::base64_decode(text, out);
+}
+
 std::int64_t json_int(const Json& v) {
   if (v.is_number_integer()) return v.get<std::int64_t>();
   const auto s = v.get<std::string>();
@@ -262,8 +279,9 @@ struct DatastoreLock::Impl {
   Json call(const char* method, const Json& request) {
     std::vector<std::string> headers = {"Content-Type: application/json"};
     if (!options.database.empty()) {
-      headers.push_back("x-goog-request-params: project_id=" + project +
-                        "&database_id=" + options.database);
+      // A URL query string: domain-scoped project ids ("example.com:p") need encoding.
+      headers.push_back("x-goog-request-params: project_id=" + auth::detail::url_encode(project) +
+                        "&database_id=" + auth::detail::url_encode(options.database));
     }
     if (credentials) {
       if (!quota_project.empty()) headers.push_back("x-goog-user-project: " + quota_project);
@@ -287,9 +305,12 @@ struct DatastoreLock::Impl {
     throw f;
   }
 
-  std::string begin() {
+  // `previous`: the transaction an ABORTED attempt ran in, which this one retries.
+  std::string begin(const std::string& previous) {
+    Json read_write = Json::object();
+    if (!previous.empty()) read_write["previousTransaction"] = previous;
     Json b = body();
-    b["transactionOptions"] = {{"readWrite", Json::object()}};
+    b["transactionOptions"] = {{"readWrite", std::move(read_write)}};
     Json r = call("beginTransaction", b);
     return r.at("transaction").get<std::string>();
   }
@@ -350,7 +371,7 @@ struct DatastoreLock::Impl {
       auto blob = [&p](const char* name) -> std::optional<std::string> {
         if (!p.contains(name) || !p[name].contains("blobValue")) return std::nullopt;
         std::string out;
-        if (!auth::detail::base64_decode(p[name]["blobValue"].get<std::string>(), out)) {
+        if (!decode_blob(p[name]["blobValue"].get<std::string>(), out)) {
           throw StoreError(std::string("datastore: a record's ") + name + " is not base64");
         }
         return out;
@@ -416,64 +437,90 @@ struct DatastoreLock::Impl {
                      std::to_string(options.max_attempts) + " attempts; last: " + last.describe());
   }
 
+  // Runs `body(tx, committing)` in a read-write transaction, retried by with_retries. A body
+  // sets `committing` before it commits; a failure before that rolls the transaction back. The
+  // retry of an ABORTED transaction names it as TransactionOptions.ReadWrite
+  // .previousTransaction, as the v1 API asks of a retried transaction.
+  template <class Body>
+  auto in_transaction(const char* what, std::string_view key, const std::string& name, Body body) {
+    std::string aborted;
+    return with_retries(what, key, name, [&] {
+      const std::string tx = begin(aborted);
+      bool committing = false;
+      try {
+        return body(tx, committing);
+      } catch (const RpcFailure& f) {
+        if (!committing) rollback(tx);
+        if (f.status == "ABORTED") aborted = tx;
+        throw;
+      } catch (...) {
+        if (!committing) rollback(tx);
+        throw;
+      }
+    });
+  }
+
   // One operation: begin, lookup, transition(), commit when changed else rollback.
   Transition apply(const char* what, std::string_view key, const Operation& op) {
     const std::string name = datastore_key_name(key);
-    return with_retries(what, key, name, [&] {
-      const std::string tx = begin();
-      bool committing = false;
-      try {
-        auto found = lookup({name}, tx);
-        std::optional<Record> current;
-        if (auto it = found.find(name); it != found.end()) current = to_record(it->second);
-        Transition t = transition(current, op, now());
-        if (!t.changed) {
-          rollback(tx);
-          return t;
-        }
-        Json mutation = t.record ? Json{{"upsert", to_entity(name, *t.record)}}
-                                 : Json{{"delete", key_json(name)}};
-        committing = true;
-        commit(tx, Json::array({std::move(mutation)}));
+    return in_transaction(what, key, name, [&](const std::string& tx, bool& committing) {
+      auto found = lookup({name}, tx);
+      std::optional<Record> current;
+      if (auto it = found.find(name); it != found.end()) current = to_record(it->second);
+      Transition t = transition(current, op, now());
+      if (!t.changed) {
+        rollback(tx);
         return t;
-      } catch (...) {
-        if (!committing) rollback(tx);
-        throw;
       }
+      Json mutation = t.record ? Json{{"upsert", to_entity(name, *t.record)}}
+                               : Json{{"delete", key_json(name)}};
+      committing = true;
+      commit(tx, Json::array({std::move(mutation)}));
+      return t;
     });
   }
+
+  // Root entities one purge transaction looks up and deletes. Firestore in Datastore mode has
+  // no entity-group limit; legacy Cloud Datastore and its emulator allow 25 entity groups per
+  // transaction (more: 400 INVALID_ARGUMENT). 25 works on both (DECISIONS.md).
+  static constexpr std::size_t kPurgeTransactionEntities = 25;
 
   // Deletes those of `names` still expired at `now`, in one transaction; returns how many.
   std::size_t delete_expired(const std::vector<std::string>& names, Millis at) {
-    return with_retries("purge_expired", {}, {}, [&]() -> std::size_t {
-      const std::string tx = begin();
-      bool committing = false;
-      try {
-        auto found = lookup(names, tx);
-        Json mutations = Json::array();
-        for (const auto& [name, entity] : found) {
-          // Re-checked in the transaction: a record reclaimed since the query must stay.
-          if (at >= to_record(entity).expires_at) mutations.push_back({{"delete", key_json(name)}});
-        }
-        if (mutations.empty()) {
-          rollback(tx);
-          return 0;
-        }
-        const std::size_t n = mutations.size();
-        committing = true;
-        commit(tx, std::move(mutations));
-        return n;
-      } catch (...) {
-        if (!committing) rollback(tx);
-        throw;
-      }
-    });
+    if (names.empty()) return 0;
+    return in_transaction("purge_expired", {}, {},
+                          [&](const std::string& tx, bool& committing) -> std::size_t {
+                            auto found = lookup(names, tx);
+                            Json mutations = Json::array();
+                            for (const auto& [name, entity] : found) {
+                              // Re-checked in the transaction: a record reclaimed since the query
+                              // must stay.
+                              if (at >= to_record(entity).expires_at) {
+                                mutations.push_back({{"delete", key_json(name)}});
+                              }
+                            }
+                            if (mutations.empty()) {
+                              rollback(tx);
+                              return 0;
+                            }
+                            const std::size_t n = mutations.size();
+                            committing = true;
+                            commit(tx, std::move(mutations));
+                            return n;
+                          });
   }
 
+  // runQuery batches in a row whose endCursor did not move before the purge gives up.
+  static constexpr int kMaxStalledBatches = 3;
+
+  // Pages through the expired keys. Only NO_MORE_RESULTS ends the query: NOT_FINISHED batches
+  // may be short or empty, and AFTER_LIMIT / AFTER_CURSOR mean there may be more past the
+  // endCursor, so every other state continues from it (google/datastore/v1/query.proto).
   std::size_t purge() {
     const Millis at = now();
     std::size_t purged = 0;
     std::string cursor;
+    int stalled = 0;
     for (;;) {
       Json query = {{"kind", Json::array({Json{{"name", options.kind}}})},
                     {"projection", Json::array({Json{{"property", {{"name", "__key__"}}}}})},
@@ -487,21 +534,48 @@ struct DatastoreLock::Impl {
       Json b = body();
       b["partitionId"] = partition();
       b["query"] = query;
-      Json r = with_retries("purge_expired", {}, {}, [&] { return call("runQuery", b); });
+      const Json r = with_retries("purge_expired", {}, {}, [&] { return call("runQuery", b); });
       std::vector<std::string> names;
-      const Json& batch = r.at("batch");
-      if (batch.contains("entityResults")) {
-        for (const auto& er : batch["entityResults"]) {
-          names.push_back(er.at("entity").at("key").at("path").at(0).at("name").get<std::string>());
+      std::string more;
+      std::string end;
+      try {
+        const Json& batch = r.at("batch");
+        if (batch.contains("entityResults")) {
+          for (const auto& er : batch["entityResults"]) {
+            names.push_back(
+                er.at("entity").at("key").at("path").at(0).at("name").get<std::string>());
+          }
         }
+        more = batch.value("moreResults", "");
+        end = batch.value("endCursor", "");
+      } catch (const Json::exception&) {
+        throw StoreError("datastore: purge_expired: a malformed runQuery reply");
       }
-      if (names.empty()) break;
-      purged += delete_expired(names, at);
-      cursor = batch.value("endCursor", "");
-      if (names.size() < options.purge_batch_size || cursor.empty() ||
-          batch.value("moreResults", "") == "NO_MORE_RESULTS") {
-        break;
+      for (std::size_t i = 0; i < names.size(); i += kPurgeTransactionEntities) {
+        const auto first = names.begin() + static_cast<std::ptrdiff_t>(i);
+        const auto last = names.begin() + static_cast<std::ptrdiff_t>(std::min(
+                                              names.size(), i + kPurgeTransactionEntities));
+        purged += delete_expired(std::vector<std::string>(first, last), at);
       }
+      if (more == "NO_MORE_RESULTS") break;
+      if (more != "NOT_FINISHED" && more != "MORE_RESULTS_AFTER_LIMIT" &&
+          more != "MORE_RESULTS_AFTER_CURSOR") {
+        throw StoreError("datastore: purge_expired: runQuery answered moreResults \"" + more +
+                         "\"");
+      }
+      if (end.empty()) {
+        throw StoreError("datastore: purge_expired: runQuery answered " + more +
+                         " without an endCursor");
+      }
+      if (end == cursor) {
+        if (++stalled == kMaxStalledBatches) {
+          throw StoreError("datastore: purge_expired: the query did not advance in " +
+                           std::to_string(kMaxStalledBatches) + " batches");
+        }
+      } else {
+        stalled = 0;
+      }
+      cursor = std::move(end);
     }
     return purged;
   }

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <set>
 #include <stdexcept>
+#include <utility>
 
 namespace idempotency::testing {
 namespace {
@@ -69,6 +71,20 @@ std::string unhex(const std::string& s) {
 }
 
 // Datastore refuses indexed strings and blobs over 1500 bytes.
+// Rewrites every top-level blobValue of `entity` in base64url without padding.
+Json with_url_safe_blobs(Json entity) {
+  if (!entity.contains("properties")) return entity;
+  for (auto& [name, value] : entity["properties"].items()) {
+    if (!value.contains("blobValue")) continue;
+    std::string b = value["blobValue"];
+    while (!b.empty() && b.back() == '=') b.pop_back();
+    std::replace(b.begin(), b.end(), '+', '-');
+    std::replace(b.begin(), b.end(), '/', '_');
+    value["blobValue"] = b;
+  }
+  return entity;
+}
+
 void check_properties(const Json& entity) {
   if (!entity.contains("properties")) return;
   for (const auto& [name, value] : entity["properties"].items()) {
@@ -89,7 +105,8 @@ DatastoreDouble::DatastoreDouble() : server_(std::make_unique<httplib::Server>()
   server_->new_task_queue = [] { return new httplib::ThreadPool(64); };
   server_->set_keep_alive_timeout(2);
   server_->set_tcp_nodelay(true);  // no Nagle + delayed-ACK stalls on small replies
-  server_->Post(R"(/v1/projects/([^/:]+):([A-Za-z]+))",
+  server_->Post(R"(/v1/projects/([^/]+):([A-Za-z]+))",  // domain-scoped ids hold a ':'
+
                 [this](const httplib::Request& req, httplib::Response& res) { handle(req, res); });
   port_ = server_->bind_to_any_port("127.0.0.1");
   if (port_ <= 0) throw std::runtime_error("DatastoreDouble: cannot bind 127.0.0.1");
@@ -171,7 +188,40 @@ void DatastoreDouble::put(const Json& entity) {
   entities_[key_id(entity.at("key"))] = Stored{entity, ++version_};
 }
 
+void DatastoreDouble::set_query_batch_cap(std::size_t n) {
+  std::lock_guard lock(mutex_);
+  query_batch_cap_ = n;
+}
+
+void DatastoreDouble::set_query_scan_limit(std::size_t n) {
+  std::lock_guard lock(mutex_);
+  query_scan_limit_ = n;
+}
+
+void DatastoreDouble::set_query_stalled(bool stalled) {
+  std::lock_guard lock(mutex_);
+  query_stalled_ = stalled;
+}
+
+void DatastoreDouble::set_transaction_entity_group_limit(std::size_t n) {
+  std::lock_guard lock(mutex_);
+  entity_group_limit_ = n;
+}
+
+std::vector<std::string> DatastoreDouble::previous_transactions() const {
+  std::lock_guard lock(mutex_);
+  return previous_transactions_;
+}
+
+void DatastoreDouble::serve_url_safe_blobs(bool on) {
+  std::lock_guard lock(mutex_);
+  url_safe_blobs_ = on;
+}
+
 namespace {
+
+constexpr const char* kTooManyEntityGroups =
+    "operating on too many entity groups in a single transaction.";
 
 // The API addresses the default database by an empty databaseId and refuses its display name.
 void refuse_default_database_name(const nlohmann::json& partition) {
@@ -277,7 +327,10 @@ DatastoreDouble::Reply DatastoreDouble::dispatch(const std::string& method, cons
   return error(404, "NOT_FOUND", "unknown method " + method);
 }
 
-DatastoreDouble::Reply DatastoreDouble::begin_transaction(const Json& /*body*/) {
+DatastoreDouble::Reply DatastoreDouble::begin_transaction(const Json& body) {
+  const Json options = body.value("transactionOptions", Json::object());
+  previous_transactions_.push_back(
+      options.value("readWrite", Json::object()).value("previousTransaction", ""));
   const std::string id = "tx" + std::to_string(++next_tx_);
   transactions_[id] = Transaction{};
   return Reply{200, Json{{"transaction", id}}};
@@ -302,8 +355,13 @@ DatastoreDouble::Reply DatastoreDouble::lookup(const Json& body) {
       missing.push_back({{"entity", {{"key", key}}}, {"version", std::to_string(version_)}});
     } else {
       found.push_back(
-          {{"entity", it->second.entity}, {"version", std::to_string(it->second.version)}});
+          {{"entity", url_safe_blobs_ ? with_url_safe_blobs(it->second.entity) : it->second.entity},
+           {"version", std::to_string(it->second.version)}});
     }
+  }
+  // Keys have one path element here, so a key id names its entity group.
+  if (tx != nullptr && entity_group_limit_ != 0 && tx->reads.size() > entity_group_limit_) {
+    return error(400, "INVALID_ARGUMENT", kTooManyEntityGroups);
   }
   Json out = Json::object();
   if (!found.empty()) out["found"] = found;
@@ -326,6 +384,19 @@ DatastoreDouble::Reply DatastoreDouble::commit(const Json& body) {
         return error(409, "ABORTED",
                      "Aborted due to cross-transaction contention. This occurs when multiple "
                      "transactions attempt to access the same data.");
+      }
+    }
+    if (entity_group_limit_ != 0) {
+      std::set<std::string> groups;
+      for (const auto& [id, version] : tx.reads) groups.insert(id);
+      for (const auto& m : body.value("mutations", Json::array())) {
+        for (const auto& [op, target] : m.items()) {
+          if (op != "baseVersion")
+            groups.insert(key_id(op == "delete" ? target : target.at("key")));
+        }
+      }
+      if (groups.size() > entity_group_limit_) {
+        return error(400, "INVALID_ARGUMENT", kTooManyEntityGroups);
       }
     }
   }
@@ -398,12 +469,26 @@ DatastoreDouble::Reply DatastoreDouble::run_query(const Json& body) {
                                                          ? std::stoll(q["limit"].get<std::string>())
                                                          : q["limit"].get<std::int64_t>())
                           : SIZE_MAX;
-  const std::string after = q.contains("startCursor") ? unhex(q["startCursor"]) : std::string();
+  const std::string start = q.value("startCursor", "");
+  const std::string after = unhex(start);
+  if (query_stalled_) {
+    Json batch = {{"entityResultType", keys_only ? "KEY_ONLY" : "FULL"},
+                  {"endCursor", start.empty() ? hex(std::string(1, '\0')) : start},
+                  {"moreResults", "NOT_FINISHED"}};
+    return Reply{200, Json{{"batch", batch}}};
+  }
   Json results = Json::array();
   bool more = false;
-  std::string last;
+  bool not_finished = false;
+  std::size_t examined = 0;
+  std::string last;  // the last entity examined and passed over: where the batch ends
   for (const auto& [id, stored] : entities_) {  // key order
     if (!after.empty() && id <= after) continue;
+    if (query_scan_limit_ != 0 && examined++ == query_scan_limit_) {
+      not_finished = true;
+      break;
+    }
+    const std::string before = std::exchange(last, id);
     const Json& key = stored.entity["key"];
     const Json& kp = key["partitionId"];
     if (key["path"][0]["kind"] != kind || kp.value("projectId", "") != p.value("projectId", "") ||
@@ -421,17 +506,28 @@ DatastoreDouble::Reply DatastoreDouble::run_query(const Json& body) {
     }
     if (results.size() == limit) {
       more = true;
+      last = before;
+      break;
+    }
+    if (query_batch_cap_ != 0 && results.size() == query_batch_cap_) {
+      not_finished = true;
+      last = before;
       break;
     }
     Json entity = keys_only ? Json{{"key", key}} : stored.entity;
     results.push_back(
         {{"entity", entity}, {"version", std::to_string(stored.version)}, {"cursor", hex(id)}});
-    last = id;
   }
   Json batch = {{"entityResultType", keys_only ? "KEY_ONLY" : "FULL"},
                 {"entityResults", results},
-                {"moreResults", more ? "MORE_RESULTS_AFTER_LIMIT" : "NO_MORE_RESULTS"}};
-  if (!last.empty()) batch["endCursor"] = hex(last);
+                {"moreResults", not_finished ? "NOT_FINISHED"
+                                : more       ? "MORE_RESULTS_AFTER_LIMIT"
+                                             : "NO_MORE_RESULTS"}};
+  if (!last.empty()) {
+    batch["endCursor"] = hex(last);
+  } else if (!start.empty()) {
+    batch["endCursor"] = start;
+  }
   return Reply{200, Json{{"batch", batch}}};
 }
 

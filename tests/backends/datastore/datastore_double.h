@@ -83,6 +83,30 @@ class DatastoreDouble {
   /// put() stores `entity` (with its key) as a non-transactional upsert would.
   void put(const Json& entity);
 
+  // Query paging as Datastore may do it: a batch can stop early with moreResults NOT_FINISHED
+  // (short or empty), and the client continues from its endCursor. 0 turns a knob off.
+  /// set_query_batch_cap() returns at most `n` results per runQuery batch, NOT_FINISHED when
+  /// it stopped at the cap.
+  void set_query_batch_cap(std::size_t n);
+  /// set_query_scan_limit() examines at most `n` stored entities (any kind, in key order) per
+  /// runQuery and answers NOT_FINISHED with the cursor after the last one examined: an empty
+  /// batch when none of them matched.
+  void set_query_scan_limit(std::size_t n);
+  /// set_query_stalled() makes runQuery answer empty NOT_FINISHED batches whose endCursor is
+  /// the startCursor it was given: a server that never advances.
+  void set_query_stalled(bool stalled);
+  /// set_transaction_entity_group_limit() refuses a transaction whose lookups and commit touch
+  /// more than `n` entity groups (root keys), as the legacy Datastore emulator does with 25:
+  /// 400 INVALID_ARGUMENT "operating on too many entity groups in a single transaction."
+  /// 0 (the default) is no limit, as in Firestore in Datastore mode.
+  void set_transaction_entity_group_limit(std::size_t n);
+  /// previous_transactions() lists, per beginTransaction so far, the
+  /// `transactionOptions.readWrite.previousTransaction` it named ("" when none).
+  [[nodiscard]] std::vector<std::string> previous_transactions() const;
+  /// serve_url_safe_blobs() makes lookups answer every blobValue in the URL-safe alphabet
+  /// without padding, which the proto3 JSON mapping allows a writer to use for bytes.
+  void serve_url_safe_blobs(bool on);
+
  private:
   struct Stored {
     Json entity;
@@ -123,6 +147,12 @@ class DatastoreDouble {
   std::string token_;
   std::map<std::string, int> calls_;
   std::map<std::string, std::string> last_headers_;  // lower-case name -> value
+  std::size_t query_batch_cap_ = 0;
+  std::size_t query_scan_limit_ = 0;
+  bool query_stalled_ = false;
+  std::size_t entity_group_limit_ = 0;
+  std::vector<std::string> previous_transactions_;
+  bool url_safe_blobs_ = false;
 };
 
 }  // namespace idempotency::testing

@@ -7,6 +7,7 @@
 #include <httplib.h>
 
 #include <string>
+#include <vector>
 
 namespace idempotency::testing {
 namespace {
@@ -126,6 +127,82 @@ TEST_F(DatastoreDoubleTest, KeysOnlyQueriesFilterPageAndSkipUnindexedProperties)
   EXPECT_EQ(page2.body["batch"]["entityResults"].size(), 2U);
   EXPECT_EQ(page2.body["batch"]["moreResults"], "NO_MORE_RESULTS");
   EXPECT_EQ(query("2026-01-01T00:00:00.499Z", 10).body["batch"]["entityResults"].size(), 0U);
+}
+
+TEST_F(DatastoreDoubleTest, CappedAndScanLimitedQueriesStopEarlyButPageThroughEverything) {
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(upsert(entity("a" + std::to_string(i), "2026-06-01T00:00:00Z")).status, 200);
+  }
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(upsert(entity("b" + std::to_string(i), "2026-01-01T00:00:00Z")).status, 200);
+  }
+  server_.set_query_batch_cap(2);
+  server_.set_query_scan_limit(3);
+  Result first = query("2026-01-02T00:00:00Z", 10);  // a0..a2 examined, none match
+  ASSERT_EQ(first.status, 200);
+  EXPECT_EQ(first.body["batch"]["entityResults"].size(), 0U);
+  EXPECT_EQ(first.body["batch"]["moreResults"], "NOT_FINISHED");
+  std::vector<std::string> seen;
+  std::string cursor = first.body["batch"]["endCursor"];
+  for (int page = 0; page < 10; ++page) {
+    const Json batch = query("2026-01-02T00:00:00Z", 10, cursor).body["batch"];
+    EXPECT_LE(batch["entityResults"].size(), 2U);
+    for (const auto& r : batch["entityResults"])
+      seen.push_back(r["entity"]["key"]["path"][0]["name"]);
+    if (batch["moreResults"] == "NO_MORE_RESULTS") break;
+    EXPECT_EQ(batch["moreResults"], "NOT_FINISHED");
+    ASSERT_NE(batch["endCursor"], cursor);
+    cursor = batch["endCursor"];
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{"b0", "b1", "b2", "b3", "b4"}));
+  server_.set_query_stalled(true);
+  const Json stalled = query("2026-01-02T00:00:00Z", 10, cursor).body["batch"];
+  EXPECT_EQ(stalled.value("entityResults", Json::array()).size(), 0U);
+  EXPECT_EQ(stalled["moreResults"], "NOT_FINISHED");
+  EXPECT_EQ(stalled["endCursor"], cursor);
+}
+
+TEST_F(DatastoreDoubleTest, TheEmulatorsEntityGroupLimitRefusesLargeTransactions) {
+  server_.set_transaction_entity_group_limit(3);
+  auto keys = [](int from, int to) {
+    Json out = Json::array();
+    for (int i = from; i < to; ++i) out.push_back(key("k" + std::to_string(i)));
+    return out;
+  };
+  const std::string small = begin();
+  EXPECT_EQ(
+      call("lookup", {{"readOptions", {{"transaction", small}}}, {"keys", keys(0, 3)}}).status,
+      200);
+  EXPECT_EQ(commit(small, {{{"delete", key("k0")}}}).status, 200);
+  Result big = call("lookup", {{"readOptions", {{"transaction", begin()}}}, {"keys", keys(0, 4)}});
+  EXPECT_EQ(big.status, 400);
+  EXPECT_EQ(big.body["error"]["status"], "INVALID_ARGUMENT");
+  EXPECT_EQ(big.body["error"]["message"],
+            "operating on too many entity groups in a single transaction.");
+  const std::string reads = begin();
+  ASSERT_EQ(
+      call("lookup", {{"readOptions", {{"transaction", reads}}}, {"keys", keys(0, 2)}}).status,
+      200);
+  EXPECT_EQ(commit(reads, {{{"delete", key("k2")}}, {{"delete", key("k3")}}}).status, 400);
+  EXPECT_EQ(call("lookup", {{"keys", keys(0, 10)}}).status, 200);  // outside a transaction
+}
+
+TEST_F(DatastoreDoubleTest, BeginTransactionRecordsThePreviousTransaction) {
+  (void)begin();
+  (void)call("beginTransaction",
+             {{"transactionOptions", {{"readWrite", {{"previousTransaction", "tx1"}}}}}});
+  EXPECT_EQ(server_.previous_transactions(), (std::vector<std::string>{"", "tx1"}));
+}
+
+TEST_F(DatastoreDoubleTest, LookupsCanServeBlobsUrlSafeAndUnpadded) {
+  Json e = entity("a", "2026-01-01T00:00:00Z");
+  e["properties"]["b"] = {{"blobValue", "+/+//g=="}, {"excludeFromIndexes", true}};
+  ASSERT_EQ(upsert(e).status, 200);
+  EXPECT_EQ(lookup(begin(), "a").body["found"][0]["entity"]["properties"]["b"]["blobValue"],
+            "+/+//g==");
+  server_.serve_url_safe_blobs(true);
+  EXPECT_EQ(lookup(begin(), "a").body["found"][0]["entity"]["properties"]["b"]["blobValue"],
+            "-_-__g");
 }
 
 TEST_F(DatastoreDoubleTest, IndexedValuesOver1500BytesAreRefused) {

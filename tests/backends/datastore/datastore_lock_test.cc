@@ -3,12 +3,18 @@
 // batches, the URL form, endpoint / project / token resolution.
 #include "idempotency/datastore_lock.h"
 
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "backends/datastore/datastore_double.h"
 #include "idempotency/errors.h"
@@ -99,6 +105,18 @@ TEST_F(DatastoreLockTest, AnAbortedCommitIsRetried) {
   EXPECT_EQ(c.fence, 1);
   EXPECT_EQ(server_.calls("beginTransaction"), 3);
   EXPECT_EQ(server_.calls("commit"), 3);
+}
+
+// TransactionOptions.ReadWrite.previousTransaction: the retry of an ABORTED transaction names
+// it; a retry after another failure does not.
+TEST_F(DatastoreLockTest, TheRetryOfAnAbortedTransactionNamesIt) {
+  auto backend = make();
+  server_.inject(Fault{.method = "commit", .count = 2, .http = 409, .status = "ABORTED"});
+  (void)won(backend->claim("orders:10", kLease));
+  EXPECT_EQ(server_.previous_transactions(), (std::vector<std::string>{"", "tx1", "tx2"}));
+  server_.inject(Fault{.method = "commit", .http = 503, .status = "UNAVAILABLE"});
+  (void)won(backend->claim("orders:11", kLease));
+  EXPECT_EQ(server_.previous_transactions(), (std::vector<std::string>{"", "tx1", "tx2", "", ""}));
 }
 
 TEST_F(DatastoreLockTest, TransientErrorsAreRetriedThenSucceed) {
@@ -204,6 +222,28 @@ TEST_F(DatastoreLockTest, TheEntityRoundTripsExactlyAndIndexesOnlyExpiresAt) {
   EXPECT_TRUE(backend->complete(big, std::string(100'000, 'x')));
 }
 
+// The proto3 JSON mapping lets bytes arrive URL-safe and unpadded; readers must accept both.
+TEST_F(DatastoreLockTest, UrlSafeUnpaddedBlobValuesAreRead) {
+  auto backend = make();
+  const std::string bytes("\xfb\xff\xbf\xfe", 4);  // standard base64: "+/+//g=="
+  Claim c = won(backend->claim("orders:12", kLease,
+                               ClaimRequest{.claim_token = "t\xfb\xff", .fingerprint = bytes}));
+  ASSERT_TRUE(backend->complete(c, bytes));
+  server_.serve_url_safe_blobs(true);
+  const Record r = *backend->record("orders:12");
+  EXPECT_EQ(r.claim_token, "t\xfb\xff");
+  EXPECT_EQ(r.result, std::optional<std::string>(bytes));
+  EXPECT_EQ(r.fingerprint, std::optional<std::string>(bytes));
+  EXPECT_EQ(done(backend->claim("orders:12", kLease)).result, std::optional<std::string>(bytes));
+  server_.serve_url_safe_blobs(false);                           // served as stored from here on
+  for (const char* bad : {"abcde", "ab=c", "a*bc", "abc==="}) {  // still not base64
+    nlohmann::json e = *server_.entity(kind_, "orders:12");
+    e["properties"]["result"]["blobValue"] = bad;
+    server_.put(e);
+    EXPECT_THROW((void)backend->record("orders:12"), StoreError) << bad;
+  }
+}
+
 TEST_F(DatastoreLockTest, AMalformedEntityIsAStoreError) {
   auto backend = make();
   server_.put(
@@ -230,6 +270,69 @@ TEST_F(DatastoreLockTest, PurgeDeletesExpiredRecordsInBatches) {
   EXPECT_EQ(server_.entity_count(kind_), 1U);
   EXPECT_EQ(backend.purge_expired(), 0U);
   held(backend.claim("live", kLease));  // the live record survived the purge
+}
+
+// Datastore may end a batch early with moreResults NOT_FINISHED, short or empty; only
+// NO_MORE_RESULTS ends the query. Here live records come first in key order, so the first
+// batches are empty, and later ones stop at 3 results of the 10 asked for.
+TEST_F(DatastoreLockTest, PurgePagesThroughShortAndEmptyNotFinishedBatches) {
+  DatastoreOptions o = options();
+  o.purge_batch_size = 10;
+  o.backend.ttl = milliseconds(1000);
+  DatastoreLock backend(o);
+  for (int i = 0; i < 12; ++i) {
+    Claim c = won(backend.claim("b-old-" + std::to_string(i), milliseconds(100)));
+    ASSERT_TRUE(backend.complete(c));
+  }
+  clock_->advance(milliseconds(5000));
+  for (int i = 0; i < 6; ++i) (void)won(backend.claim("a-live-" + std::to_string(i), kLease));
+  server_.set_query_batch_cap(3);
+  server_.set_query_scan_limit(4);
+  EXPECT_EQ(backend.purge_expired(), 12U);
+  EXPECT_EQ(server_.entity_count(kind_), 6U);
+  for (int i = 0; i < 12; ++i) EXPECT_FALSE(backend.record("b-old-" + std::to_string(i)));
+  for (int i = 0; i < 6; ++i) held(backend.claim("a-live-" + std::to_string(i), kLease));
+}
+
+// A server whose cursor never moves would page forever; the purge gives up with a StoreError
+// after a few batches that did not advance (what it deleted so far stays deleted).
+TEST_F(DatastoreLockTest, PurgeGivesUpOnAQueryThatNeverAdvances) {
+  DatastoreOptions o = options();
+  o.backend.ttl = milliseconds(10);
+  DatastoreLock backend(o);
+  (void)won(backend.claim("k", milliseconds(10)));
+  clock_->advance(milliseconds(100));
+  server_.set_query_stalled(true);
+  server_.reset_counts();
+  try {
+    (void)backend.purge_expired();
+    FAIL() << "expected StoreError";
+  } catch (const StoreError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("did not advance"));
+  }
+  EXPECT_EQ(server_.calls("runQuery"), 4);  // the first batch, then 3 that did not move
+  server_.set_query_stalled(false);
+  EXPECT_EQ(backend.purge_expired(), 1U);
+}
+
+// The legacy Datastore emulator refuses a transaction over 25 entity groups (400, not
+// retried); a purge of more expired records than that must still work there.
+TEST_F(DatastoreLockTest, PurgeWorksUnderTheEmulatorsEntityGroupLimit) {
+  server_.set_transaction_entity_group_limit(25);
+  DatastoreOptions o = options();
+  o.backend.ttl = milliseconds(1000);
+  DatastoreLock backend(o);
+  for (int i = 0; i < 60; ++i) {
+    Claim c = won(backend.claim("old-" + std::to_string(i), milliseconds(100)));
+    ASSERT_TRUE(backend.complete(c));
+  }
+  clock_->advance(milliseconds(5000));
+  (void)won(backend.claim("live", kLease));
+  server_.reset_counts();
+  EXPECT_EQ(backend.purge_expired(), 60U);
+  EXPECT_EQ(server_.calls("commit"), 3);  // 25 + 25 + 10
+  EXPECT_EQ(server_.entity_count(kind_), 1U);
+  held(backend.claim("live", kLease));
 }
 
 TEST_F(DatastoreLockTest, PurgeLeavesOtherKindsAndNamespacesAlone) {
@@ -267,6 +370,93 @@ TEST_F(DatastoreLockTest, ANamedDatabaseIsAddressed) {
   DatastoreLock backend(o);
   (void)won(backend.claim("k", kLease));
   EXPECT_EQ((*server_.entity(kind_, "k"))["key"]["partitionId"]["databaseId"], "db2");
+}
+
+// Accepts one HTTP request on 127.0.0.1, keeps its head exactly as sent, and answers 400
+// INVALID_ARGUMENT. (The double cannot show how a header value was encoded: cpp-httplib
+// percent-decodes header values as it parses them.)
+class RawRequestCapture {
+ public:
+  RawRequestCapture() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t size = sizeof addr;
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), size) != 0 ||
+        ::listen(fd_, 1) != 0 || ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &size)) {
+      throw std::runtime_error("RawRequestCapture: cannot listen");
+    }
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { serve_one(); });
+  }
+  ~RawRequestCapture() {
+    ::shutdown(fd_, SHUT_RDWR);  // wakes accept() if no request came
+    if (thread_.joinable()) thread_.join();
+    ::close(fd_);
+  }
+  RawRequestCapture(const RawRequestCapture&) = delete;
+  RawRequestCapture& operator=(const RawRequestCapture&) = delete;
+
+  [[nodiscard]] std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  /// head() waits for the request and returns its request line and header lines.
+  std::string head() {
+    if (thread_.joinable()) thread_.join();
+    return head_;
+  }
+
+ private:
+  void serve_one() {
+    const int c = ::accept(fd_, nullptr, nullptr);
+    if (c < 0) return;
+    std::string got;
+    char buf[4096];
+    std::size_t end = std::string::npos;
+    while ((end = got.find("\r\n\r\n")) == std::string::npos) {
+      const auto n = ::recv(c, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      got.append(buf, static_cast<std::size_t>(n));
+    }
+    head_ = got.substr(0, end);
+    const std::string body =
+        R"({"error":{"code":400,"status":"INVALID_ARGUMENT","message":"captured"}})";
+    const std::string reply =
+        "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+        "Content-Length: " +
+        std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+    (void)::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+    ::shutdown(c, SHUT_WR);
+    while (::recv(c, buf, sizeof buf, 0) > 0) {
+    }
+    ::close(c);
+  }
+
+  int fd_;
+  int port_ = 0;
+  std::thread thread_;
+  std::string head_;
+};
+
+// x-goog-request-params is a URL query string: its values are percent-encoded (a
+// domain-scoped project id such as "example.com:proj" holds a ':').
+TEST_F(DatastoreLockTest, TheRoutingHeaderValuesArePercentEncoded) {
+  RawRequestCapture capture;
+  DatastoreOptions o = options();
+  o.endpoint = capture.endpoint();
+  o.project = "example.com:proj";
+  o.database = "db-2";
+  {
+    DatastoreLock backend(o);
+    EXPECT_THROW((void)backend.claim("k", kLease), StoreError);  // the capture answers 400
+  }
+  EXPECT_THAT(capture.head(), HasSubstr("\r\nx-goog-request-params: project_id=example.com%3Aproj"
+                                        "&database_id=db-2\r\n"));
+  // The double (which sees decoded values) serves such a project end to end.
+  o.endpoint = server_.endpoint();
+  DatastoreLock backend(o);
+  (void)won(backend.claim("k", kLease));
+  EXPECT_EQ(server_.last_header("x-goog-request-params"),
+            "project_id=example.com:proj&database_id=db-2");
+  EXPECT_EQ((*server_.entity(kind_, "k"))["key"]["partitionId"]["projectId"], "example.com:proj");
 }
 
 // The API refuses the default database's display name; the URL and the options accept it.
