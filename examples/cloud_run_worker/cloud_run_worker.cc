@@ -7,6 +7,8 @@
 //                        redis://… or postgres://… when several instances share the store
 //   ORDERS_LEDGER        a file each processed order is appended to (default: stdout only)
 //   WAIT_FOR_MS          wait this long for a holder on another instance before a 503
+//   PURGE_INTERVAL_MS    delete expired records in the background this often (default 60000,
+//                        0 = never), so the store stays bounded however long the worker runs
 //   OIDC_AUDIENCE        when set, verify Pub/Sub's OIDC push token for this audience (needed
 //                        anywhere the platform does not verify it for you: GKE, VMs);
 //   OIDC_EMAIL           the push subscription's service account (required with it)
@@ -48,6 +50,8 @@ int main() {
   const int port = std::stoi(env_or("PORT", "8080"));
   const std::string ledger_path = env_or("ORDERS_LEDGER", "");
   const auto wait_for = std::chrono::milliseconds(std::stoll(env_or("WAIT_FOR_MS", "0")));
+  const auto purge_interval =
+      std::chrono::milliseconds(std::stoll(env_or("PURGE_INTERVAL_MS", "60000")));
 
   std::mutex ledger_mutex;
   std::mutex failed_mutex;
@@ -74,7 +78,8 @@ int main() {
           [backend_url] {
             return std::shared_ptr<idem::LockBackend>(idem::open_backend(backend_url));
           },
-      .wait_for = wait_for};
+      .wait_for = wait_for,
+      .purge_interval = purge_interval};
   if (const std::string audience = env_or("OIDC_AUDIENCE", ""); !audience.empty()) {
     auto verifier = std::make_shared<idem::OidcVerifier>(
         idem::OidcOptions{.audience = audience,

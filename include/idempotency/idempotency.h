@@ -13,4 +13,5 @@
 #include "idempotency/log.h"
 #include "idempotency/memory_lock.h"
 #include "idempotency/once.h"
+#include "idempotency/reclaimer.h"
 #include "idempotency/record.h"

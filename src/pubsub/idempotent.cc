@@ -15,6 +15,7 @@
 #include "idempotency/key.h"
 #include "idempotency/log.h"
 #include "idempotency/once.h"
+#include "idempotency/reclaimer.h"
 
 namespace idempotency::pubsub {
 namespace {
@@ -40,12 +41,18 @@ std::vector<std::pair<std::string, std::string>> context(const Message& m, const
   return fields;
 }
 
-// The backend, built at most once (a factory that throws is retried by the next request).
+// The backend, built at most once (a factory that throws is retried by the next request), and
+// its reclaimer, started with it when `purge_interval` is set.
 class LazyBackend {
  public:
   LazyBackend(std::shared_ptr<LockBackend> backend,
-              std::function<std::shared_ptr<LockBackend>()> factory)
-      : backend_(std::move(backend)), factory_(std::move(factory)) {}
+              std::function<std::shared_ptr<LockBackend>()> factory,
+              std::chrono::milliseconds purge_interval)
+      : backend_(std::move(backend)),
+        factory_(std::move(factory)),
+        purge_interval_(purge_interval) {
+    if (backend_) start_reclaimer();
+  }
 
   LockBackend& get() {
     // A mutex, not std::call_once: a factory that throws must leave the slot empty for the
@@ -55,14 +62,24 @@ class LazyBackend {
       auto built = factory_();
       if (!built) throw std::invalid_argument("idempotent: the backend factory returned null");
       backend_ = std::move(built);
+      start_reclaimer();
     }
     return *backend_;
   }
 
  private:
+  void start_reclaimer() {
+    if (purge_interval_.count() > 0) {
+      reclaimer_ =
+          std::make_unique<Reclaimer>(backend_, ReclaimerOptions{.interval = purge_interval_});
+    }
+  }
+
   std::mutex mutex_;
   std::shared_ptr<LockBackend> backend_;
   std::function<std::shared_ptr<LockBackend>()> factory_;
+  std::chrono::milliseconds purge_interval_;
+  std::unique_ptr<Reclaimer> reclaimer_;  // after backend_: stopped before it goes
 };
 
 // A StoreError thrown by the handler's own code, told apart from the wrapper's store calls.
@@ -283,7 +300,12 @@ PushHandler idempotent_response(IdempotentOptions options, ResponseHandler handl
     throw std::invalid_argument("idempotent: set a backend or a backend factory");
   }
   validate_lease(options.lease);
-  auto backend = std::make_shared<LazyBackend>(options.backend, options.backend_factory);
+  if (options.purge_interval.count() < 0) {
+    throw std::invalid_argument("idempotent: purge_interval must not be negative");
+  }
+  auto backend = std::make_shared<LazyBackend>(
+      options.backend, options.backend_factory,
+      disabled ? std::chrono::milliseconds(0) : options.purge_interval);
   auto wrapper = std::make_shared<const Wrapper>(
       Wrapper{std::move(options), std::move(handler), disabled, std::move(backend)});
   return [wrapper](const PushRequest& request) { return (*wrapper)(request); };

@@ -348,6 +348,24 @@ TEST_F(IdempotentTest, TheBackendFactoryIsCalledOnceLazily) {
   EXPECT_EQ(runs_, 8);
 }
 
+// One option keeps a long-running worker's store bounded: the wrapper runs a reclaimer for as
+// long as the handler lives, started with the (lazily built) backend.
+TEST_F(IdempotentTest, PurgeIntervalReclaimsExpiredRecordsInTheBackground) {
+  {
+    auto handle = wrap({.backend_factory = [&] { return std::shared_ptr<LockBackend>(store_); },
+                        .purge_interval = std::chrono::milliseconds(5)});
+    EXPECT_EQ(handle(push("m-purge")).status, 200);
+    EXPECT_EQ(store_->stored_count(), 1U);
+    clock_->advance(store_->ttl());  // expired; no write follows to sweep it
+    for (int i = 0; i < 2000 && store_->stored_count() > 0; ++i) {  // a hang guard
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_EQ(store_->stored_count(), 0U);
+  }  // the last copy of the handler stops the reclaimer
+  EXPECT_THROW((void)wrap({.purge_interval = std::chrono::milliseconds(-1)}),
+               std::invalid_argument);
+}
+
 TEST_F(IdempotentTest, AFailingFactoryIsRetriedByTheNextRequest) {
   int attempts = 0;
   auto handle = wrap({.backend_factory = [&]() -> std::shared_ptr<LockBackend> {

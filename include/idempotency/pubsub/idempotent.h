@@ -113,6 +113,10 @@ struct IdempotentOptions {
   /// Answer a duplicate with the stored response of the original delivery (plus
   /// `Idempotency-Replayed: true`) instead of 204.
   bool replay_stored_response = false;
+  /// Delete expired records in the background this often (an `idempotency::Reclaimer` started
+  /// with the backend, stopped with the last copy of the handler), so a long-running worker's
+  /// store stays bounded. Zero (the default) leaves purging to the caller.
+  std::chrono::milliseconds purge_interval{0};
   /// Limits for parsing the request.
   ParseOptions parse;
   /// Authenticates the request before anything else; returns a one-line reason to refuse it
