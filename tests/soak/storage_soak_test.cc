@@ -165,16 +165,22 @@ TEST(StorageSoak, MemoryLevelsOffWithoutAThread) {
 
 #elif defined(SOAK_POSTGRES)
 
-std::int64_t count_rows(const std::string& url, const std::string& table) {
+// The table's rows and its size on disk (heap, index and TOAST, dead tuples included).
+Sample measure_table(const std::string& url, const std::string& table, double at) {
   PGconn* conn = PQconnectdb(url.c_str());
-  std::int64_t n = -1;
+  Sample sample{at, -1, -1};
   if (PQstatus(conn) == CONNECTION_OK) {
-    PGresult* r = PQexec(conn, ("SELECT count(*) FROM " + table).c_str());
-    if (PQresultStatus(r) == PGRES_TUPLES_OK) n = std::stoll(PQgetvalue(r, 0, 0));
+    const std::string sql =
+        "SELECT count(*), pg_total_relation_size('" + table + "') FROM " + table;
+    PGresult* r = PQexec(conn, sql.c_str());
+    if (PQresultStatus(r) == PGRES_TUPLES_OK) {
+      sample.records = std::stoll(PQgetvalue(r, 0, 0));
+      sample.bytes = std::stoll(PQgetvalue(r, 0, 1));
+    }
     PQclear(r);
   }
   PQfinish(conn);
-  return n;
+  return sample;
 }
 
 TEST(StorageSoak, PostgresLevelsOffWithAReclaimer) {
@@ -195,11 +201,8 @@ TEST(StorageSoak, PostgresLevelsOffWithAReclaimer) {
     (void)backend->complete(won(backend->claim("k" + std::to_string(i), milliseconds(100))));
   });
   const auto samples = sample_while(
-      load, milliseconds(250),
-      [&](double at) {
-        return Sample{at, count_rows(url, table), 0};
-      },
-      "bytes");
+      load, milliseconds(250), [&](double at) { return measure_table(url, table, at); },
+      "table_bytes");
   // rate × (ttl + one jittered interval), with room for the load running a little ahead.
   const std::int64_t bound = kRate * (kTtl.count() + kInterval.count() * 5 / 4) / 1000 * 3 / 2;
   EXPECT_LE(steady_max(samples, 1.0, &Sample::records), bound);
