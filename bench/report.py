@@ -168,6 +168,18 @@ def main():
         n, _ = errors(slow_run["wrk"])
         targets.append(("errors / non-2xx during slowloris", str(n), "0", verdict(n == 0)))
 
+    purge_runs = {r["target"]: r for r in runs if "--purge-interval" in r["target"]}
+    without = next((r for t, r in purge_runs.items() if t.endswith("--purge-interval 0")), None)
+    with_purge = next((r for t, r in purge_runs.items() if not t.endswith("--purge-interval 0")), None)
+    purged = next((r["purged"] for r in recs if r["kind"] == "purge" and r["interval"] != "0"), None)
+    if without and with_purge:
+        ok = valid(without) and valid(with_purge)
+        targets.append(("p99 at -c16 on sqlite:// (1 s ttl): purging every 1 s ÷ no purge",
+                        f"{with_purge['wrk']['p99_us'] / max(without['wrk']['p99_us'], 1):.2f}× "
+                        f"({with_purge['wrk']['p99_us'] / 1000:.2f} / {without['wrk']['p99_us'] / 1000:.2f} ms; "
+                        f"{purged} records purged)",
+                        "— (info)", "" if ok else "INVALID"))
+
     if targets:
         p("| measure | measured | target | |")
         p("|---|---:|---|---|")

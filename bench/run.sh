@@ -9,6 +9,7 @@
 #               (worker_processes 1, and 2), the gateway on memory://
 #   rss         the gateway on sqlite:// under the 16-connection load: VmRSS / VmHWM
 #   slowloris   the gateway holding BENCH_SLOW_CONNS never-finished requests while wrk -c1 runs
+#   purge       the gateway on sqlite:// (1 s ttl) under -c16, without and with a purge every 1 s
 #
 # No part given: all three. Knobs (environment): BENCH_DURATION (10, seconds), BENCH_WARMUP (2),
 # BENCH_SLOW_CONNS (200), BENCH_HEADER_TIMEOUT (5s). Output: the markdown table on stdout and in
@@ -22,9 +23,9 @@ ROOT=$(dirname "$BENCH_DIR")
 GATEWAY=$(realpath "$1"); shift
 [ -x "$GATEWAY" ] || { echo "no gateway binary at $GATEWAY" >&2; exit 2; }
 PARTS=("$@")
-[ ${#PARTS[@]} -eq 0 ] && PARTS=(throughput rss slowloris)
+[ ${#PARTS[@]} -eq 0 ] && PARTS=(throughput rss slowloris purge)
 for p in "${PARTS[@]}"; do
-  case "$p" in throughput | rss | slowloris) ;; *) echo "unknown part: $p" >&2; exit 2 ;; esac
+  case "$p" in throughput | rss | slowloris | purge) ;; *) echo "unknown part: $p" >&2; exit 2 ;; esac
 done
 
 DURATION=${BENCH_DURATION:-10} # seconds, each measured wrk run
@@ -286,6 +287,22 @@ part_slowloris() {
   stop "$pid"
 }
 
+# part_purge: does a background purge show in request latency? The gateway on sqlite:// with a
+# 1 s lease and ttl, so that records expire during the run and every pass has work, under the
+# 16-connection load: once with no purge, once purging every second.
+part_purge() {
+  local up=$1 interval
+  for interval in 0 1s; do
+    start_gateway "purge-$interval" "$up" "sqlite://$TMP/purge-$interval.db" \
+      --lease 1s --ttl 1s --purge-interval "$interval"
+    run_wrk "gateway sqlite:// ttl 1s, --purge-interval $interval" 16 "$STARTED_PORT" gateway
+    record "{\"kind\":\"purge\",\"interval\":\"$interval\",\"purged\":$(curl -fsS \
+      "http://127.0.0.1:$STARTED_PORT/metrics" |
+      sed -n 's/^idempotency_gateway_purged_records_total \([0-9]*\)$/\1/p')}"
+    stop "$STARTED_PID"
+  done
+}
+
 # ---------------------------------------------------------------------------------------------
 
 main() {
@@ -299,7 +316,7 @@ main() {
   for p in "${PARTS[@]}"; do "part_$p" "$UP_PORT"; done
   stop "$up_pid"
 
-  [ "${PARTS[*]}" = "throughput rss slowloris" ] || name="last-$(tr ' ' '-' <<<"${PARTS[*]}")"
+  [ "${PARTS[*]}" = "throughput rss slowloris purge" ] || name="last-$(tr ' ' '-' <<<"${PARTS[*]}")"
   mkdir -p "$BENCH_DIR/results"
   cp "$RECORDS" "$BENCH_DIR/results/$name.jsonl"
   python3 "$BENCH_DIR/report.py" "$RECORDS" --duration "$DURATION" --warmup "$WARMUP" \
