@@ -1,5 +1,7 @@
 #include "metrics.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 
 namespace idempotency::gateway {
@@ -19,29 +21,29 @@ std::string with_label(const std::string& labels, const std::string& extra) {
 
 void Histogram::observe(std::chrono::steady_clock::duration d) {
   const double seconds = std::chrono::duration<double>(d).count();
-  std::lock_guard lock(mutex_);
-  for (std::size_t i = 0; i < kBuckets.size(); ++i) {
-    if (seconds <= kBuckets[i]) {
-      ++counts_[i];
-      break;
-    }
-  }
-  ++count_;
-  sum_ += seconds;
+  std::size_t bucket = 0;
+  while (bucket < kBuckets.size() && seconds > kBuckets[bucket]) ++bucket;
+  counts_[bucket].fetch_add(1, std::memory_order_relaxed);
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+  sum_ns_.fetch_add(static_cast<std::uint64_t>(std::max<std::int64_t>(ns, 0)),
+                    std::memory_order_relaxed);
 }
 
 void Histogram::render(std::string& out, const std::string& name, const std::string& labels) const {
-  std::lock_guard lock(mutex_);
+  // One read of each counter, so the buckets, +Inf and _count agree within a scrape.
   std::uint64_t cumulative = 0;
   for (std::size_t i = 0; i < kBuckets.size(); ++i) {
-    cumulative += counts_[i];
+    cumulative += counts_[i].load(std::memory_order_relaxed);
     out += name + "_bucket" + with_label(labels, "le=\"" + number(kBuckets[i]) + "\"") + " " +
            std::to_string(cumulative) + "\n";
   }
-  out += name + "_bucket" + with_label(labels, "le=\"+Inf\"") + " " + std::to_string(count_) + "\n";
+  cumulative += counts_[kBuckets.size()].load(std::memory_order_relaxed);
+  out += name + "_bucket" + with_label(labels, "le=\"+Inf\"") + " " + std::to_string(cumulative) +
+         "\n";
   const std::string plain = labels.empty() ? "" : "{" + labels + "}";
-  out += name + "_sum" + plain + " " + number(sum_) + "\n";
-  out += name + "_count" + plain + " " + std::to_string(count_) + "\n";
+  const double sum = static_cast<double>(sum_ns_.load(std::memory_order_relaxed)) / 1e9;
+  out += name + "_sum" + plain + " " + number(sum) + "\n";
+  out += name + "_count" + plain + " " + std::to_string(cumulative) + "\n";
 }
 
 Metrics::Metrics() {
@@ -51,16 +53,16 @@ Metrics::Metrics() {
         outcome::kContention, outcome::kConflict, outcome::kMismatch, outcome::kNackUpstream,
         outcome::kNackUnreachable, outcome::kNackNoAnswer, outcome::kBackendError,
         outcome::kBadRequest, outcome::kUnauthorized, outcome::kPassthrough, outcome::kError}) {
-    outcomes_.emplace(o, 0);
+    outcomes_.try_emplace(std::string(o));
   }
-  for (auto op : {"claim", "complete", "release"}) backend_errors_.emplace(op, 0);
+  for (auto op : {"claim", "complete", "release"}) backend_errors_.try_emplace(op);
 }
 
 void Metrics::count(std::string_view outcome) {
-  std::lock_guard lock(mutex_);
   auto it = outcomes_.find(outcome);
-  if (it == outcomes_.end()) it = outcomes_.emplace(std::string(outcome), 0).first;
-  ++it->second;
+  // The map holds every outcome from the start and never grows; a name not in it is "error".
+  if (it == outcomes_.end()) it = outcomes_.find(outcome::kError);
+  it->second.fetch_add(1, std::memory_order_relaxed);
 }
 
 Histogram& Metrics::backend_latency(std::string_view operation) {
@@ -70,10 +72,10 @@ Histogram& Metrics::backend_latency(std::string_view operation) {
 }
 
 void Metrics::backend_error(std::string_view operation) {
-  std::lock_guard lock(mutex_);
-  auto it = backend_errors_.find(operation);
-  if (it == backend_errors_.end()) it = backend_errors_.emplace(std::string(operation), 0).first;
-  ++it->second;
+  // MeteredBackend names only the three operations the map holds from the start.
+  if (auto it = backend_errors_.find(operation); it != backend_errors_.end()) {
+    it->second.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 void Metrics::purge_pass(const PurgePass& pass) {
@@ -93,7 +95,7 @@ std::string Metrics::render() const {
         "# TYPE idempotency_gateway_requests_total counter\n";
     for (const auto& [name, value] : outcomes_) {
       out += "idempotency_gateway_requests_total{outcome=\"" + name + "\"} " +
-             std::to_string(value) + "\n";
+             std::to_string(value.load(std::memory_order_relaxed)) + "\n";
     }
     out +=
         "# HELP idempotency_gateway_backend_errors_total Backend calls that failed, by "
@@ -101,7 +103,7 @@ std::string Metrics::render() const {
         "# TYPE idempotency_gateway_backend_errors_total counter\n";
     for (const auto& [name, value] : backend_errors_) {
       out += "idempotency_gateway_backend_errors_total{operation=\"" + name + "\"} " +
-             std::to_string(value) + "\n";
+             std::to_string(value.load(std::memory_order_relaxed)) + "\n";
     }
     out +=
         "# HELP idempotency_gateway_purge_passes_total Background purge passes run.\n"

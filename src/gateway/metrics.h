@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -40,7 +41,8 @@ inline constexpr std::string_view kPassthrough = "passthrough";     ///< not ded
 inline constexpr std::string_view kError = "error";                 ///< anything else
 }  // namespace outcome
 
-/// Histogram counts observations into fixed latency buckets (seconds).
+/// Histogram counts observations into fixed latency buckets (seconds). Lock-free: every
+/// request observes several, from every worker at once.
 class Histogram {
  public:
   static constexpr std::array<double, 12> kBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
@@ -51,17 +53,17 @@ class Histogram {
   void render(std::string& out, const std::string& name, const std::string& labels) const;
 
  private:
-  mutable std::mutex mutex_;
-  std::array<std::uint64_t, kBuckets.size()> counts_{};  // per bucket, not cumulative
-  std::uint64_t count_ = 0;
-  double sum_ = 0;
+  // Per bucket, not cumulative; the last one counts what is over the largest bound.
+  std::array<std::atomic<std::uint64_t>, kBuckets.size() + 1> counts_{};
+  std::atomic<std::uint64_t> sum_ns_{0};
 };
 
 /// Metrics is the gateway's registry.
 class Metrics {
  public:
   Metrics();
-  /// count() adds one request with `outcome`.
+  /// count() adds one request with `outcome` (one of `outcome::k*`; anything else counts as
+  /// `error`).
   void count(std::string_view outcome);
   /// request_latency() is the time from receiving a request to answering it (health checks
   /// and /metrics excluded).
@@ -70,7 +72,7 @@ class Metrics {
   Histogram& upstream_latency() { return upstream_latency_; }
   /// backend_latency() is one backend call: "claim", "complete" or "release".
   Histogram& backend_latency(std::string_view operation);
-  /// backend_error() counts a backend call that threw.
+  /// backend_error() counts a backend call ("claim", "complete" or "release") that threw.
   void backend_error(std::string_view operation);
   /// purge_pass() records one background purge pass (`idem::Reclaimer`).
   void purge_pass(const PurgePass& pass);
@@ -79,12 +81,14 @@ class Metrics {
 
  private:
   mutable std::mutex mutex_;
-  std::map<std::string, std::uint64_t, std::less<>> outcomes_;        // guarded by mutex_
-  std::map<std::string, std::uint64_t, std::less<>> backend_errors_;  // guarded by mutex_
-  std::uint64_t purge_passes_ = 0;                                    // guarded by mutex_
-  std::uint64_t purge_failures_ = 0;                                  // guarded by mutex_
-  std::uint64_t purged_records_ = 0;                                  // guarded by mutex_
-  double last_purge_seconds_ = 0;                                     // guarded by mutex_
+  // Every known outcome and operation is in these from the start, and they never change shape
+  // after construction, so counting is a lookup and an atomic add with no lock.
+  std::map<std::string, std::atomic<std::uint64_t>, std::less<>> outcomes_;
+  std::map<std::string, std::atomic<std::uint64_t>, std::less<>> backend_errors_;
+  std::uint64_t purge_passes_ = 0;    // guarded by mutex_
+  std::uint64_t purge_failures_ = 0;  // guarded by mutex_
+  std::uint64_t purged_records_ = 0;  // guarded by mutex_
+  double last_purge_seconds_ = 0;     // guarded by mutex_
   Histogram request_latency_;
   Histogram upstream_latency_;
   Histogram claim_latency_;

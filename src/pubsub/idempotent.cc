@@ -2,6 +2,7 @@
 #include "idempotency/pubsub/idempotent.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstdlib>
 #include <exception>
@@ -51,10 +52,15 @@ class LazyBackend {
       : backend_(std::move(backend)),
         factory_(std::move(factory)),
         purge_interval_(purge_interval) {
-    if (backend_) start_reclaimer();
+    if (backend_) {
+      start_reclaimer();
+      ready_.store(backend_.get(), std::memory_order_release);
+    }
   }
 
   LockBackend& get() {
+    // Every request asks: once built, the answer is one atomic load, no lock.
+    if (LockBackend* built = ready_.load(std::memory_order_acquire)) return *built;
     // A mutex, not std::call_once: a factory that throws must leave the slot empty for the
     // next request, and call_once's exceptional path is not reliable under TSan.
     std::lock_guard lock(mutex_);
@@ -63,6 +69,7 @@ class LazyBackend {
       if (!built) throw std::invalid_argument("idempotent: the backend factory returned null");
       backend_ = std::move(built);
       start_reclaimer();
+      ready_.store(backend_.get(), std::memory_order_release);
     }
     return *backend_;
   }
@@ -76,6 +83,7 @@ class LazyBackend {
   }
 
   std::mutex mutex_;
+  std::atomic<LockBackend*> ready_{nullptr};  // backend_, once it exists
   std::shared_ptr<LockBackend> backend_;
   std::function<std::shared_ptr<LockBackend>()> factory_;
   std::chrono::milliseconds purge_interval_;
