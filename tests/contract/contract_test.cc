@@ -168,9 +168,10 @@ TEST_P(BackendContract, TtlExpiryMakesADoneKeyReclaimableWithFencePlusOne) {
   EXPECT_TRUE(backend_->complete(c));
   clock_->advance(backend_->ttl());
   Claim next = won(backend_->claim("k", kLease));
-  // A store that reaps exactly at expires_at (Redis) starts a fresh record instead.
-  EXPECT_EQ(next.fence, GetParam().reaps_at_expiry ? 1 : c.fence + 1);
-  if (GetParam().reaps_at_expiry) {
+  // A store that reaps exactly at expires_at (Redis, memory; any store with the reclaimer on)
+  // starts a fresh record instead.
+  EXPECT_EQ(next.fence, reaps_at_expiry() ? 1 : c.fence + 1);
+  if (reaps_at_expiry()) {
     // The record was deleted, so the fence restarted at 1 and the old claim's fence 1 matches
     // again: exactly the zombie hazard the lease + ttl sizing invariant exists to rule out.
     EXPECT_TRUE(backend_->complete(c));
@@ -183,9 +184,16 @@ TEST_P(BackendContract, APurgedRecordRestartsAtFenceOne) {
   Claim c = won(backend_->claim("k", kLease));
   EXPECT_TRUE(backend_->complete(c));
   Claim live = won(backend_->claim("live", kLease));
+  const std::size_t reclaimed_before = reclaimer_purged();
   clock_->advance(backend_->ttl());
   const std::size_t purged = backend_->purge_expired();
-  if (!GetParam().reaps_at_expiry) {
+  if (reclaimed()) {
+    // The reclaimer deleted the record before advance() returned; nothing is left to purge.
+    EXPECT_EQ(purged, 0U);
+    if (!GetParam().reaps_at_expiry) {
+      EXPECT_EQ(reclaimer_purged() - reclaimed_before, 1U);
+    }
+  } else if (!GetParam().reaps_at_expiry) {
     EXPECT_EQ(purged, 1U);
   }
   EXPECT_EQ(won(backend_->claim("k", kLease)).fence, 1);
@@ -196,7 +204,60 @@ TEST_P(BackendContract, AnAbandonedClaimIsKeptForLeasePlusTtl) {
   Claim c = won(backend_->claim("k", kLease));
   clock_->advance(kLease + backend_->ttl() - milliseconds(1));
   EXPECT_EQ(backend_->purge_expired(), 0U);
+  EXPECT_EQ(reclaimer_purged(), 0U);
   EXPECT_EQ(won(backend_->claim("k", kLease)).fence, c.fence + 1);
+}
+
+// Issue 13: a purge — explicit, or the reclaimer's running hot — takes a record from its
+// expires_at on, never a millisecond before, whatever state the record is in.
+TEST_P(BackendContract, NoRecordIsPurgedBeforeItsExpiresAt) {
+  constexpr int kDone = 5;
+  const TimePoint expires_at = clock_->now() + kLease + backend_->ttl();
+  // Abandoned and released at t0: both expire at t0 + lease + ttl.
+  Claim abandoned = won(backend_->claim("abandoned", kLease));
+  Claim released = won(backend_->claim("released", kLease));
+  backend_->release(released);
+  // DONE records completed 1 ms apart from t0 + lease: done:i expires at expires_at + i ms.
+  clock_->advance(kLease);
+  for (int i = 0; i < kDone; ++i) {
+    const std::string key = "done:" + std::to_string(i);
+    EXPECT_TRUE(backend_->complete(won(backend_->claim(key, kLease)), "receipt:" + key));
+    clock_->advance(milliseconds(1));
+  }
+  auto answers_done_from = [&](int first) {
+    for (int i = first; i < kDone; ++i) {
+      const std::string key = "done:" + std::to_string(i);
+      EXPECT_EQ(done(backend_->claim(key, kLease)).result,
+                std::optional<std::string>("receipt:" + key));
+    }
+  };
+
+  clock_->set(expires_at - milliseconds(1));
+  let_reclaimers_run(20);  // running hot at expires_at - 1 ms
+  EXPECT_EQ(backend_->purge_expired(), 0U);
+  EXPECT_EQ(reclaimer_purged(), 0U);
+  answers_done_from(0);
+  // Still there: a purged record would restart at fence 1.
+  EXPECT_EQ(won(backend_->claim("abandoned", kLease)).fence, abandoned.fence + 1);
+  EXPECT_EQ(won(backend_->claim("released", kLease)).fence, released.fence + 2);
+
+  // Step onto each DONE record's expires_at in turn: exactly that record goes.
+  for (int i = 0; i < kDone; ++i) {
+    SCOPED_TRACE("done:" + std::to_string(i) + " at its expires_at");
+    clock_->set(expires_at + milliseconds(i));
+    let_reclaimers_run(5);
+    const std::size_t purged = backend_->purge_expired();
+    if (reclaimed()) {
+      EXPECT_EQ(purged, 0U) << "the reclaimer took it before the clock move returned";
+      if (!GetParam().reaps_at_expiry) {
+        EXPECT_EQ(reclaimer_purged(), static_cast<std::size_t>(i + 1));
+      }
+    } else if (!GetParam().reaps_at_expiry) {
+      EXPECT_EQ(purged, 1U);
+    }
+    answers_done_from(i + 1);
+    EXPECT_EQ(won(backend_->claim("done:" + std::to_string(i), kLease)).fence, 1);
+  }
 }
 
 // --- claim token ----------------------------------------------------------------------------
@@ -260,7 +321,7 @@ TEST_P(BackendContract, ATokenPastExpiresAtStartsAFreshClaim) {
   Claim first = won(backend_->claim("k", kLease, same));
   clock_->advance(kLease + backend_->ttl());  // now == expires_at
   Claim again = won(backend_->claim("k", kLease, same));
-  EXPECT_EQ(again.fence, GetParam().reaps_at_expiry ? 1 : first.fence + 1);
+  EXPECT_EQ(again.fence, reaps_at_expiry() ? 1 : first.fence + 1);
   EXPECT_EQ(again.lease_expiry, clock_->now() + kLease);
   held(backend_->claim("k", kLease));
   EXPECT_TRUE(backend_->complete(again));

@@ -55,7 +55,7 @@ TEST_P(Differential, RandomSequencesMatchThePureFunction) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
     auto pick = [&rng](const auto& v) { return v[rng() % v.size()]; };
-    Model model(kTtl, GetParam().reaps_at_expiry);
+    Model model(kTtl, reaps_at_expiry());
     std::vector<Claim> claims;  // every Won ever returned, live or stale
     int token_counter = 0;
     // Each seed uses its own keys so earlier seeds leave nothing behind.
@@ -133,7 +133,7 @@ TEST_P(Differential, ATokenReaffirmsOnlyItsOwnLiveClaim) {
   constexpr Millis kLease = 100;
   using std::chrono::milliseconds;
   auto backend = make(milliseconds(kTtl));
-  Model model(kTtl, GetParam().reaps_at_expiry);
+  Model model(kTtl, reaps_at_expiry());
   auto now = [&] { return to_millis(clock_->now()); };
   auto claim = [&](const std::string& key, const std::string& token) -> Claim {
     Transition expected = model.apply(key, ClaimOp{token, kLease, kTtl, std::nullopt}, now());
@@ -203,7 +203,7 @@ TEST_P(Differential, ATokenReaffirmsOnlyItsOwnLiveClaim) {
     const Claim first = claim("expired", "t-e");
     clock_->advance(milliseconds(kLease + kTtl));
     const Claim again = claim("expired", "t-e");
-    EXPECT_EQ(again.fence, GetParam().reaps_at_expiry ? 1 : first.fence + 1);
+    EXPECT_EQ(again.fence, reaps_at_expiry() ? 1 : first.fence + 1);
     EXPECT_GT(again.lease_expiry, clock_->now());
     EXPECT_TRUE(complete(again));
   }

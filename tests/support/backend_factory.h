@@ -2,6 +2,7 @@
 // builds a fresh backend of each kind. A backend joins every suite by providing one of these.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <ostream>
@@ -28,6 +29,11 @@ struct BackendFactory {
   std::function<std::pair<std::unique_ptr<LockBackend>, std::unique_ptr<LockBackend>>(
       const BackendOptions& options)>
       make_twins;
+  /// Zero: the suites run the backend as it is. Positive (set by the contract suites'
+  /// `with_reclaimer`): each backend a suite makes runs a `Reclaimer` at this interval for the
+  /// test's whole life, and every move of the suite's clock waits for a pass that started
+  /// after it, so expired records are gone by the time the move returns.
+  std::chrono::milliseconds reclaim_interval{0};
 };
 
 inline std::ostream& operator<<(std::ostream& os, const BackendFactory& f) { return os << f.name; }
