@@ -43,6 +43,22 @@ class DatastoreLockTest : public ::testing::Test {
   }
   std::unique_ptr<DatastoreLock> make() { return std::make_unique<DatastoreLock>(options()); }
 
+  // A backend with a 1 s ttl holding `n` records named prefix + i, completed and then left
+  // to expire (the clock moves 5 s on).
+  std::unique_ptr<DatastoreLock> with_expired(int n, const std::string& prefix,
+                                              std::size_t purge_batch_size = 500) {
+    DatastoreOptions o = options();
+    o.purge_batch_size = purge_batch_size;
+    o.backend.ttl = milliseconds(1000);
+    auto backend = std::make_unique<DatastoreLock>(o);
+    for (int i = 0; i < n; ++i) {
+      Claim c = won(backend->claim(prefix + std::to_string(i), milliseconds(100)));
+      EXPECT_TRUE(backend->complete(c));
+    }
+    clock_->advance(milliseconds(5000));
+    return backend;
+  }
+
   DatastoreDouble server_;
   std::string kind_ = unique_name("Records");
   std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
@@ -254,15 +270,8 @@ TEST_F(DatastoreLockTest, AMalformedEntityIsAStoreError) {
 }
 
 TEST_F(DatastoreLockTest, PurgeDeletesExpiredRecordsInBatches) {
-  DatastoreOptions o = options();
-  o.purge_batch_size = 2;
-  o.backend.ttl = milliseconds(1000);
-  DatastoreLock backend(o);
-  for (int i = 0; i < 5; ++i) {
-    Claim c = won(backend.claim("old-" + std::to_string(i), milliseconds(100)));
-    ASSERT_TRUE(backend.complete(c));
-  }
-  clock_->advance(milliseconds(5000));
+  auto owned = with_expired(5, "old-", 2);
+  DatastoreLock& backend = *owned;
   (void)won(backend.claim("live", kLease));
   server_.reset_counts();
   EXPECT_EQ(backend.purge_expired(), 5U);
@@ -276,15 +285,8 @@ TEST_F(DatastoreLockTest, PurgeDeletesExpiredRecordsInBatches) {
 // NO_MORE_RESULTS ends the query. Here live records come first in key order, so the first
 // batches are empty, and later ones stop at 3 results of the 10 asked for.
 TEST_F(DatastoreLockTest, PurgePagesThroughShortAndEmptyNotFinishedBatches) {
-  DatastoreOptions o = options();
-  o.purge_batch_size = 10;
-  o.backend.ttl = milliseconds(1000);
-  DatastoreLock backend(o);
-  for (int i = 0; i < 12; ++i) {
-    Claim c = won(backend.claim("b-old-" + std::to_string(i), milliseconds(100)));
-    ASSERT_TRUE(backend.complete(c));
-  }
-  clock_->advance(milliseconds(5000));
+  auto owned = with_expired(12, "b-old-", 10);
+  DatastoreLock& backend = *owned;
   for (int i = 0; i < 6; ++i) (void)won(backend.claim("a-live-" + std::to_string(i), kLease));
   server_.set_query_batch_cap(3);
   server_.set_query_scan_limit(4);
@@ -319,14 +321,8 @@ TEST_F(DatastoreLockTest, PurgeGivesUpOnAQueryThatNeverAdvances) {
 // retried); a purge of more expired records than that must still work there.
 TEST_F(DatastoreLockTest, PurgeWorksUnderTheEmulatorsEntityGroupLimit) {
   server_.set_transaction_entity_group_limit(25);
-  DatastoreOptions o = options();
-  o.backend.ttl = milliseconds(1000);
-  DatastoreLock backend(o);
-  for (int i = 0; i < 60; ++i) {
-    Claim c = won(backend.claim("old-" + std::to_string(i), milliseconds(100)));
-    ASSERT_TRUE(backend.complete(c));
-  }
-  clock_->advance(milliseconds(5000));
+  auto owned = with_expired(60, "old-");
+  DatastoreLock& backend = *owned;
   (void)won(backend.claim("live", kLease));
   server_.reset_counts();
   EXPECT_EQ(backend.purge_expired(), 60U);

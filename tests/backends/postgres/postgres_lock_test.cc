@@ -28,6 +28,7 @@
 #include "idempotency/errors.h"
 #include "idempotency/key.h"
 #include "support/claim_matchers.h"
+#include "support/server_clock_checks.h"
 #include "support/test_servers.h"
 
 namespace idempotency::testing {
@@ -175,16 +176,7 @@ TEST_F(PostgresLockTest, ReleaseByServerClockAdvancesFence) {
 
 TEST_F(PostgresLockTest, AReleasedClaimIsNotReaffirmedByItsTokenByServerClock) {
   auto backend = make();
-  const ClaimRequest same{.claim_token = "released-token-0001"};
-  const Claim first = won(backend->claim("release-token-key", milliseconds(60'000), same));
-  backend->release(first);
-  const Claim again = won(backend->claim("release-token-key", milliseconds(60'000), same));
-  EXPECT_EQ(again.fence, first.fence + 2) << "a reclaim, not a re-affirm of the released record";
-  EXPECT_GE(again.lease_expiry, first.lease_expiry) << "a fresh lease, not the released one";
-  Claim dead = first;
-  dead.fence = first.fence + 1;
-  EXPECT_FALSE(backend->complete(dead));
-  EXPECT_TRUE(backend->complete(again));
+  expect_released_claim_not_reaffirmed(*backend, "release-token-key");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@
 #include "private_redis.h"
 #include "redis_internal.h"
 #include "redis_test_util.h"
+#include "support/server_clock_checks.h"
 
 namespace idempotency::testing {
 namespace {
@@ -320,16 +321,7 @@ TEST(RedisServerClock, TheTtlEndsForRealAndRedisReapsTheRecord) {
 
 TEST(RedisServerClock, AReleasedClaimIsNotReaffirmedByItsToken) {
   auto lock = fixture_lock();
-  const ClaimRequest same{.claim_token = "released-token-0001"};
-  Claim first = won(lock->claim("k", milliseconds(60'000), same));
-  lock->release(first);
-  Claim again = won(lock->claim("k", milliseconds(60'000), same));
-  EXPECT_EQ(again.fence, first.fence + 2) << "a reclaim, not a re-affirm of the released record";
-  EXPECT_GE(again.lease_expiry, first.lease_expiry) << "a fresh lease, not the released one";
-  Claim dead = first;
-  dead.fence = first.fence + 1;
-  EXPECT_FALSE(lock->complete(dead));
-  EXPECT_TRUE(lock->complete(again));
+  expect_released_claim_not_reaffirmed(*lock, "k");
 }
 
 TEST(RedisServerClock, ClientClockSkewCannotBreakALease) {
