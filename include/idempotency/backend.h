@@ -117,6 +117,11 @@ class LockBackend {
   /// many it deleted. Never needed for correctness; it only reclaims storage.
   std::size_t purge_expired();
 
+  /// stored_records() counts the records the store holds, expired ones not yet purged
+  /// included, where the store can say cheaply and exactly (memory, SQLite); nothing
+  /// elsewhere. For metrics: it never affects an answer. Throws `StoreError` when it fails.
+  [[nodiscard]] std::optional<std::size_t> stored_records();
+
   /// wait_for_change() blocks until `key`'s record may have changed, `timeout` passed, or
   /// `stop` was requested, whichever comes first; spurious wake-ups are allowed. `once` calls
   /// it while it waits for a holder in another process. Backends whose store can notify
@@ -141,6 +146,8 @@ class LockBackend {
   virtual void do_release(const Claim& claim) = 0;
   /// The storage work behind purge_expired().
   virtual std::size_t do_purge_expired() = 0;
+  /// The count behind stored_records(); the default says nothing.
+  virtual std::optional<std::size_t> do_stored_records() { return std::nullopt; }
   /// The wait behind wait_for_change(); the default sleeps `timeout` (or until `stop`).
   virtual void do_wait_for_change(std::string_view key, std::chrono::milliseconds timeout,
                                   const std::stop_token& stop);

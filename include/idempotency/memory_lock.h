@@ -44,6 +44,7 @@ class InMemoryLock final : public LockBackend {
   bool do_complete(const Claim& claim, std::optional<std::string> result) override;
   void do_release(const Claim& claim) override;
   std::size_t do_purge_expired() override;
+  std::optional<std::size_t> do_stored_records() override { return stored_count(); }
 
  private:
   struct State;

@@ -25,6 +25,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -40,6 +41,8 @@ struct PurgePass {
   std::chrono::steady_clock::duration took{};
   /// Empty when the pass succeeded; otherwise the store's one-line error.
   std::string error;
+  /// The records the store holds after the pass, where it can say (`stored_records()`).
+  std::optional<std::size_t> stored;
 };
 
 /// Options for Reclaimer. Fill with designated initializers.

@@ -77,6 +77,8 @@ void LockBackend::release(const Claim& claim) {
 
 std::size_t LockBackend::purge_expired() { return do_purge_expired(); }
 
+std::optional<std::size_t> LockBackend::stored_records() { return do_stored_records(); }
+
 void LockBackend::wait_for_change(std::string_view key, std::chrono::milliseconds timeout,
                                   const std::stop_token& stop) {
   validate_key(key);

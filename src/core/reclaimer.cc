@@ -61,6 +61,13 @@ void Reclaimer::run() {
       pass.error = "a non-standard exception";
     }
     pass.took = std::chrono::steady_clock::now() - started;
+    if (pass.error.empty()) {
+      try {
+        pass.stored = backend_->stored_records();
+      } catch (...) {
+        // A count is for metrics only; a store that cannot give one says nothing.
+      }
+    }
     passes_.fetch_add(1);
     purged_.fetch_add(pass.purged);
     if (!pass.error.empty()) {

@@ -84,6 +84,7 @@ void Metrics::purge_pass(const PurgePass& pass) {
   if (!pass.error.empty()) ++purge_failures_;
   purged_records_ += pass.purged;
   last_purge_seconds_ = std::chrono::duration<double>(pass.took).count();
+  if (pass.stored) stored_records_ = pass.stored;
 }
 
 std::string Metrics::render() const {
@@ -126,6 +127,14 @@ std::string Metrics::render() const {
         "# TYPE idempotency_gateway_purge_last_duration_seconds gauge\n"
         "idempotency_gateway_purge_last_duration_seconds " +
         std::to_string(last_purge_seconds_) + "\n";
+    if (stored_records_) {
+      out +=
+          "# HELP idempotency_gateway_stored_records Records the store held after the last "
+          "purge pass (memory and SQLite only).\n"
+          "# TYPE idempotency_gateway_stored_records gauge\n"
+          "idempotency_gateway_stored_records " +
+          std::to_string(*stored_records_) + "\n";
+    }
   }
   out +=
       "# HELP idempotency_gateway_request_duration_seconds Time to answer a request.\n"

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -85,10 +86,11 @@ class Metrics {
   // after construction, so counting is a lookup and an atomic add with no lock.
   std::map<std::string, std::atomic<std::uint64_t>, std::less<>> outcomes_;
   std::map<std::string, std::atomic<std::uint64_t>, std::less<>> backend_errors_;
-  std::uint64_t purge_passes_ = 0;    // guarded by mutex_
-  std::uint64_t purge_failures_ = 0;  // guarded by mutex_
-  std::uint64_t purged_records_ = 0;  // guarded by mutex_
-  double last_purge_seconds_ = 0;     // guarded by mutex_
+  std::uint64_t purge_passes_ = 0;             // guarded by mutex_
+  std::uint64_t purge_failures_ = 0;           // guarded by mutex_
+  std::uint64_t purged_records_ = 0;           // guarded by mutex_
+  double last_purge_seconds_ = 0;              // guarded by mutex_
+  std::optional<std::size_t> stored_records_;  // guarded by mutex_
   Histogram request_latency_;
   Histogram upstream_latency_;
   Histogram claim_latency_;

@@ -248,6 +248,14 @@ TEST_F(GATEWAY_PUBSUB_SUITE, ExpiredRecordsArePurgedInTheBackground) {
       << metrics;
   EXPECT_NE(metrics.find("# TYPE idempotency_gateway_purge_last_duration_seconds gauge"),
             std::string::npos);
+  // Only the stores that can count cheaply and exactly report what they hold: on SQLite none
+  // of the 20 messages, at most the start-up probe's released record.
+  const std::string gauge = "\nidempotency_gateway_stored_records ";
+  const auto at = metrics.find(gauge);
+  ASSERT_EQ(at != std::string::npos, kBackend == "sqlite") << metrics;
+  if (at != std::string::npos) {
+    EXPECT_LE(std::stoi(metrics.substr(at + gauge.size())), 1);
+  }
   // A purged key is simply new again: after its ttl a redelivery runs, as it would have (on
   // Redis, once the ttl has passed: its passes have nothing to wait for).
   int status = post(gateway->port(), envelope("m-purge-0"));

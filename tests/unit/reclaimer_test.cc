@@ -67,14 +67,19 @@ TEST(Reclaimer, DeletesExpiredRecordsAndKeepsLiveOnes) {
   // sweep-on-write reclaims none of them: the reclaimer must.
   clock->advance(milliseconds(100));
   std::atomic<std::size_t> reported{0};
+  std::atomic<std::size_t> last_stored{999};
   Reclaimer reclaimer(backend, {.interval = kInterval, .on_pass = [&](const PurgePass& pass) {
                                   EXPECT_TRUE(pass.error.empty());
                                   reported += pass.purged;
+                                  // The memory store says how many records it holds.
+                                  EXPECT_TRUE(pass.stored.has_value());
+                                  if (pass.stored) last_stored = *pass.stored;
                                 }});
   ASSERT_TRUE(eventually([&] { return reclaimer.purged() >= 50; }));
   EXPECT_EQ(reclaimer.purged(), 50U);
   EXPECT_TRUE(eventually([&] { return reported.load() == 50; }));
   EXPECT_EQ(backend->stored_count(), 1U);
+  EXPECT_TRUE(eventually([&] { return last_stored.load() == 1; }));
   EXPECT_TRUE(backend->complete(live)) << "a live claim must survive every pass";
 }
 
@@ -86,12 +91,16 @@ TEST(Reclaimer, AFailingPassIsLoggedAndTheNextOneRetries) {
   EXPECT_TRUE(backend->complete(won(backend->claim("k", kInterval))));
   clock->advance(milliseconds(100));
   std::atomic<int> failed{0};
+  std::atomic<int> counted{0};
   Reclaimer reclaimer(backend, {.interval = kInterval, .on_pass = [&](const PurgePass& pass) {
                                   if (!pass.error.empty()) ++failed;
+                                  // A store that does not override stored_records() says nothing.
+                                  if (pass.stored) ++counted;
                                 }});
   ASSERT_TRUE(eventually([&] { return reclaimer.purged() == 1; }));
   EXPECT_EQ(failed.load(), 2);
   EXPECT_EQ(logs.count("purge_failed"), 2);
+  EXPECT_EQ(counted.load(), 0);
   EXPECT_EQ(inner.stored_count(), 0U);
 }
 

@@ -88,6 +88,8 @@ struct SqliteLock::Impl {
   StmtPtr upsert;
   StmtPtr purge;
   std::int64_t purge_batch = 0;
+  std::string path;   // for stored_records()' own read connection
+  std::string table;  // quoted
   std::shared_ptr<const Clock> clock;
 
   StmtPtr prepare(const std::string& sql) {
@@ -221,6 +223,8 @@ SqliteLock::SqliteLock(const std::string& path, SqliteOptions options)
   impl_->purge = impl_->prepare("DELETE FROM " + t + " WHERE key IN (SELECT key FROM " + t +
                                 " WHERE expires_at_ms <= ?1 LIMIT ?2)");
   impl_->purge_batch = static_cast<std::int64_t>(options.purge_batch);
+  impl_->path = path;
+  impl_->table = t;
 }
 
 SqliteLock::~SqliteLock() = default;
@@ -264,6 +268,23 @@ std::size_t SqliteLock::do_purge_expired() {
     }
     if (deleted < static_cast<std::size_t>(impl_->purge_batch)) return total;
   }
+}
+
+std::optional<std::size_t> SqliteLock::do_stored_records() {
+  // A read connection of its own: a count walks the whole expires_at index, and under WAL a
+  // reader never blocks the writer, so claims (on the main connection) never wait for it.
+  sqlite3* raw = nullptr;
+  const int rc = sqlite3_open_v2(impl_->path.c_str(), &raw,
+                                 SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
+  DbPtr db(raw);
+  if (rc != SQLITE_OK) fail(raw, "count");
+  sqlite3_stmt* s = nullptr;
+  check(raw,
+        sqlite3_prepare_v2(raw, ("SELECT count(*) FROM " + impl_->table).c_str(), -1, &s, nullptr),
+        "count");
+  StmtPtr statement(s);
+  if (sqlite3_step(s) != SQLITE_ROW) fail(raw, "count");
+  return static_cast<std::size_t>(sqlite3_column_int64(s, 0));
 }
 
 std::optional<Record> SqliteLock::record(std::string_view key) {

@@ -248,8 +248,11 @@ TEST(SqliteLock, APurgeDeletesInBatchesAndReturnsTheSpace) {
   }
   Claim live = won(backend.claim("live", kLease));
   const std::int64_t full = pragma(path, "page_count");
+  EXPECT_EQ(backend.stored_records(), std::optional<std::size_t>(301));
   clock->advance(milliseconds(1000));
+  EXPECT_EQ(backend.stored_records(), std::optional<std::size_t>(301)) << "expired, not purged";
   EXPECT_EQ(backend.purge_expired(), 300U);
+  EXPECT_EQ(backend.stored_records(), std::optional<std::size_t>(1));
   const std::int64_t after = pragma(path, "page_count");
   EXPECT_LT(after * 4, full) << "pages: " << full << " before the purge, " << after << " after";
   EXPECT_EQ(pragma(path, "freelist_count"), 0);
