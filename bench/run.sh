@@ -291,14 +291,16 @@ part_slowloris() {
 # 1 s lease and ttl, so that records expire during the run and every pass has work, under the
 # 16-connection load: once with no purge, once purging every second.
 part_purge() {
-  local up=$1 interval
+  local up=$1 interval metrics claim
   for interval in 0 1s; do
     start_gateway "purge-$interval" "$up" "sqlite://$TMP/purge-$interval.db" \
       --lease 1s --ttl 1s --purge-interval "$interval"
     run_wrk "gateway sqlite:// ttl 1s, --purge-interval $interval" 16 "$STARTED_PORT" gateway
-    record "{\"kind\":\"purge\",\"interval\":\"$interval\",\"purged\":$(curl -fsS \
-      "http://127.0.0.1:$STARTED_PORT/metrics" |
-      sed -n 's/^idempotency_gateway_purged_records_total \([0-9]*\)$/\1/p')}"
+    # The claim's own latency, from the gateway's histogram (cumulative counts per bound).
+    metrics=$(curl -fsS "http://127.0.0.1:$STARTED_PORT/metrics")
+    claim=$(sed -n 's/^idempotency_gateway_backend_duration_seconds_bucket{operation="claim",le="\([^"]*\)"} \([0-9]*\)$/["\1",\2]/p' <<<"$metrics" | paste -sd,)
+    record "{\"kind\":\"purge\",\"interval\":\"$interval\",\"purged\":$(
+      sed -n 's/^idempotency_gateway_purged_records_total \([0-9]*\)$/\1/p' <<<"$metrics"),\"claim_buckets\":[$claim]}"
     stop "$STARTED_PID"
   done
 }
