@@ -17,6 +17,7 @@
 #include <stop_token>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 
 #include "idempotency/clock.h"
@@ -148,6 +149,19 @@ class LockBackend {
   virtual std::size_t do_purge_expired() = 0;
   /// The count behind stored_records(); the default says nothing.
   virtual std::optional<std::size_t> do_stored_records() { return std::nullopt; }
+  /// The storage work of another backend `to`, below its public call's validation: for
+  /// decorators (ForwardingBackend), whose own public call has validated already.
+  static ClaimResult forward_claim(LockBackend& to, std::string_view key,
+                                   std::chrono::milliseconds lease, const ClaimRequest& request) {
+    return to.do_claim(key, lease, request);
+  }
+  /// As forward_claim(), for complete().
+  static bool forward_complete(LockBackend& to, const Claim& claim,
+                               std::optional<std::string> result) {
+    return to.do_complete(claim, std::move(result));
+  }
+  /// As forward_claim(), for release().
+  static void forward_release(LockBackend& to, const Claim& claim) { to.do_release(claim); }
   /// The wait behind wait_for_change(); the default sleeps `timeout` (or until `stop`).
   virtual void do_wait_for_change(std::string_view key, std::chrono::milliseconds timeout,
                                   const std::stop_token& stop);

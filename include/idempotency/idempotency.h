@@ -8,6 +8,7 @@
 #include "idempotency/clock.h"
 #include "idempotency/codec.h"
 #include "idempotency/errors.h"
+#include "idempotency/forwarding_backend.h"
 #include "idempotency/guard.h"
 #include "idempotency/key.h"
 #include "idempotency/log.h"

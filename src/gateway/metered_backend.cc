@@ -26,31 +26,24 @@ auto metered(Metrics& metrics, std::string_view operation, Call&& call) {
 }  // namespace
 
 MeteredBackend::MeteredBackend(std::shared_ptr<LockBackend> inner, std::shared_ptr<Metrics> metrics)
-    : LockBackend(BackendOptions{.ttl = inner->ttl()}),
-      inner_(std::move(inner)),
-      metrics_(std::move(metrics)) {}
+    : ForwardingBackend(std::move(inner)), metrics_(std::move(metrics)) {}
 
 ClaimResult MeteredBackend::do_claim(std::string_view key, std::chrono::milliseconds lease,
                                      const ClaimRequest& request) {
-  return metered(*metrics_, "claim", [&] { return inner_->claim(key, lease, request); });
+  return metered(*metrics_, "claim",
+                 [&] { return ForwardingBackend::do_claim(key, lease, request); });
 }
 
 bool MeteredBackend::do_complete(const Claim& claim, std::optional<std::string> result) {
-  return metered(*metrics_, "complete", [&] { return inner_->complete(claim, std::move(result)); });
+  return metered(*metrics_, "complete",
+                 [&] { return ForwardingBackend::do_complete(claim, std::move(result)); });
 }
 
 void MeteredBackend::do_release(const Claim& claim) {
   metered(*metrics_, "release", [&] {
-    inner_->release(claim);
+    ForwardingBackend::do_release(claim);
     return true;
   });
-}
-
-std::size_t MeteredBackend::do_purge_expired() { return inner_->purge_expired(); }
-
-void MeteredBackend::do_wait_for_change(std::string_view key, std::chrono::milliseconds timeout,
-                                        const std::stop_token& stop) {
-  inner_->wait_for_change(key, timeout, stop);
 }
 
 }  // namespace idempotency::gateway

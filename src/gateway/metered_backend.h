@@ -7,13 +7,13 @@
 
 #include <memory>
 
-#include "idempotency/backend.h"
+#include "idempotency/forwarding_backend.h"
 #include "metrics.h"
 
 namespace idempotency::gateway {
 
 /// MeteredBackend forwards to `inner` and records into `metrics`.
-class MeteredBackend : public LockBackend {
+class MeteredBackend : public ForwardingBackend {
  public:
   MeteredBackend(std::shared_ptr<LockBackend> inner, std::shared_ptr<Metrics> metrics);
 
@@ -22,12 +22,8 @@ class MeteredBackend : public LockBackend {
                        const ClaimRequest& request) override;
   bool do_complete(const Claim& claim, std::optional<std::string> result) override;
   void do_release(const Claim& claim) override;
-  std::size_t do_purge_expired() override;
-  void do_wait_for_change(std::string_view key, std::chrono::milliseconds timeout,
-                          const std::stop_token& stop) override;
 
  private:
-  std::shared_ptr<LockBackend> inner_;
   std::shared_ptr<Metrics> metrics_;
 };
 

@@ -5,15 +5,14 @@
 #include <atomic>
 #include <memory>
 
-#include "idempotency/backend.h"
 #include "idempotency/errors.h"
+#include "idempotency/forwarding_backend.h"
 
 namespace idempotency::testing {
 
-class FaultyBackend final : public LockBackend {
+class FaultyBackend final : public ForwardingBackend {
  public:
-  explicit FaultyBackend(LockBackend& inner)
-      : LockBackend(BackendOptions{.ttl = inner.ttl()}), inner_(inner) {}
+  explicit FaultyBackend(LockBackend& inner) : ForwardingBackend(inner) {}
 
   /// complete() throws StoreError (after doing nothing) while set.
   std::atomic<bool> fail_complete{false};
@@ -40,7 +39,7 @@ class FaultyBackend final : public LockBackend {
                        const ClaimRequest& request) override {
     ++claims;
     if (fail_claim) throw StoreError("injected: claim failed");
-    ClaimResult r = inner_.claim(key, lease, request);
+    ClaimResult r = ForwardingBackend::do_claim(key, lease, request);
     if (drop_claim_reply) throw StoreError("injected: claim reply lost");
     return r;
   }
@@ -48,7 +47,7 @@ class FaultyBackend final : public LockBackend {
     ++completes;
     if (fail_complete) throw StoreError("injected: complete failed");
     if (fence_out_complete) return false;
-    const bool ok = inner_.complete(claim, std::move(result));
+    const bool ok = ForwardingBackend::do_complete(claim, std::move(result));
     if (drop_complete_reply) throw StoreError("injected: complete reply lost");
     return ok;
   }
@@ -56,12 +55,8 @@ class FaultyBackend final : public LockBackend {
     ++releases;
     if (fail_release) throw StoreError("injected: release failed");
     if (fail_release_oddly) throw 42;  // NOLINT(hicpp-exception-baseclass): the point
-    inner_.release(claim);
+    ForwardingBackend::do_release(claim);
   }
-  std::size_t do_purge_expired() override { return inner_.purge_expired(); }
-
- private:
-  LockBackend& inner_;
 };
 
 }  // namespace idempotency::testing

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "idempotency/errors.h"
+#include "idempotency/forwarding_backend.h"
 #include "idempotency/memory_lock.h"
 #include "idempotency/once.h"
 #include "support/faulty_backend.h"
@@ -26,10 +27,9 @@ constexpr int kJoiners = 4;
 
 // Forwards to `inner`, except that the first claim waits until `fail_claim` opens and then
 // throws StoreError, as a store that goes down in the middle of a claim does.
-class StallingClaimBackend final : public LockBackend {
+class StallingClaimBackend final : public ForwardingBackend {
  public:
-  explicit StallingClaimBackend(LockBackend& inner)
-      : LockBackend(BackendOptions{.ttl = inner.ttl()}), inner_(inner) {}
+  explicit StallingClaimBackend(LockBackend& inner) : ForwardingBackend(inner) {}
 
   std::latch claim_entered{1};
   std::latch fail_claim{1};
@@ -43,16 +43,8 @@ class StallingClaimBackend final : public LockBackend {
       fail_claim.wait();
       throw StoreError("injected: the store went away mid-claim");
     }
-    return inner_.claim(key, lease, request);
+    return ForwardingBackend::do_claim(key, lease, request);
   }
-  bool do_complete(const Claim& claim, std::optional<std::string> result) override {
-    return inner_.complete(claim, std::move(result));
-  }
-  void do_release(const Claim& claim) override { inner_.release(claim); }
-  std::size_t do_purge_expired() override { return inner_.purge_expired(); }
-
- private:
-  LockBackend& inner_;
 };
 
 TEST(OnceJoiners, AStoreErrorBeforeTheWorkReachesTheOwnerAndEveryJoiner) {

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "idempotency/errors.h"
+#include "idempotency/forwarding_backend.h"
 #include "idempotency/memory_lock.h"
 #include "support/claim_matchers.h"
 #include "support/log_capture.h"
@@ -31,27 +32,19 @@ bool eventually(Done done) {
 }
 
 // A store whose purge fails the first `failures` times, then purges through `inner`.
-class FlakyPurge final : public LockBackend {
+class FlakyPurge final : public ForwardingBackend {
  public:
-  FlakyPurge(LockBackend& inner, int failures)
-      : LockBackend(BackendOptions{.ttl = inner.ttl()}), inner_(inner), failures_(failures) {}
+  FlakyPurge(LockBackend& inner, int failures) : ForwardingBackend(inner), failures_(failures) {}
 
  protected:
-  ClaimResult do_claim(std::string_view key, milliseconds lease,
-                       const ClaimRequest& request) override {
-    return inner_.claim(key, lease, request);
-  }
-  bool do_complete(const Claim& claim, std::optional<std::string> result) override {
-    return inner_.complete(claim, std::move(result));
-  }
-  void do_release(const Claim& claim) override { inner_.release(claim); }
   std::size_t do_purge_expired() override {
     if (failures_.fetch_sub(1) > 0) throw StoreError("injected: purge failed");
-    return inner_.purge_expired();
+    return ForwardingBackend::do_purge_expired();
   }
+  // Says nothing, as a store that cannot count would.
+  std::optional<std::size_t> do_stored_records() override { return std::nullopt; }
 
  private:
-  LockBackend& inner_;
   std::atomic<int> failures_;
 };
 

@@ -1,0 +1,73 @@
+// ForwardingBackend: a decorator that overrides nothing still reaches every operation of the
+// backend it wraps, wait_for_change and stored_records included, and an owned backend lives
+// as long as its decorator.
+#include "idempotency/forwarding_backend.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <stop_token>
+
+#include "idempotency/memory_lock.h"
+#include "support/claim_matchers.h"
+
+namespace idempotency::testing {
+namespace {
+
+using std::chrono::milliseconds;
+
+// A memory store that says when it is asked to wait, instead of sleeping as the default does:
+// the stand-in for a Redis or PostgreSQL backend that wakes on a notification.
+class NotifyingStore final : public ForwardingBackend {
+ public:
+  NotifyingStore() : ForwardingBackend(std::make_shared<InMemoryLock>()) {}
+  std::atomic<int> waits{0};
+
+ protected:
+  void do_wait_for_change(std::string_view, milliseconds, const std::stop_token&) override {
+    ++waits;
+  }
+};
+
+// A decorator that changes nothing.
+class Plain final : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+};
+
+TEST(ForwardingBackend, ADecoratorThatOverridesNothingForwardsEveryOperation) {
+  NotifyingStore store;
+  Plain decorated(store);
+  EXPECT_EQ(decorated.ttl(), store.ttl());
+  Claim c = won(decorated.claim("k", milliseconds(100)));
+  held(store.claim("k", milliseconds(100)));
+  EXPECT_TRUE(decorated.complete(c, std::string("r")));
+  EXPECT_EQ(done(store.claim("k", milliseconds(100))).result, std::optional<std::string>("r"));
+  Claim other = won(decorated.claim("other", milliseconds(100)));
+  decorated.release(other);
+  EXPECT_EQ(won(store.claim("other", milliseconds(100))).fence, other.fence + 2);
+  EXPECT_EQ(decorated.stored_records(), std::optional<std::size_t>(2));
+  EXPECT_EQ(decorated.purge_expired(), 0U);
+  // A one-hour wait returns at once: the wrapped store's wait was called, not the default
+  // sleep.
+  decorated.wait_for_change("k", std::chrono::hours(1), std::stop_token{});
+  EXPECT_EQ(store.waits.load(), 1);
+}
+
+TEST(ForwardingBackend, AnOwnedBackendLivesAsLongAsItsDecorator) {
+  auto inner = std::make_shared<InMemoryLock>();
+  std::weak_ptr<InMemoryLock> watch = inner;
+  auto decorated = std::make_unique<Plain>(std::move(inner));
+  EXPECT_FALSE(watch.expired());
+  Claim c = won(decorated->claim("k", milliseconds(100)));
+  EXPECT_TRUE(decorated->complete(c));
+  decorated.reset();
+  EXPECT_TRUE(watch.expired());
+  EXPECT_THROW(Plain(std::shared_ptr<LockBackend>()), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace idempotency::testing
