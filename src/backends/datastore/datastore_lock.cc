@@ -1,11 +1,7 @@
 // DatastoreLock: one Datastore read-write transaction around the core's transition function.
 #include "idempotency/datastore_lock.h"
 
-#include <openssl/evp.h>
-
 #include <algorithm>
-#include <charconv>
-#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -16,6 +12,7 @@
 #include <vector>
 
 #include "auth/http_client.h"
+#include "datastore_wire.h"
 #include "idempotency/errors.h"
 
 namespace idempotency {
@@ -24,227 +21,23 @@ namespace {
 using auth::detail::HttpClient;
 using auth::detail::HttpResponse;
 using Json = nlohmann::json;
+using datastore_detail::classify;
+using datastore_detail::decode_blob;
+using datastore_detail::format_timestamp;
+using datastore_detail::is_reserved_name;
+using datastore_detail::json_int;
+using datastore_detail::kDefaultDatabaseName;
+using datastore_detail::replace_all;
+using datastore_detail::RpcFailure;
 
 constexpr const char* kProductionEndpoint = "https://datastore.googleapis.com";
-constexpr const char* kHashPrefix = "sha256:";
 
 std::string env(const char* name) {
   const char* v = std::getenv(name);  // NOLINT(concurrency-mt-unsafe): read-only use
   return v != nullptr ? std::string(v) : std::string();
 }
 
-// Strict UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF.
-bool is_valid_utf8(std::string_view s) {
-  std::size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    std::size_t n = 0;
-    std::uint32_t cp = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    if ((c & 0xE0) == 0xC0) {
-      n = 1;
-      cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      n = 2;
-      cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      n = 3;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + n >= s.size()) return false;  // truncated sequence
-    for (std::size_t k = 1; k <= n; ++k) {
-      const auto cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000)) return false;
-    if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += n + 1;
-  }
-  return true;
-}
-
-std::string sha256_hex(std::string_view bytes) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int size = 0;
-  if (EVP_Digest(bytes.data(), bytes.size(), digest, &size, EVP_sha256(), nullptr) != 1) {
-    throw std::bad_alloc();
-  }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < size; ++i) {
-    out.push_back(kHex[digest[i] >> 4]);
-    out.push_back(kHex[digest[i] & 15]);
-  }
-  return out;
-}
-
-bool is_reserved_name(std::string_view s) {
-  return s.size() >= 4 && s.substr(0, 2) == "__" && s.substr(s.size() - 2) == "__";
-}
-
-// RFC 3339 with milliseconds, UTC; clamped to the years Datastore timestamps cover.
-std::string format_timestamp(Millis ms) {
-  constexpr Millis kMin = -62135596800000;  // 0001-01-01T00:00:00Z
-  constexpr Millis kMax = 253402300799999;  // 9999-12-31T23:59:59.999Z
-  return format_rfc3339(from_millis(std::clamp(ms, kMin, kMax)));
-}
-
-// Failures of one REST call, classified for the retry loop.
-struct RpcFailure {
-  long http = 0;
-  std::string status;  // Google's canonical status, e.g. "ABORTED"
-  std::string message;
-  bool retryable = false;
-
-  [[nodiscard]] std::string describe() const {
-    std::string out = http != 0 ? std::to_string(http) + " " : std::string();
-    return out + status + ": " + message;
-  }
-};
-
-std::string replace_all(std::string text, std::string_view what, std::string_view with) {
-  if (what.empty()) return text;
-  for (std::size_t pos = text.find(what); pos != std::string::npos;
-       pos = text.find(what, pos + with.size())) {
-    text.replace(pos, what.size(), with);
-  }
-  return text;
-}
-
-RpcFailure classify(const HttpResponse& r) {
-  RpcFailure f;
-  f.http = r.status;
-  if (!r.transport_error.empty()) {
-    // No reply: the request may or may not have been applied; a retry of the whole
-    // transaction finds out (a claim re-affirms itself by its token).
-    f.status = "UNAVAILABLE";
-    f.message = "transport: " + r.transport_error;
-    f.retryable = true;
-    return f;
-  }
-  try {
-    const Json j = Json::parse(r.body);
-    const Json& e = j.at("error");
-    f.status = e.value("status", "");
-    f.message = e.value("message", "");
-  } catch (const Json::exception&) {
-    f.message = "unparsable error reply";
-  }
-  if (f.status.empty()) {
-    switch (r.status) {
-      case 409:
-        f.status = "ABORTED";
-        break;
-      case 429:
-        f.status = "RESOURCE_EXHAUSTED";
-        break;
-      case 503:
-        f.status = "UNAVAILABLE";
-        break;
-      case 504:
-        f.status = "DEADLINE_EXCEEDED";
-        break;
-      case 500:
-        f.status = "INTERNAL";
-        break;
-      default:
-        f.status = "HTTP_" + std::to_string(r.status);
-        break;
-    }
-  }
-  f.retryable = f.status == "ABORTED" || f.status == "UNAVAILABLE" ||
-                f.status == "DEADLINE_EXCEEDED" || f.status == "INTERNAL" ||
-                f.status == "RESOURCE_EXHAUSTED" || r.status == 429 || r.status == 500 ||
-                r.status == 502 || r.status == 503 || r.status == 504;
-  return f;
-}
-
-// Decodes a blobValue. The proto3 JSON mapping writes bytes as standard base64 with padding
-// but has readers accept the URL-safe alphabet and missing padding too, so this does.
-// (auth::detail::base64_decode stays as it is: the tolerance is for this wire format.)
-bool decode_blob(std::string text, std::string& out) {
-  std::size_t padding = 0;
-  while (!text.empty() && text.back() == '=') {
-    text.pop_back();
-    ++padding;
-  }
-  if (padding > 2 || text.size() % 4 == 1 || text.find('=') != std::string::npos) return false;
-  for (char& c : text) {
-    if (c == '-') c = '+';
-    if (c == '_') c = '/';
-  }
-  return auth::detail::base64_decode(text, out);
-}
-
-std::int64_t json_int(const Json& v) {
-  if (v.is_number_integer()) return v.get<std::int64_t>();
-  const auto s = v.get<std::string>();
-  std::int64_t out = 0;
-  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  if (ec != std::errc() || p != s.data() + s.size()) throw std::invalid_argument("not an integer");
-  return out;
-}
-
 }  // namespace
-
-std::string datastore_key_name(std::string_view key) {
-  const bool usable = !key.empty() && key.size() <= 1500 &&
-                      key.find('\0') == std::string_view::npos && is_valid_utf8(key) &&
-                      !is_reserved_name(key) && key.substr(0, 7) != kHashPrefix;
-  if (usable) return std::string(key);
-  return kHashPrefix + sha256_hex(key);
-}
-
-// The console's name for the default database; the API wants an empty databaseId instead and
-// refuses this one ("'(default)' is not allowed; use empty string").
-constexpr std::string_view kDefaultDatabaseName = "(default)";
-
-DatastoreOptions parse_datastore_url(std::string_view url, DatastoreOptions base) {
-  constexpr std::string_view kScheme = "datastore://";
-  if (url.substr(0, kScheme.size()) != kScheme) {
-    throw std::invalid_argument("a Datastore URL starts with datastore://");
-  }
-  std::string_view rest = url.substr(kScheme.size());
-  std::string_view query;
-  if (const auto q = rest.find('?'); q != std::string_view::npos) {
-    query = rest.substr(q + 1);
-    rest = rest.substr(0, q);
-  }
-  const auto slash = rest.find('/');
-  base.project = std::string(rest.substr(0, slash));
-  if (slash != std::string_view::npos) {
-    std::string_view ns = rest.substr(slash + 1);
-    if (!ns.empty() && ns.back() == '/') ns.remove_suffix(1);
-    if (ns.find('/') != std::string_view::npos) {
-      throw std::invalid_argument("a Datastore URL has at most one path segment (the namespace)");
-    }
-    base.namespace_id = std::string(ns);
-  }
-  while (!query.empty()) {
-    const auto amp = query.find('&');
-    const std::string_view pair = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
-    if (pair.empty()) continue;
-    const auto eq = pair.find('=');
-    const std::string_view name = pair.substr(0, eq);
-    const std::string value(eq == std::string_view::npos ? std::string_view()
-                                                         : pair.substr(eq + 1));
-    if (name == "kind") {
-      base.kind = value;
-    } else if (name == "database") {
-      base.database = value == kDefaultDatabaseName ? std::string() : value;
-    } else {
-      throw std::invalid_argument("unknown Datastore URL parameter (expected kind or database)");
-    }
-  }
-  return base;
-}
 
 struct DatastoreLock::Impl {
   DatastoreOptions options;

@@ -1,0 +1,56 @@
+// The Datastore REST wire format, shared by the backend's files: values, timestamps, and error
+// replies classified for the retry loop. Internal to the datastore component.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "auth/http_client.h"
+#include "idempotency/record.h"
+
+namespace idempotency::datastore_detail {
+
+/// The console's name for the default database; the API wants an empty databaseId instead and
+/// refuses this one ("'(default)' is not allowed; use empty string").
+inline constexpr std::string_view kDefaultDatabaseName = "(default)";
+
+/// is_reserved_name() says whether Datastore reserves `s` (it matches __.*__).
+[[nodiscard]] bool is_reserved_name(std::string_view s);
+
+/// format_timestamp() writes `ms` as RFC 3339 UTC with milliseconds, clamped to the years a
+/// Datastore timestamp covers.
+[[nodiscard]] std::string format_timestamp(Millis ms);
+
+// Failures of one REST call, classified for the retry loop.
+struct RpcFailure {
+  long http = 0;
+  std::string status;  // Google's canonical status, e.g. "ABORTED"
+  std::string message;
+  bool retryable = false;
+
+  [[nodiscard]] std::string describe() const {
+    std::string out = http != 0 ? std::to_string(http) + " " : std::string();
+    return out + status + ": " + message;
+  }
+};
+
+/// replace_all() replaces every `what` in `text` with `with`.
+[[nodiscard]] std::string replace_all(std::string text, std::string_view what,
+                                      std::string_view with);
+
+/// classify() turns a non-200 reply (or no reply) into a failure the retry loop can judge.
+[[nodiscard]] RpcFailure classify(const auth::detail::HttpResponse& r);
+
+/// decode_blob() decodes a blobValue in either base64 alphabet, padded or not; false when it
+/// is not base64.
+[[nodiscard]] bool decode_blob(std::string text, std::string& out);
+
+/// json_int() reads an int64 value, written as a JSON number or (proto3 JSON) a string.
+/// Throws std::invalid_argument when it is neither.
+[[nodiscard]] std::int64_t json_int(const nlohmann::json& v);
+
+}  // namespace idempotency::datastore_detail
