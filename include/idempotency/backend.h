@@ -162,6 +162,12 @@ class LockBackend {
   }
   /// As forward_claim(), for release().
   static void forward_release(LockBackend& to, const Claim& claim) { to.do_release(claim); }
+  /// As forward_claim(), for wait_for_change().
+  static void forward_wait_for_change(LockBackend& to, std::string_view key,
+                                      std::chrono::milliseconds timeout,
+                                      const std::stop_token& stop) {
+    to.do_wait_for_change(key, timeout, stop);
+  }
   /// The wait behind wait_for_change(); the default sleeps `timeout` (or until `stop`).
   virtual void do_wait_for_change(std::string_view key, std::chrono::milliseconds timeout,
                                   const std::stop_token& stop);

@@ -41,7 +41,8 @@ struct PurgePass {
   std::chrono::steady_clock::duration took{};
   /// Empty when the pass succeeded; otherwise the store's one-line error.
   std::string error;
-  /// The records the store holds after the pass, where it can say (`stored_records()`).
+  /// The records the store holds after the pass, where it can say (`stored_records()`; asked
+  /// only when `on_pass` is set).
   std::optional<std::size_t> stored;
 };
 

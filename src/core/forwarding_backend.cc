@@ -40,7 +40,7 @@ std::optional<std::size_t> ForwardingBackend::do_stored_records() {
 
 void ForwardingBackend::do_wait_for_change(std::string_view key, std::chrono::milliseconds timeout,
                                            const std::stop_token& stop) {
-  inner_->wait_for_change(key, timeout, stop);
+  forward_wait_for_change(*inner_, key, timeout, stop);
 }
 
 }  // namespace idempotency

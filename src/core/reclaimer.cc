@@ -61,7 +61,8 @@ void Reclaimer::run() {
       pass.error = "a non-standard exception";
     }
     pass.took = std::chrono::steady_clock::now() - started;
-    if (pass.error.empty()) {
+    // Counting costs a store a scan (SQLite), so only when someone reads the count.
+    if (pass.error.empty() && options_.on_pass) {
       try {
         pass.stored = backend_->stored_records();
       } catch (...) {
