@@ -9,6 +9,7 @@
 
 #include "datastore_wire.h"
 #include "idempotency/datastore_lock.h"
+#include "idempotency/detail/hex.h"
 
 namespace idempotency {
 namespace {
@@ -60,13 +61,7 @@ std::string sha256_hex(std::string_view bytes) {
   if (EVP_Digest(bytes.data(), bytes.size(), digest, &size, EVP_sha256(), nullptr) != 1) {
     throw std::bad_alloc();
   }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < size; ++i) {
-    out.push_back(kHex[digest[i] >> 4]);
-    out.push_back(kHex[digest[i] & 15]);
-  }
-  return out;
+  return detail::to_hex(digest, size);
 }
 
 }  // namespace

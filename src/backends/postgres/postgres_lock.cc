@@ -1,5 +1,6 @@
 // PostgresLock: the transition table as single SQL statements, a bounded libpq pool.
 #include "idempotency/postgres_lock.h"
+#include "idempotency/detail/hex.h"
 
 #include <libpq-fe.h>
 
@@ -345,14 +346,7 @@ RecordState get_state(const PGresult* r, int row, int col, const char* op) {
 }
 
 std::string hex(std::string_view bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char c : bytes) {
-    out.push_back(kDigits[c >> 4]);
-    out.push_back(kDigits[c & 0xf]);
-  }
-  return out;
+  return detail::to_hex(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
 }
 
 // ---------------------------------------------------------------------------------------
