@@ -1,7 +1,7 @@
 // The idempotency record and its state machine: the one truth every backend stores.
 //
 // A key maps to at most one `Record`. `transition()` is the single, pure definition of how
-// a record answers `claim`, `complete` and `release` at a given instant. Backends that
+// a record answers `claim`, `complete`, `release` and `extend` at a given instant. Backends that
 // read-modify-write under a transaction (memory, SQLite, Datastore) call it directly;
 // backends that decide server-side in one round trip (Redis Lua, a PostgreSQL statement)
 // re-express it, and a differential test holds them to it.
@@ -66,13 +66,24 @@ struct ReleaseOp {
   Millis ttl = 0;
 };
 
-using Operation = std::variant<ClaimOp, CompleteOp, ReleaseOp>;
+/// `extend(claim, lease)`: the live holder renews its lease (a heartbeat). Only a CLAIMED
+/// record with this fence and claim token, not past `expires_at`, moves; anything else is
+/// refused unchanged.
+struct ExtendOp {
+  std::int64_t fence = 0;
+  std::string claim_token;
+  Millis lease = 0;
+  Millis ttl = 0;
+};
+
+using Operation = std::variant<ClaimOp, CompleteOp, ReleaseOp, ExtendOp>;
 
 /// How `transition` answered a claim.
 enum class ClaimAnswer : std::uint8_t { kWon, kAlreadyDone, kHeldByOther };
 
 /// What the caller of an operation is told. For a claim, `claim` is set; for complete, `ok`
-/// says whether the fence matched; for release, `ok` says whether the record changed.
+/// says whether the fence matched; for release, `ok` says whether the record changed; for
+/// extend, `ok` says whether the claim still holds the key (its lease now runs on).
 struct Answer {
   std::optional<ClaimAnswer> claim;
   bool ok = false;
@@ -98,7 +109,8 @@ struct Transition {
 /// ttl` (the record outlives its holder); complete sets `expires_at = now + ttl` (the ttl is
 /// measured from success); release sets `lease_expiry = now`, clears the claim token and keeps
 /// the record at least `ttl` longer so the advanced fence outlives any holder that could still
-/// wake up.
+/// wake up; extend sets `lease_expiry = now + lease` and keeps the record at least until
+/// `now + lease + ttl`, as a fresh claim would.
 ///
 /// Re-affirm: a claim whose token equals a CLAIMED record's answers Won with that record's
 /// fence, unchanged, only while `now < lease_expiry` (and before `expires_at`). Past the lease

@@ -71,6 +71,23 @@ Transition apply_release(const std::optional<Record>& current, const ReleaseOp& 
   return Transition{r, Answer{std::nullopt, true}, true};
 }
 
+// A heartbeat. Fence and token say who holds the key: a reclaim advanced the fence, a release
+// advanced it and cleared the token, so a match is the sole holder even past its lease (nobody
+// reclaimed in between), just as complete has no lease guard. Re-sent after a lost reply, it
+// extends again: idempotent.
+Transition apply_extend(const std::optional<Record>& current, const ExtendOp& op, Millis now) {
+  if (!current || is_expired(*current, now) || current->fence != op.fence ||
+      current->state != RecordState::kClaimed || op.claim_token.empty() ||
+      current->claim_token != op.claim_token) {
+    return unchanged(current, Answer{std::nullopt, false});
+  }
+  Record r = *current;
+  r.lease_expiry = now + op.lease;
+  r.expires_at = std::max(r.expires_at, now + op.lease + op.ttl);
+  const bool changed = r != *current;
+  return Transition{std::move(r), Answer{std::nullopt, true}, changed};
+}
+
 }  // namespace
 
 Transition transition(const std::optional<Record>& current, const Operation& op, Millis now) {
@@ -80,6 +97,7 @@ Transition transition(const std::optional<Record>& current, const Operation& op,
     Transition operator()(const ClaimOp& o) const { return apply_claim(current, o, now); }
     Transition operator()(const CompleteOp& o) const { return apply_complete(current, o, now); }
     Transition operator()(const ReleaseOp& o) const { return apply_release(current, o, now); }
+    Transition operator()(const ExtendOp& o) const { return apply_extend(current, o, now); }
   };
   return std::visit(Visitor{current, now}, op);
 }

@@ -195,6 +195,77 @@ TEST(Transition, ARecordPastExpiresAtAnswersCompleteAndReleaseAsAbsent) {
   EXPECT_FALSE(transition(r, ReleaseOp{3, kTtl}, kNow).changed);
 }
 
+TEST(Transition, ExtendOnALiveClaimMovesTheLeaseAndKeepsTheRecordBeyondIt) {
+  const Record r = claimed(3, kNow + 10, kNow + 50, "mine");
+  Transition t = transition(r, ExtendOp{3, "mine", kLease, kTtl}, kNow);
+  EXPECT_TRUE(t.answer.ok);
+  EXPECT_TRUE(t.changed);
+  Record want = r;
+  want.lease_expiry = kNow + kLease;
+  want.expires_at = kNow + kLease + kTtl;
+  EXPECT_EQ(*t.record, want) << "only the two instants move: fence, token, state stay";
+}
+
+TEST(Transition, ExtendNeverShortensTheRecordsLife) {
+  const Record r = claimed(3, kNow + 10, kNow + 50'000);
+  Transition t = transition(r, ExtendOp{3, "t1", kLease, kTtl}, kNow);
+  EXPECT_TRUE(t.answer.ok);
+  EXPECT_EQ(t.record->expires_at, kNow + 50'000);
+  EXPECT_EQ(t.record->lease_expiry, kNow + kLease);
+}
+
+TEST(Transition, ExtendAfterTheLeaseLapsedStillHoldsWhenNobodyReclaimed) {
+  const Record r = claimed(3, kNow - 10, kNow + 5000);
+  Transition t = transition(r, ExtendOp{3, "t1", kLease, kTtl}, kNow);
+  EXPECT_TRUE(t.answer.ok) << "the fence says it is still the only holder";
+  EXPECT_EQ(t.record->lease_expiry, kNow + kLease);
+  EXPECT_EQ(transition(*t.record, claim_op(), kNow).answer.claim, ClaimAnswer::kHeldByOther);
+}
+
+TEST(Transition, ExtendWithAStaleFenceIsRefusedUnchanged) {
+  const Record r = claimed(4, kNow + 10, kNow + 5000);
+  Transition t = transition(r, ExtendOp{3, "t1", kLease, kTtl}, kNow);
+  EXPECT_FALSE(t.answer.ok);
+  EXPECT_FALSE(t.changed);
+  EXPECT_EQ(*t.record, r);
+}
+
+TEST(Transition, ExtendWithAnotherClaimsTokenIsRefusedUnchanged) {
+  const Record r = claimed(3, kNow + 10, kNow + 5000, "mine");
+  EXPECT_FALSE(transition(r, ExtendOp{3, "theirs", kLease, kTtl}, kNow).answer.ok);
+  EXPECT_FALSE(transition(r, ExtendOp{3, "", kLease, kTtl}, kNow).answer.ok);
+  EXPECT_FALSE(transition(r, ExtendOp{3, "", kLease, kTtl}, kNow).changed);
+}
+
+TEST(Transition, ExtendAfterReleaseIsRefused) {
+  const Record released =
+      *transition(claimed(3, kNow + 10, kNow + 5000), ReleaseOp{3, kTtl}, kNow).record;
+  EXPECT_FALSE(transition(released, ExtendOp{3, "t1", kLease, kTtl}, kNow).answer.ok);
+  EXPECT_FALSE(transition(released, ExtendOp{4, "t1", kLease, kTtl}, kNow).answer.ok)
+      << "nobody holds the fence a release advanced to";
+}
+
+TEST(Transition, ExtendOnDoneOrExpiredOrAbsentIsRefusedUnchanged) {
+  const Record done = done_record(3, kNow + 5000, "r");
+  EXPECT_FALSE(transition(done, ExtendOp{3, "t1", kLease, kTtl}, kNow).answer.ok);
+  EXPECT_FALSE(transition(done, ExtendOp{3, "t1", kLease, kTtl}, kNow).changed);
+  const Record expired = claimed(3, kNow - 10, kNow);
+  EXPECT_FALSE(transition(expired, ExtendOp{3, "t1", kLease, kTtl}, kNow).answer.ok);
+  EXPECT_FALSE(transition(expired, ExtendOp{3, "t1", kLease, kTtl}, kNow).changed);
+  Transition absent = transition(std::nullopt, ExtendOp{1, "t1", kLease, kTtl}, kNow);
+  EXPECT_FALSE(absent.answer.ok);
+  EXPECT_FALSE(absent.record.has_value());
+}
+
+TEST(Transition, ARetriedExtendWhoseReplyWasLostSucceedsAgain) {
+  const Record r = claimed(3, kNow + 10, kNow + 5000);
+  const Record once = *transition(r, ExtendOp{3, "t1", kLease, kTtl}, kNow).record;
+  Transition again = transition(once, ExtendOp{3, "t1", kLease, kTtl}, kNow);
+  EXPECT_TRUE(again.answer.ok);
+  EXPECT_FALSE(again.changed) << "the same instant: nothing left to write";
+  EXPECT_TRUE(transition(once, ExtendOp{3, "t1", kLease, kTtl}, kNow + 5).answer.ok);
+}
+
 TEST(Transition, IsPure) {
   const Record r = claimed(3, kNow + 10, kNow + 5000);
   EXPECT_EQ(transition(r, claim_op(), kNow).record, transition(r, claim_op(), kNow).record);
