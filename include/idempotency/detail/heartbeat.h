@@ -1,0 +1,67 @@
+// Heartbeats (internal: guards and `once` use them): one thread per process renews every live
+// claim's lease at its interval, so work may run far longer than its lease while a crashed
+// holder's key is still reclaimable one short lease after it died.
+//
+// One scheduler thread serves every heartbeat in the process (not a thread per claim). A
+// renewal is a call of the owner's `renew`, made on that thread: `true` means extended, `false`
+// means refused (the claim was fenced out, released or completed: lost for good), and a throw is
+// a transient failure, retried sooner until the lease as last extended would lapse, at which
+// point the claim counts as lost too. `on_lost` is called once, on the scheduler thread, and
+// renewals stop. Nothing a renewal does ever throws into the work.
+//
+// Thread safety: start_heartbeat() and the handle's members may be used from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <utility>
+
+namespace idempotency::detail {
+
+/// What to renew and how often.
+struct HeartbeatSpec {
+  /// Time between two renewals; positive, and shorter than `lease`.
+  std::chrono::milliseconds interval{0};
+  /// The lease each renewal asks for: after a renewal that succeeded at t, the claim is held
+  /// until t + lease, so failures are retried until then and no longer.
+  std::chrono::milliseconds lease{0};
+  /// When the claim's current lease lapses (steady clock); default: now + lease.
+  std::chrono::steady_clock::time_point held_until{};
+  /// One renewal: true = extended, false = refused (lost); a throw is a transient failure.
+  std::function<bool()> renew;
+  /// Called once when the claim is lost (refused, or failures outlasted the lease); must not
+  /// block for long: every other heartbeat waits meanwhile.
+  std::function<void()> on_lost;
+};
+
+struct HeartbeatEntry;
+
+/// Heartbeat keeps renewing until destroyed.
+class Heartbeat {
+ public:
+  /// ~Heartbeat() stops the renewals; if one of its renewals is running on the scheduler
+  /// thread, waits for it to return (except when destroyed on that thread), so `renew` and
+  /// `on_lost` never run once the destructor has returned.
+  ~Heartbeat();
+  Heartbeat(const Heartbeat&) = delete;
+  Heartbeat& operator=(const Heartbeat&) = delete;
+
+  /// lost() says whether the claim was lost (and `on_lost` called).
+  [[nodiscard]] bool lost() const noexcept;
+  /// renewals() counts the renewals that extended the lease.
+  [[nodiscard]] std::uint64_t renewals() const noexcept;
+
+ private:
+  friend std::unique_ptr<Heartbeat> start_heartbeat(HeartbeatSpec spec);
+  explicit Heartbeat(std::shared_ptr<HeartbeatEntry> entry) : entry_(std::move(entry)) {}
+  std::shared_ptr<HeartbeatEntry> entry_;
+};
+
+/// start_heartbeat() schedules the first renewal one interval from now. Throws
+/// std::invalid_argument when the interval is not positive and shorter than the lease, or a
+/// callback is empty.
+[[nodiscard]] std::unique_ptr<Heartbeat> start_heartbeat(HeartbeatSpec spec);
+
+}  // namespace idempotency::detail

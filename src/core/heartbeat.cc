@@ -1,0 +1,173 @@
+// The process's one heartbeat scheduler: a queue of due renewals and the thread that runs them.
+#include "idempotency/detail/heartbeat.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+namespace idempotency::detail {
+
+using SteadyClock = std::chrono::steady_clock;
+
+struct HeartbeatEntry {
+  HeartbeatSpec spec;
+  std::uint64_t id = 0;
+  std::atomic<bool> lost{false};
+  std::atomic<std::uint64_t> renewals{0};
+  // Guarded by the scheduler's mutex.
+  SteadyClock::time_point due;
+  bool running = false;  // its renew or on_lost is being called right now
+};
+
+namespace {
+
+// A failed renewal is retried well before the lease lapses, but not in a tight loop.
+constexpr std::chrono::milliseconds kMinRetry{10};
+
+class Scheduler {
+ public:
+  static Scheduler& instance() {
+    static Scheduler scheduler;
+    return scheduler;
+  }
+
+  void add(const std::shared_ptr<HeartbeatEntry>& entry) {
+    std::lock_guard lock(mutex_);
+    entry->id = next_id_++;
+    entries_.emplace(entry->id, entry);
+    enqueue(*entry, SteadyClock::now() + entry->spec.interval);
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+  }
+
+  void remove(HeartbeatEntry& entry) {
+    std::unique_lock lock(mutex_);
+    queue_.erase({entry.due, entry.id});
+    entries_.erase(entry.id);
+    // On the scheduler thread (an on_lost that ends the work, say) the call in flight is the
+    // caller itself: waiting would never end.
+    if (std::this_thread::get_id() != thread_.get_id()) {
+      settled_.wait(lock, [&] { return !entry.running; });
+    }
+  }
+
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+ private:
+  Scheduler() = default;
+  ~Scheduler() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void enqueue(HeartbeatEntry& entry, SteadyClock::time_point due) {
+    entry.due = due;
+    const bool earliest = queue_.empty() || due < queue_.begin()->first;
+    queue_.emplace(due, entry.id);
+    if (earliest) wake_.notify_all();
+  }
+
+  void run() {
+    std::unique_lock lock(mutex_);
+    while (!stopping_) {
+      if (queue_.empty()) {
+        wake_.wait(lock);
+        continue;
+      }
+      const auto [due, id] = *queue_.begin();
+      if (SteadyClock::now() < due) {
+        wake_.wait_until(lock, due);
+        continue;
+      }
+      queue_.erase(queue_.begin());
+      const auto found = entries_.find(id);
+      if (found == entries_.end()) continue;
+      const std::shared_ptr<HeartbeatEntry> entry = found->second;
+      entry->running = true;
+      lock.unlock();
+      renew_once(*entry, lock);  // returns with the lock held
+      entry->running = false;
+      settled_.notify_all();
+    }
+  }
+
+  // One renewal of `entry`, then its next due time, or the claim declared lost.
+  void renew_once(HeartbeatEntry& entry, std::unique_lock<std::mutex>& lock) {
+    enum class Result { kExtended, kRefused, kFailed } result = Result::kFailed;
+    const auto started = SteadyClock::now();
+    try {
+      result = entry.spec.renew() ? Result::kExtended : Result::kRefused;
+    } catch (...) {
+      result = Result::kFailed;  // a store hiccup: retried below while the lease lasts
+    }
+    lock.lock();
+    if (!entries_.contains(entry.id)) return;  // stopped meanwhile: nothing more to do
+    const auto now = SteadyClock::now();
+    if (result == Result::kExtended) {
+      // The store extended from its own now, no earlier than `started`.
+      entry.spec.held_until = started + entry.spec.lease;
+      entry.renewals.fetch_add(1);
+      enqueue(entry, now + entry.spec.interval);
+      return;
+    }
+    if (result == Result::kFailed && now < entry.spec.held_until) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(entry.spec.held_until - now);
+      enqueue(entry, now + std::min(std::max(left / 2, kMinRetry), entry.spec.interval));
+      return;
+    }
+    entries_.erase(entry.id);
+    entry.lost.store(true);
+    lock.unlock();
+    try {
+      entry.spec.on_lost();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the scheduler must outlive a bad callback
+    }
+    lock.lock();
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;     // an earlier renewal was queued, or stop
+  std::condition_variable settled_;  // a renewal (or on_lost) returned
+  std::set<std::pair<SteadyClock::time_point, std::uint64_t>> queue_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<HeartbeatEntry>> entries_;
+  std::uint64_t next_id_ = 1;
+  bool stopping_ = false;
+  std::thread thread_;  // started with the first heartbeat
+};
+
+}  // namespace
+
+Heartbeat::~Heartbeat() { Scheduler::instance().remove(*entry_); }
+
+bool Heartbeat::lost() const noexcept { return entry_->lost.load(); }
+
+std::uint64_t Heartbeat::renewals() const noexcept { return entry_->renewals.load(); }
+
+std::unique_ptr<Heartbeat> start_heartbeat(HeartbeatSpec spec) {
+  if (spec.interval.count() <= 0 || spec.interval >= spec.lease) {
+    throw std::invalid_argument(
+        "heartbeat: the interval must be positive and shorter than the lease");
+  }
+  if (!spec.renew || !spec.on_lost) {
+    throw std::invalid_argument("heartbeat: renew and on_lost must both be set");
+  }
+  if (spec.held_until == SteadyClock::time_point{}) {
+    spec.held_until = SteadyClock::now() + spec.lease;
+  }
+  auto entry = std::make_shared<HeartbeatEntry>();
+  entry->spec = std::move(spec);
+  Scheduler::instance().add(entry);
+  return std::unique_ptr<Heartbeat>(new Heartbeat(std::move(entry)));
+}
+
+}  // namespace idempotency::detail

@@ -1,0 +1,165 @@
+// The heartbeat scheduler: renews at its interval on one shared thread, declares a claim lost
+// when a renewal is refused or failures outlast the lease, and never calls back once stopped.
+#include "idempotency/detail/heartbeat.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace idempotency::detail {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Polls `done` until it holds or a generous deadline passes (a hang fails, speed never does).
+bool eventually(const std::function<bool()>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+TEST(Heartbeat, RenewsUntilDestroyedAndNeverAfter) {
+  std::atomic<int> calls{0};
+  auto beat = start_heartbeat(
+      {.interval = 5ms, .lease = 1s, .renew = [&] { return ++calls, true; }, .on_lost = [] {}});
+  ASSERT_TRUE(eventually([&] { return beat->renewals() >= 3; }));
+  EXPECT_FALSE(beat->lost());
+  beat.reset();
+  const int after = calls.load();
+  std::this_thread::sleep_for(30ms);
+  EXPECT_EQ(calls.load(), after) << "a stopped heartbeat renewed again";
+}
+
+TEST(Heartbeat, ARefusedRenewalIsALostClaimToldOnce) {
+  std::atomic<int> calls{0};
+  std::atomic<int> lost{0};
+  auto beat = start_heartbeat({.interval = 2ms,
+                               .lease = 1s,
+                               .renew = [&] { return ++calls, false; },
+                               .on_lost = [&] { ++lost; }});
+  ASSERT_TRUE(eventually([&] { return beat->lost(); }));
+  EXPECT_TRUE(eventually([&] { return lost.load() == 1; }));
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(calls.load(), 1) << "no renewal after a refusal";
+  EXPECT_EQ(lost.load(), 1);
+  EXPECT_EQ(beat->renewals(), 0U);
+}
+
+TEST(Heartbeat, FailuresAreRetriedUntilTheLeaseWouldLapseThenTheClaimIsLost) {
+  std::atomic<int> calls{0};
+  std::atomic<int> lost{0};
+  auto beat = start_heartbeat({.interval = 5ms,
+                               .lease = 60ms,
+                               .renew = [&]() -> bool {
+                                 ++calls;
+                                 throw std::runtime_error("store unavailable");
+                               },
+                               .on_lost = [&] { ++lost; }});
+  ASSERT_TRUE(eventually([&] { return beat->lost(); }));
+  EXPECT_GE(calls.load(), 2) << "a failure is retried while the lease lasts";
+  EXPECT_TRUE(eventually([&] { return lost.load() == 1; }));
+}
+
+TEST(Heartbeat, ATransientFailureIsNotALoss) {
+  std::atomic<int> calls{0};
+  auto beat = start_heartbeat({.interval = 5ms,
+                               .lease = 10s,
+                               .renew =
+                                   [&] {
+                                     if (++calls == 1) throw std::runtime_error("one hiccup");
+                                     return true;
+                                   },
+                               .on_lost = [] {}});
+  ASSERT_TRUE(eventually([&] { return beat->renewals() >= 2; }));
+  EXPECT_FALSE(beat->lost());
+}
+
+TEST(Heartbeat, DestructionWaitsForARenewalInFlight) {
+  std::atomic<bool> inside{false};
+  std::atomic<bool> finished{false};
+  auto beat = start_heartbeat({.interval = 1ms,
+                               .lease = 10s,
+                               .renew =
+                                   [&] {
+                                     inside = true;
+                                     std::this_thread::sleep_for(50ms);
+                                     finished = true;
+                                     return true;
+                                   },
+                               .on_lost = [] {}});
+  ASSERT_TRUE(eventually([&] { return inside.load(); }));
+  beat.reset();
+  EXPECT_TRUE(finished.load()) << "the destructor returned while its renewal still ran";
+}
+
+TEST(Heartbeat, OnLostMayStopItsOwnHeartbeatWithoutDeadlock) {
+  std::mutex mutex;
+  std::unique_ptr<Heartbeat> beat;
+  std::atomic<bool> stopped{false};
+  {
+    std::lock_guard lock(mutex);
+    beat = start_heartbeat({.interval = 1ms,
+                            .lease = 1s,
+                            .renew = [] { return false; },
+                            .on_lost =
+                                [&] {
+                                  std::lock_guard inner(mutex);
+                                  beat.reset();  // on the scheduler thread
+                                  stopped = true;
+                                }});
+  }
+  EXPECT_TRUE(eventually([&] { return stopped.load(); }));
+}
+
+TEST(Heartbeat, EveryHeartbeatRunsOnOneSharedThread) {
+  std::mutex mutex;
+  std::set<std::thread::id> threads;
+  std::vector<std::unique_ptr<Heartbeat>> beats;
+  for (int i = 0; i < 32; ++i) {
+    beats.push_back(start_heartbeat({.interval = 2ms,
+                                     .lease = 10s,
+                                     .renew =
+                                         [&] {
+                                           std::lock_guard lock(mutex);
+                                           threads.insert(std::this_thread::get_id());
+                                           return true;
+                                         },
+                                     .on_lost = [] {}}));
+  }
+  ASSERT_TRUE(eventually([&] {
+    for (const auto& beat : beats) {
+      if (beat->renewals() < 2) return false;
+    }
+    return true;
+  }));
+  beats.clear();
+  std::lock_guard lock(mutex);
+  EXPECT_EQ(threads.size(), 1U);
+  EXPECT_EQ(threads.count(std::this_thread::get_id()), 0U);
+}
+
+TEST(Heartbeat, RefusesAnIntervalThatIsNotShorterThanTheLease) {
+  auto yes = [] { return true; };
+  auto nothing = [] {};
+  EXPECT_THROW(
+      (void)start_heartbeat({.interval = 1s, .lease = 1s, .renew = yes, .on_lost = nothing}),
+      std::invalid_argument);
+  EXPECT_THROW(
+      (void)start_heartbeat({.interval = 0ms, .lease = 1s, .renew = yes, .on_lost = nothing}),
+      std::invalid_argument);
+  EXPECT_THROW((void)start_heartbeat({.interval = 1ms, .lease = 1s, .on_lost = nothing}),
+               std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace idempotency::detail
