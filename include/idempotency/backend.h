@@ -114,6 +114,16 @@ class LockBackend {
   /// Throws `StoreError` when the store fails.
   void release(const Claim& claim);
 
+  /// extend() renews a claim's lease (a heartbeat): while `claim` still holds the key — its
+  /// fence and claim token match a CLAIMED record within its ttl, even past the lease when
+  /// nobody reclaimed — the lease runs until now + `lease` and the record lives at least
+  /// `lease` + ttl longer. Returns the new lease expiry, or nullopt, writing nothing, when the
+  /// claim was fenced out, released or completed, or its record expired. A retry after a lost
+  /// reply extends again. Throws `std::invalid_argument` for a bad key or lease and
+  /// `StoreError` when the store fails.
+  [[nodiscard]] std::optional<TimePoint> extend(const Claim& claim,
+                                                std::chrono::milliseconds lease);
+
   /// purge_expired() physically deletes records past their `expires_at` and returns how
   /// many it deleted. Never needed for correctness; it only reclaims storage.
   std::size_t purge_expired();
@@ -145,6 +155,9 @@ class LockBackend {
   virtual bool do_complete(const Claim& claim, std::optional<std::string> result) = 0;
   /// The storage work behind release().
   virtual void do_release(const Claim& claim) = 0;
+  /// The storage work behind extend(); inputs are validated.
+  virtual std::optional<TimePoint> do_extend(const Claim& claim,
+                                             std::chrono::milliseconds lease) = 0;
   /// The storage work behind purge_expired().
   virtual std::size_t do_purge_expired() = 0;
   /// The count behind stored_records(); the default says nothing.
@@ -162,6 +175,11 @@ class LockBackend {
   }
   /// As forward_claim(), for release().
   static void forward_release(LockBackend& to, const Claim& claim) { to.do_release(claim); }
+  /// As forward_claim(), for extend().
+  static std::optional<TimePoint> forward_extend(LockBackend& to, const Claim& claim,
+                                                 std::chrono::milliseconds lease) {
+    return to.do_extend(claim, lease);
+  }
   /// As forward_claim(), for wait_for_change().
   static void forward_wait_for_change(LockBackend& to, std::string_view key,
                                       std::chrono::milliseconds timeout,
@@ -183,6 +201,10 @@ class LockBackend {
 /// returns, for backends built on `transition()`.
 [[nodiscard]] ClaimResult claim_result(std::string_view key, const Record& record,
                                        ClaimAnswer answer);
+
+/// extend_result() turns what `transition` did with an `ExtendOp` into what `extend` returns,
+/// for backends built on `transition()`.
+[[nodiscard]] std::optional<TimePoint> extend_result(const Transition& t);
 
 /// validate_lease() throws `std::invalid_argument` unless 0 < lease <= kMaxLease.
 void validate_lease(std::chrono::milliseconds lease);

@@ -74,6 +74,7 @@ class PostgresLock final : public LockBackend {
                        const ClaimRequest& request) override;
   bool do_complete(const Claim& claim, std::optional<std::string> result) override;
   void do_release(const Claim& claim) override;
+  std::optional<TimePoint> do_extend(const Claim& claim, std::chrono::milliseconds lease) override;
   std::size_t do_purge_expired() override;
   /// Waits on LISTEN for the NOTIFY that complete() and release() send in their statement.
   void do_wait_for_change(std::string_view key, std::chrono::milliseconds timeout,

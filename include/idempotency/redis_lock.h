@@ -92,6 +92,7 @@ class RedisLock final : public LockBackend {
                        const ClaimRequest& request) override;
   bool do_complete(const Claim& claim, std::optional<std::string> result) override;
   void do_release(const Claim& claim) override;
+  std::optional<TimePoint> do_extend(const Claim& claim, std::chrono::milliseconds lease) override;
   /// Returns 0 without a store call: Redis deletes each record itself at its `expires_at`
   /// (PEXPIREAT), and a record an injected clock has expired is treated as absent by every
   /// operation, so there is nothing left to purge.

@@ -59,6 +59,7 @@ class SqliteLock final : public LockBackend {
                        const ClaimRequest& request) override;
   bool do_complete(const Claim& claim, std::optional<std::string> result) override;
   void do_release(const Claim& claim) override;
+  std::optional<TimePoint> do_extend(const Claim& claim, std::chrono::milliseconds lease) override;
   std::size_t do_purge_expired() override;
   std::optional<std::size_t> do_stored_records() override;
 

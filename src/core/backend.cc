@@ -39,6 +39,11 @@ void validate_ttl(std::chrono::milliseconds ttl) {
   }
 }
 
+std::optional<TimePoint> extend_result(const Transition& t) {
+  if (!t.answer.ok || !t.record) return std::nullopt;
+  return from_millis(t.record->lease_expiry);
+}
+
 ClaimResult claim_result(std::string_view key, const Record& record, ClaimAnswer answer) {
   switch (answer) {
     case ClaimAnswer::kWon:
@@ -73,6 +78,12 @@ bool LockBackend::complete(const Claim& claim, std::optional<std::string> result
 void LockBackend::release(const Claim& claim) {
   validate_key(claim.key);
   do_release(claim);
+}
+
+std::optional<TimePoint> LockBackend::extend(const Claim& claim, std::chrono::milliseconds lease) {
+  validate_key(claim.key);
+  validate_lease(lease);
+  return do_extend(claim, lease);
 }
 
 std::size_t LockBackend::purge_expired() { return do_purge_expired(); }

@@ -32,6 +32,11 @@ bool ForwardingBackend::do_complete(const Claim& claim, std::optional<std::strin
 
 void ForwardingBackend::do_release(const Claim& claim) { forward_release(*inner_, claim); }
 
+std::optional<TimePoint> ForwardingBackend::do_extend(const Claim& claim,
+                                                      std::chrono::milliseconds lease) {
+  return forward_extend(*inner_, claim, lease);
+}
+
 std::size_t ForwardingBackend::do_purge_expired() { return inner_->purge_expired(); }
 
 std::optional<std::size_t> ForwardingBackend::do_stored_records() {

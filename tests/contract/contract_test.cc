@@ -125,6 +125,101 @@ TEST_P(BackendContract, CompleteOnAnAbsentKeyIsRefused) {
   EXPECT_EQ(won(backend_->claim("never-claimed", kLease)).fence, 1);
 }
 
+// --- EXTEND (a heartbeat) -------------------------------------------------------------------
+
+TEST_P(BackendContract, ExtendOnALiveClaimMovesTheLeaseAndTheHolderKeepsTheKey) {
+  Claim c = won(backend_->claim("k", kLease));
+  clock_->advance(kLease - minutes(1));
+  const auto extended = backend_->extend(c, kLease);
+  ASSERT_TRUE(extended.has_value());
+  EXPECT_EQ(*extended, clock_->now() + kLease);
+  clock_->advance(minutes(5));  // past the original lease: still held by the extension
+  EXPECT_EQ(held(backend_->claim("k", kLease)).lease_expiry, *extended);
+  EXPECT_TRUE(backend_->complete(c)) << "extending keeps the fence";
+}
+
+TEST_P(BackendContract, ExtendKeepsTheRecordAliveBeyondTheNewLease) {
+  // ttl 1 min, lease 15 min: without the extension the record would expire at 16 min.
+  backend_ = make(minutes(1));
+  Claim c = won(backend_->claim("k", kLease));
+  clock_->advance(kLease - minutes(1));
+  ASSERT_TRUE(backend_->extend(c, kLease).has_value());
+  clock_->advance(kLease - minutes(1));  // 28 min in: past the first claim's expires_at
+  held(backend_->claim("k", kLease));
+  EXPECT_TRUE(backend_->complete(c));
+}
+
+TEST_P(BackendContract, ExtendAfterTheLeaseLapsedHoldsWhileNobodyReclaimed) {
+  Claim c = won(backend_->claim("k", kLease));
+  clock_->advance(kLease + minutes(1));
+  ASSERT_TRUE(backend_->extend(c, kLease).has_value());
+  held(backend_->claim("k", kLease));
+}
+
+TEST_P(BackendContract, ExtendWithAStaleFenceIsRefusedAndChangesNothing) {
+  Claim zombie = won(backend_->claim("k", kLease));
+  clock_->advance(kLease);
+  Claim fresh = won(backend_->claim("k", kLease));
+  clock_->advance(minutes(1));
+  EXPECT_FALSE(backend_->extend(zombie, kLease).has_value());
+  EXPECT_EQ(held(backend_->claim("k", kLease)).lease_expiry, fresh.lease_expiry)
+      << "a refused extend must not move the newer holder's lease";
+  EXPECT_TRUE(backend_->complete(fresh));
+}
+
+TEST_P(BackendContract, ExtendWithAnotherClaimsTokenIsRefused) {
+  Claim c = won(backend_->claim("k", kLease));
+  Claim forged = c;
+  forged.claim_token = "not-the-holders-token";
+  EXPECT_FALSE(backend_->extend(forged, kLease).has_value());
+  EXPECT_EQ(held(backend_->claim("k", kLease)).lease_expiry, c.lease_expiry);
+}
+
+TEST_P(BackendContract, ExtendAfterReleaseIsRefusedAndTheKeyStaysFree) {
+  Claim c = won(backend_->claim("k", kLease));
+  backend_->release(c);
+  EXPECT_FALSE(backend_->extend(c, kLease).has_value());
+  Claim next = won(backend_->claim("k", kLease));
+  EXPECT_EQ(next.fence, c.fence + 2);
+}
+
+TEST_P(BackendContract, ExtendOnADoneKeyIsRefusedAndTheKeyStaysDone) {
+  Claim c = won(backend_->claim("k", kLease));
+  ASSERT_TRUE(backend_->complete(c, std::string("r")));
+  EXPECT_FALSE(backend_->extend(c, kLease).has_value());
+  EXPECT_EQ(done(backend_->claim("k", kLease)).result, std::optional<std::string>("r"));
+}
+
+TEST_P(BackendContract, ExtendAfterExpiryIsRefusedAndCreatesNothing) {
+  backend_ = make(minutes(1));
+  Claim c = won(backend_->claim("k", kLease));
+  clock_->advance(kLease + minutes(1));  // at expires_at: gone, whether or not reaped
+  EXPECT_FALSE(backend_->extend(c, kLease).has_value());
+  Claim ghost{"never-claimed", 1, clock_->now() + kLease, "token"};
+  EXPECT_FALSE(backend_->extend(ghost, kLease).has_value());
+  EXPECT_EQ(won(backend_->claim("never-claimed", kLease)).fence, 1)
+      << "a refused extend on an absent key must not create a record";
+}
+
+TEST_P(BackendContract, ARetriedExtendWhoseReplyWasLostExtendsAgain) {
+  Claim c = won(backend_->claim("k", kLease));
+  clock_->advance(minutes(1));
+  ASSERT_TRUE(backend_->extend(c, kLease).has_value());  // its reply "lost": sent again
+  const auto again = backend_->extend(c, kLease);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(*again, clock_->now() + kLease);
+  EXPECT_TRUE(backend_->complete(c));
+}
+
+TEST_P(BackendContract, ExtendRejectsABadLeaseBeforeAnyStoreCall) {
+  Claim c = won(backend_->claim("k", kLease));
+  EXPECT_THROW((void)backend_->extend(c, milliseconds(0)), std::invalid_argument);
+  EXPECT_THROW((void)backend_->extend(c, kMaxLease + milliseconds(1)), std::invalid_argument);
+  Claim bad = c;
+  bad.key.clear();
+  EXPECT_THROW((void)backend_->extend(bad, kLease), std::invalid_argument);
+}
+
 // --- DONE ---------------------------------------------------------------------------------
 
 TEST_P(BackendContract, DoneWithinTtlAnswersAlreadyDoneWithResultAndFingerprint) {

@@ -1,6 +1,6 @@
-// The differential test: random sequences of claim / complete / release / advance-time /
-// purge applied to the pure transition function and to a backend give identical answers.
-// Backends that re-express the state machine (Redis Lua, PostgreSQL SQL) are held to the
+// The differential test: random sequences of claim / complete / release / extend /
+// advance-time / purge applied to the pure transition function and to a backend give identical
+// answers. Backends that re-express the state machine (Redis Lua, PostgreSQL SQL) are held to the
 // one definition this way.
 #include <gtest/gtest.h>
 
@@ -64,7 +64,7 @@ TEST_P(Differential, RandomSequencesMatchThePureFunction) {
     for (int step = 0; step < 60; ++step) {
       SCOPED_TRACE("step " + std::to_string(step));
       const Millis now = to_millis(clock_->now());
-      switch (rng() % 6) {
+      switch (rng() % 7) {
         case 0:
         case 1: {  // claim, sometimes retrying an earlier call's token
           const std::string key = prefix + pick(keys);
@@ -120,6 +120,19 @@ TEST_P(Differential, RandomSequencesMatchThePureFunction) {
             (void)backend->purge_expired();
           }
           break;
+        case 6: {  // extend (a heartbeat) any claim ever won, live or stale
+          if (claims.empty()) break;
+          const Claim c = pick(claims);
+          const Millis lease = pick(leases);
+          const Transition expected =
+              model.apply(c.key, ExtendOp{c.fence, c.claim_token, lease, kTtl}, now);
+          const auto actual = backend->extend(c, std::chrono::milliseconds(lease));
+          ASSERT_EQ(actual.has_value(), expected.answer.ok);
+          if (actual) {
+            EXPECT_EQ(to_millis(*actual), expected.record->lease_expiry);
+          }
+          break;
+        }
       }
       if (HasFatalFailure()) return;
     }

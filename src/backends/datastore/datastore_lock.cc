@@ -446,6 +446,12 @@ void DatastoreLock::do_release(const Claim& claim) {
   (void)impl_->apply("release", claim.key, ReleaseOp{claim.fence, ttl().count()});
 }
 
+std::optional<TimePoint> DatastoreLock::do_extend(const Claim& claim,
+                                                  std::chrono::milliseconds lease) {
+  return extend_result(impl_->apply(
+      "extend", claim.key, ExtendOp{claim.fence, claim.claim_token, lease.count(), ttl().count()}));
+}
+
 std::size_t DatastoreLock::do_purge_expired() { return impl_->purge(); }
 
 std::optional<Record> DatastoreLock::record(std::string_view key) {

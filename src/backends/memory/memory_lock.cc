@@ -95,6 +95,12 @@ void InMemoryLock::do_release(const Claim& claim) {
   (void)state_->apply(claim.key, ReleaseOp{claim.fence, ttl().count()});
 }
 
+std::optional<TimePoint> InMemoryLock::do_extend(const Claim& claim,
+                                                 std::chrono::milliseconds lease) {
+  return extend_result(state_->apply(
+      claim.key, ExtendOp{claim.fence, claim.claim_token, lease.count(), ttl().count()}));
+}
+
 std::size_t InMemoryLock::do_purge_expired() {
   const Millis now = state_->now();
   std::size_t purged = 0;

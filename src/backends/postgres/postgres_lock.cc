@@ -516,6 +516,15 @@ struct PostgresLock::Impl {
                             "expires_at = greatest(r.expires_at, c.n + $4) "
                             "FROM c WHERE r.key = $1 AND r.fence = $3 AND r.state = 1 AND "
                             "c.n < r.expires_at RETURNING r.fence");
+    // extend(): fence and token on a live CLAIMED row (a release empties the token); no NOTIFY,
+    // since nobody waits for a lease to grow, and NOTIFY's commit-time lock would serialize
+    // every heartbeat.
+    extend_sql = now + "UPDATE " + t +
+                 " AS r SET lease_expiry = c.n + $5, "
+                 "expires_at = greatest(r.expires_at, c.n + $5 + $6) "
+                 "FROM c WHERE r.key = $1 AND r.fence = $3 AND r.state = 1 AND "
+                 "r.claim_token = $4 AND $4 <> ''::bytea AND c.n < r.expires_at "
+                 "RETURNING r.lease_expiry";
     purge_sql = std::string("WITH c AS MATERIALIZED (SELECT coalesce($1::bigint, ") + kServerNow +
                 ") AS n), victims AS (SELECT v.key FROM " + t +
                 " AS v, c WHERE v.expires_at <= c.n LIMIT $2 FOR UPDATE OF v SKIP LOCKED) "
@@ -618,6 +627,8 @@ struct PostgresLock::Impl {
     prepare_one(conn, "idem_complete", complete_sql,
                 {kByteaOid, kInt8Oid, kInt8Oid, kByteaOid, kInt8Oid});
     prepare_one(conn, "idem_release", release_sql, {kByteaOid, kInt8Oid, kInt8Oid, kInt8Oid});
+    prepare_one(conn, "idem_extend", extend_sql,
+                {kByteaOid, kInt8Oid, kInt8Oid, kByteaOid, kInt8Oid, kInt8Oid});
     prepare_one(conn, "idem_purge", purge_sql, {kInt8Oid, kInt8Oid});
     prepare_one(conn, "idem_record", record_sql, {kByteaOid});
   }
@@ -664,7 +675,7 @@ struct PostgresLock::Impl {
   std::vector<std::string> secrets;
   TableName table;
   PostgresOptions options;
-  std::string claim_sql, complete_sql, release_sql, purge_sql, record_sql;
+  std::string claim_sql, complete_sql, release_sql, extend_sql, purge_sql, record_sql;
   std::string channel;  // LISTEN/NOTIFY channel of this table
   Pool pool;            // last: its connections are closed first
 };
@@ -723,6 +734,23 @@ void PostgresLock::do_release(const Claim& claim) {
   p.int8(static_cast<std::int64_t>(ttl().count()));
   impl_->run("idem_release", "release", claim.key, p,
              [](const PGresult* r) { expect_shape(r, "release", 0, 1, {kInt8Oid}); });
+}
+
+std::optional<TimePoint> PostgresLock::do_extend(const Claim& claim,
+                                                 std::chrono::milliseconds lease) {
+  Params p;
+  p.bytes(std::string_view(claim.key));
+  p.int8(impl_->now());
+  p.int8(claim.fence);
+  p.bytes(std::string_view(claim.claim_token));
+  p.int8(static_cast<std::int64_t>(lease.count()));
+  p.int8(static_cast<std::int64_t>(ttl().count()));
+  return impl_->run("idem_extend", "extend", claim.key, p,
+                    [](const PGresult* r) -> std::optional<TimePoint> {
+                      expect_shape(r, "extend", 0, 1, {kInt8Oid});
+                      if (PQntuples(r) == 0) return std::nullopt;
+                      return from_millis(get_int(r, 0, 0, "extend"));
+                    });
 }
 
 std::size_t PostgresLock::do_purge_expired() {

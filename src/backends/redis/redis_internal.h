@@ -40,6 +40,11 @@ using ContextPtr = std::unique_ptr<redisContext, ContextDeleter>;
 /// Throws `StoreError` for a reply of any other shape.
 [[nodiscard]] bool decode_flag_reply(const redisReply* reply, std::string_view op);
 
+/// decode_extend_reply() reads the script's `{"extend", lease_expiry | nil}` reply: the new
+/// lease expiry, or nullopt when the extend was refused. Throws `StoreError` for any other
+/// shape.
+[[nodiscard]] std::optional<TimePoint> decode_extend_reply(const redisReply* reply);
+
 /// decode_record() reads an HGETALL reply: nullopt for no record, else the record. Throws
 /// `StoreError` when the hash is not a well-formed record.
 [[nodiscard]] std::optional<Record> decode_record(const redisReply* reply);

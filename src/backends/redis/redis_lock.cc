@@ -325,6 +325,14 @@ void RedisLock::do_release(const Claim& claim) {
   (void)redis_detail::decode_flag_reply(r.get(), "release");
 }
 
+std::optional<TimePoint> RedisLock::do_extend(const Claim& claim, std::chrono::milliseconds lease) {
+  ReplyPtr r =
+      impl_->eval(impl_->redis_key(claim.key),
+                  {"extend", impl_->now_arg(), std::to_string(claim.fence), claim.claim_token,
+                   std::to_string(lease.count()), std::to_string(ttl().count())});
+  return redis_detail::decode_extend_reply(r.get());
+}
+
 std::size_t RedisLock::do_purge_expired() { return 0; }
 
 void RedisLock::do_wait_for_change(std::string_view key, std::chrono::milliseconds timeout,

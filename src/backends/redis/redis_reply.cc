@@ -72,6 +72,14 @@ ClaimResult decode_claim_reply(const redisReply* reply, std::string_view key,
   unexpected(kWhat);
 }
 
+std::optional<TimePoint> decode_extend_reply(const redisReply* reply) {
+  constexpr std::string_view kWhat = "extend";
+  if (!has_tag(reply, kWhat, 2)) unexpected(kWhat);
+  const redisReply* expiry = reply->element[1];
+  if (expiry != nullptr && expiry->type == REDIS_REPLY_NIL) return std::nullopt;
+  return from_millis(int_element(expiry, kWhat));
+}
+
 bool decode_flag_reply(const redisReply* reply, std::string_view op) {
   if (!has_tag(reply, op, 2)) unexpected(op);
   const redisReply* flag = reply->element[1];

@@ -1,18 +1,20 @@
 -- The record state machine of src/core/transition.cc, re-expressed for Redis: one call is
--- one claim, complete or release on one key, decided atomically on the server.
+-- one claim, complete, release or extend on one key, decided atomically on the server.
 --
 -- KEYS[1]  the record's hash
--- ARGV[1]  "claim" | "complete" | "release"
+-- ARGV[1]  "claim" | "complete" | "release" | "extend"
 -- ARGV[2]  now, epoch ms of an injected client clock; "" judges by the server's TIME
 -- claim:    ARGV[3] claim token, ARGV[4] lease ms, ARGV[5] ttl ms, ARGV[6] fingerprint
 -- complete: ARGV[3] fence, ARGV[4] ttl ms, ARGV[5] result
 -- release:  ARGV[3] fence, ARGV[4] ttl ms
+-- extend:   ARGV[3] fence, ARGV[4] claim token, ARGV[5] lease ms, ARGV[6] ttl ms
 -- An optional value travels as "-" (none) or "+" followed by its bytes.
 --
 -- Replies (numbers as decimal strings; an absent optional as nil):
 --   claim    {"won", fence, lease_expiry} | {"done", result, fingerprint}
 --            | {"held", lease_expiry, fingerprint}
 --   complete {"complete", 1 | 0}   release {"release", 1 | 0}
+--   extend   {"extend", lease_expiry} | {"extend", nil}
 --
 -- The hash holds state (CLAIMED | DONE), fence, lease_expiry, expires_at, claim_token and,
 -- when present, result and fingerprint. Every write sets the key's expiry to expires_at, so
@@ -182,6 +184,26 @@ if op == 'release' then
   store(rec)
   redis.call('PUBLISH', key, 'release')
   return {'release', 1}
+end
+
+if op == 'extend' then
+  local fence = ARGV[3]
+  local token = ARGV[4]
+  local lease = int_arg(5)
+  local ttl = int_arg(6)
+  if not is_digits(fence) or lease <= 0 or ttl <= 0 then
+    return redis.error_reply('ERR idempotency script: bad fence, lease or ttl')
+  end
+  -- Fence and token: a reclaim moved the fence, a release moved it and cleared the token.
+  -- Past the lease is fine while nobody reclaimed, as complete has no lease guard.
+  if rec == nil or rec.fence_text ~= fence or rec.state ~= 'CLAIMED' or token == '' or
+      rec.claim_token ~= token then
+    return {'extend', false}
+  end
+  rec.lease_expiry = now + lease
+  rec.expires_at = math.max(rec.expires_at, now + lease + ttl)
+  store(rec)
+  return {'extend', fmt(rec.lease_expiry)}
 end
 
 return redis.error_reply('ERR idempotency script: unknown operation')

@@ -245,6 +245,12 @@ void SqliteLock::do_release(const Claim& claim) {
   (void)impl_->apply(claim.key, ReleaseOp{claim.fence, ttl().count()});
 }
 
+std::optional<TimePoint> SqliteLock::do_extend(const Claim& claim,
+                                               std::chrono::milliseconds lease) {
+  return extend_result(impl_->apply(
+      claim.key, ExtendOp{claim.fence, claim.claim_token, lease.count(), ttl().count()}));
+}
+
 std::size_t SqliteLock::do_purge_expired() {
   const Millis now = to_millis(impl_->clock->now());
   std::size_t total = 0;
