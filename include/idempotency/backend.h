@@ -209,6 +209,10 @@ class LockBackend {
 /// validate_lease() throws `std::invalid_argument` unless 0 < lease <= kMaxLease.
 void validate_lease(std::chrono::milliseconds lease);
 
+/// validate_heartbeat() throws `std::invalid_argument` unless `heartbeat` is zero (off) or
+/// positive and shorter than `lease`.
+void validate_heartbeat(std::chrono::milliseconds heartbeat, std::chrono::milliseconds lease);
+
 /// validate_ttl() throws `std::invalid_argument` unless 0 < ttl <= kMaxTtl.
 void validate_ttl(std::chrono::milliseconds ttl);
 

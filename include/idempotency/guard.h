@@ -19,17 +19,23 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <string_view>
 
 #include "idempotency/backend.h"
+#include "idempotency/detail/lease_keeper.h"
 
 namespace idempotency {
 
 /// Options for lock() and mutex().
 struct LockOptions {
-  /// The lease: must exceed the guarded work's longest runtime.
+  /// The lease: must exceed the guarded work's longest runtime, unless `heartbeat` renews it.
   std::chrono::milliseconds lease = kDefaultLease;
+  /// Renew the lease this often while the guard is held (zero: never). With it, the lease
+  /// only has to outlast a renewal's worst delay, so a crashed holder's key frees itself one
+  /// short lease after the crash; must be shorter than the lease.
+  std::chrono::milliseconds heartbeat{0};
   /// Stored with the claim; see `ClaimRequest::fingerprint`.
   std::optional<std::string> fingerprint;
 };
@@ -66,14 +72,29 @@ class [[nodiscard]] Guard {
   /// store fails (the key then self-heals when its lease lapses).
   void release();
 
+  /// extend() renews the lease now, for `lease` from now (see LockBackend::extend). Returns
+  /// false when the claim is no longer held (fenced out, released, finished). Throws
+  /// `StoreError` when the store fails.
+  [[nodiscard]] bool extend(std::chrono::milliseconds lease);
+
+  /// lost() says whether the heartbeat found the claim lost (a renewal refused, or failing
+  /// until the lease lapsed): the work should stop, its completion will be fenced out.
+  [[nodiscard]] bool lost() const noexcept { return keeper_.lost(); }
+
+  /// stop_token() is requested when the claim is lost (never without a heartbeat), for work
+  /// that can stop early.
+  [[nodiscard]] std::stop_token stop_token() const noexcept { return keeper_.lost_token(); }
+
  private:
   friend Guard lock(std::string_view, LockBackend&, const LockOptions&);
   friend Guard mutex(std::string_view, LockBackend&, const LockOptions&);
-  Guard(LockBackend& backend, Claim claim, bool completes, std::shared_ptr<void> registration);
+  Guard(LockBackend& backend, Claim claim, bool completes, std::shared_ptr<void> registration,
+        const LockOptions& options);
 
   LockBackend* backend_;
   Claim claim_;
   std::shared_ptr<void> registration_;  // this thread owns the key: re-entry is an error
+  detail::LeaseKeeper keeper_;          // the heartbeat, when LockOptions::heartbeat is set
   bool completes_;
   bool held_ = true;
   int exceptions_at_entry_;

@@ -29,6 +29,15 @@ void validate_lease(std::chrono::milliseconds lease) {
   }
 }
 
+void validate_heartbeat(std::chrono::milliseconds heartbeat, std::chrono::milliseconds lease) {
+  if (heartbeat.count() == 0) return;
+  if (heartbeat < std::chrono::milliseconds::zero() || heartbeat >= lease) {
+    throw std::invalid_argument("heartbeat of " + seconds_text(heartbeat) +
+                                " s must be zero (off) or positive and shorter than the lease of " +
+                                seconds_text(lease) + " s");
+  }
+}
+
 void validate_ttl(std::chrono::milliseconds ttl) {
   if (ttl <= std::chrono::milliseconds::zero()) {
     throw std::invalid_argument("ttl must be positive, got " + seconds_text(ttl) + " s");

@@ -46,10 +46,12 @@ Claim claim_or_throw(std::string_view key, LockBackend& backend, const LockOptio
 
 }  // namespace
 
-Guard::Guard(LockBackend& backend, Claim claim, bool completes, std::shared_ptr<void> registration)
+Guard::Guard(LockBackend& backend, Claim claim, bool completes, std::shared_ptr<void> registration,
+             const LockOptions& options)
     : backend_(&backend),
       claim_(std::move(claim)),
       registration_(std::move(registration)),
+      keeper_(backend, claim_, options.lease, options.heartbeat),
       completes_(completes),
       exceptions_at_entry_(std::uncaught_exceptions()) {}
 
@@ -57,6 +59,7 @@ Guard::Guard(Guard&& other) noexcept
     : backend_(other.backend_),
       claim_(std::move(other.claim_)),
       registration_(std::move(other.registration_)),
+      keeper_(std::move(other.keeper_)),
       completes_(other.completes_),
       held_(std::exchange(other.held_, false)),
       exceptions_at_entry_(other.exceptions_at_entry_) {}
@@ -85,6 +88,7 @@ Guard::~Guard() {
 CompleteStatus Guard::complete(std::optional<std::string> result) noexcept {
   if (!held_) return CompleteStatus::kNotHeld;
   held_ = false;
+  keeper_.stop();  // no renewal may race the completion
   registration_.reset();
   return detail::complete_after_work(*backend_, claim_, std::move(result));
 }
@@ -96,9 +100,9 @@ CompleteStatus complete_after_work(LockBackend& backend, const Claim& claim,
   try {
     if (backend.complete(claim, std::move(result))) return CompleteStatus::kCompleted;
     log(about(claim, Severity::kError, "fenced_out",
-              "work finished but a newer claim took the key over (the work outran its lease); "
-              "acking anyway: the reclaimer may run the work again, only a longer lease prevents "
-              "it"));
+              "work finished but a newer claim took the key over (the work outran its lease, "
+              "or a heartbeat lost it); acking anyway: the reclaimer may run the work again, "
+              "only a longer lease or a heartbeat prevents it"));
     return CompleteStatus::kFencedOut;
   } catch (const std::exception& e) {
     auto record = about(claim, Severity::kError, "complete_failed",
@@ -119,21 +123,33 @@ CompleteStatus complete_after_work(LockBackend& backend, const Claim& claim,
 void Guard::release() {
   if (!held_) return;
   held_ = false;
+  keeper_.stop();
   registration_.reset();
   backend_->release(claim_);
 }
 
+bool Guard::extend(std::chrono::milliseconds lease) {
+  if (!held_) return false;
+  const auto expiry = backend_->extend(claim_, lease);
+  if (!expiry) return false;
+  claim_.lease_expiry = *expiry;
+  return true;
+}
+
 Guard lock(std::string_view key, LockBackend& backend, const LockOptions& options) {
   validate_key(key);
+  validate_heartbeat(options.heartbeat, options.lease);
   auto registration = detail::register_guard(backend, key);
-  return Guard(backend, claim_or_throw(key, backend, options, true), true, std::move(registration));
+  return Guard(backend, claim_or_throw(key, backend, options, true), true, std::move(registration),
+               options);
 }
 
 Guard mutex(std::string_view key, LockBackend& backend, const LockOptions& options) {
   validate_key(key);
+  validate_heartbeat(options.heartbeat, options.lease);
   auto registration = detail::register_guard(backend, key);
   return Guard(backend, claim_or_throw(key, backend, options, false), false,
-               std::move(registration));
+               std::move(registration), options);
 }
 
 }  // namespace idempotency

@@ -14,6 +14,7 @@
 #include <variant>
 #include <vector>
 
+#include "idempotency/detail/lease_keeper.h"
 #include "idempotency/errors.h"
 #include "idempotency/guard.h"
 #include "idempotency/key.h"
@@ -158,9 +159,15 @@ ErasedOutcome claim_and_execute(std::string_view key, LockBackend& backend,
     ClaimResult result = backend.claim(key, options.lease, ClaimRequest{{}, options.fingerprint});
     if (auto* won = std::get_if<Won>(&result)) {
       const Claim& claim = won->claim;
+      // The operation is asked to stop when its caller cancels or its claim is lost; the two
+      // callbacks unregister (waiting for a running one) before `work` goes.
+      std::stop_source work;
+      detail::LeaseKeeper keeper(backend, claim, options.lease, options.heartbeat);
+      std::stop_callback on_cancel(options.stop, [&work] { work.request_stop(); });
+      std::stop_callback on_lost(keeper.lost_token(), [&work] { work.request_stop(); });
       ErasedValue value;
       try {
-        value = hooks.execute(claim, options.stop);
+        value = hooks.execute(claim, work.get_token());
       } catch (const OutcomeUnknown&) {
         // The work may still be happening elsewhere: keep the key held until the lease lapses.
         log(LogRecord{Severity::kWarning,
@@ -172,10 +179,12 @@ ErasedOutcome claim_and_execute(std::string_view key, LockBackend& backend,
         throw;
       } catch (...) {
         // Failures and cancellations are never stored: give the key up and propagate.
+        keeper.stop();
         release_after_failure(backend, claim);
         if (options.stop.stop_requested()) throw Cancelled();
         throw;
       }
+      keeper.stop();  // no renewal may race the completion
       (void)complete_after_work(backend, claim, std::move(value.bytes));
       return ErasedOutcome{Status::kExecuted, std::move(value.value), claim.fence, std::nullopt};
     }
@@ -264,6 +273,7 @@ ErasedOutcome run_as_owner(const TableKey& k, const std::shared_ptr<Flight>& fli
 ErasedOutcome run_once(std::string_view key, LockBackend& backend, const OnceOptions& options,
                        const OnceHooks& hooks) {
   validate_key(key);
+  validate_heartbeat(options.heartbeat, options.lease);
   if (options.stop.stop_requested()) throw Cancelled();
   const TableKey k{&backend, std::string(key)};
   Table& table = Table::instance();

@@ -31,8 +31,13 @@ enum class Status {
 
 /// Options for `once`.
 struct OnceOptions {
-  /// The lease of the claim: it must exceed the operation's longest runtime.
+  /// The lease of the claim: it must exceed the operation's longest runtime, unless
+  /// `heartbeat` renews it.
   std::chrono::milliseconds lease = kDefaultLease;
+  /// Renew the lease this often while the operation runs (zero: never); shorter than the
+  /// lease. When a renewal finds the claim lost, the operation's stop token is requested
+  /// (logged once as `lease_lost`) and its late completion is fenced out.
+  std::chrono::milliseconds heartbeat{0};
   /// Stored with the claim; see `ClaimRequest::fingerprint`.
   std::optional<std::string> fingerprint;
   /// On a live holder in another process, wait up to this long for it to finish and replay

@@ -1,0 +1,48 @@
+// LeaseKeeper (internal: guards and `once` use it): keeps one claim's lease alive with the
+// process's heartbeat scheduler while work runs, and says when the claim was lost.
+//
+// A loss — a renewal refused because the claim was fenced out, released or completed, or
+// renewals failing until the lease lapsed — is logged once (`lease_lost`, the key's
+// fingerprint only) and requests `lost_token()`, which the work may watch to stop early. A
+// keeper with a zero heartbeat renews nothing and is never lost.
+//
+// Thread safety: stop() and the destructor from the owner's thread; lost() and lost_token()
+// from any thread.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <stop_token>
+
+#include "idempotency/backend.h"
+
+namespace idempotency::detail {
+
+class Heartbeat;
+
+class LeaseKeeper {
+ public:
+  /// LeaseKeeper() renews `claim` for `lease` every `heartbeat` (zero: never). `backend` must
+  /// outlive the keeper; the heartbeat must be shorter than the lease (see
+  /// validate_heartbeat()).
+  LeaseKeeper(LockBackend& backend, const Claim& claim, std::chrono::milliseconds lease,
+              std::chrono::milliseconds heartbeat);
+  /// ~LeaseKeeper() stops renewing (see stop()).
+  ~LeaseKeeper();
+  LeaseKeeper(LeaseKeeper&&) noexcept;
+  LeaseKeeper& operator=(LeaseKeeper&&) noexcept;
+
+  /// stop() ends the renewals, waiting for one in flight, so none runs after the work's
+  /// complete or release. Idempotent.
+  void stop() noexcept;
+  /// lost() says whether the claim was lost.
+  [[nodiscard]] bool lost() const noexcept;
+  /// lost_token() is requested when the claim is lost; never when the heartbeat is off.
+  [[nodiscard]] std::stop_token lost_token() const noexcept;
+
+ private:
+  std::shared_ptr<std::stop_source> lost_;
+  std::unique_ptr<Heartbeat> heartbeat_;
+};
+
+}  // namespace idempotency::detail
