@@ -88,7 +88,8 @@ std::variant<Config, ConfigExit> parse_config(int argc, const char* const* argv)
   Config config;
   std::string listen = default_listen();
   std::string key = "messageId";
-  std::string lease = "15m";
+  std::string lease = "30s";
+  std::string heartbeat = "auto";
   std::string ttl = "1h";
   std::string purge_interval = "1m";
   std::string upstream_timeout = "30s";
@@ -116,8 +117,15 @@ std::variant<Config, ConfigExit> parse_config(int argc, const char* const* argv)
       ->capture_default_str();
   app.add_option("--key-prefix", config.key_prefix, "prepended to every key (a namespace)")
       ->envname("IDEMPOTENCY_KEY_PREFIX");
-  app.add_option("--lease", lease, "claim lease; must exceed the upstream's longest run")
+  app.add_option("--lease", lease,
+                 "claim lease; a crashed holder's key frees this long after the crash (renewed "
+                 "by --heartbeat; with --heartbeat 0 it must exceed the upstream's longest run)")
       ->envname("IDEMPOTENCY_LEASE")
+      ->capture_default_str();
+  app.add_option("--heartbeat", heartbeat,
+                 "renew a held key's lease this often while the upstream works (auto: a third "
+                 "of --lease; 0: never)")
+      ->envname("IDEMPOTENCY_HEARTBEAT")
       ->capture_default_str();
   app.add_option("--ttl", ttl, "how long a completed key suppresses duplicates")
       ->envname("IDEMPOTENCY_TTL")
@@ -204,6 +212,11 @@ std::variant<Config, ConfigExit> parse_config(int argc, const char* const* argv)
     if (config.backend.empty()) throw BadFlag("--backend: must not be empty");
     config.key = key_flag(key);
     config.lease = duration_flag("--lease", lease, false);
+    config.heartbeat =
+        heartbeat == "auto" ? config.lease / 3 : duration_flag("--heartbeat", heartbeat, true);
+    if (config.heartbeat >= config.lease) {
+      throw BadFlag("--heartbeat: must be shorter than --lease (or 0 to turn renewal off)");
+    }
     config.ttl = duration_flag("--ttl", ttl, false);
     config.purge_interval = duration_flag("--purge-interval", purge_interval, true);
     config.upstream_timeout = duration_flag("--upstream-timeout", upstream_timeout, false);

@@ -34,7 +34,11 @@ struct Config {
   std::string backend = "sqlite:///var/lib/idempotency/idem.db";
   KeySpec key;
   std::string key_prefix;
-  std::chrono::milliseconds lease = std::chrono::minutes(15);
+  /// Short, because the heartbeat renews it: a crashed gateway's message is retried one
+  /// lease later.
+  std::chrono::milliseconds lease = std::chrono::seconds(30);
+  /// How often a held key's lease is renewed while the upstream works; zero: never.
+  std::chrono::milliseconds heartbeat = std::chrono::seconds(10);
   std::chrono::milliseconds ttl = std::chrono::hours(1);
   /// How often expired records are deleted in the background; zero turns it off.
   std::chrono::milliseconds purge_interval = std::chrono::minutes(1);

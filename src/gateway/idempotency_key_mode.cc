@@ -14,6 +14,7 @@
 #include <variant>
 
 #include "idempotency/detail/hex.h"
+#include "idempotency/detail/lease_keeper.h"
 #include "idempotency/errors.h"
 #include "idempotency/key.h"
 #include "idempotency/log.h"
@@ -39,7 +40,10 @@ int retry_after_seconds(TimePoint lease_expiry) {
 class Handler {
  public:
   Handler(const Config& config, GatewayDeps deps)
-      : deps_(std::move(deps)), prefix_(config.key_prefix), lease_(config.lease) {}
+      : deps_(std::move(deps)),
+        prefix_(config.key_prefix),
+        lease_(config.lease),
+        heartbeat_(config.heartbeat) {}
 
   PushResponse operator()(const PushRequest& request) const {
     if (deps_.authenticate) {
@@ -141,11 +145,17 @@ class Handler {
   PushResponse forward_claimed(const PushRequest& request, const Claim& claim,
                                const std::string& key) const {
     UpstreamReply reply;
-    try {
-      reply = deps_.upstream->forward(request, claim.fence);
-    } catch (...) {
-      release(claim, key);
-      throw;
+    {
+      // The key is renewed while the upstream works, and no longer: a silent upstream must
+      // let the key lapse one lease later.
+      detail::LeaseKeeper keeper(*deps_.backend, claim, lease_, heartbeat_);
+      try {
+        reply = deps_.upstream->forward(request, claim.fence);
+      } catch (...) {
+        keeper.stop();
+        release(claim, key);
+        throw;
+      }
     }
     deps_.metrics->upstream_latency().observe(reply.elapsed);
     if (reply.kind == UpstreamReply::Kind::kNotSent) {
@@ -223,6 +233,7 @@ class Handler {
   GatewayDeps deps_;
   std::string prefix_;
   std::chrono::milliseconds lease_;
+  std::chrono::milliseconds heartbeat_;
 };
 
 }  // namespace

@@ -86,6 +86,7 @@ http::Handler make_pubsub_handler(const Config& config, const GatewayDeps& deps)
       .backend = deps.backend,
       .key = make_key_function(config.key, config.key_prefix),
       .lease = config.lease,
+      .heartbeat = config.heartbeat,
       .wait_for = config.wait_for,
       .parse = {.max_body_bytes = config.max_body},
       .authenticate = deps.authenticate,

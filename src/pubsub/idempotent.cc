@@ -200,7 +200,9 @@ struct Wrapper {
               throw HandlerStoreError(e.what());
             }
           },
-          OnceOptions{.lease = options.lease, .wait_for = options.wait_for});
+          OnceOptions{.lease = options.lease,
+                      .heartbeat = resolved_heartbeat(options.lease, options.heartbeat),
+                      .wait_for = options.wait_for});
       switch (outcome.status()) {
         case Status::kExecuted:
         case Status::kJoined:
@@ -276,6 +278,11 @@ struct Wrapper {
 
 }  // namespace
 
+std::chrono::milliseconds resolved_heartbeat(std::chrono::milliseconds lease,
+                                             std::optional<std::chrono::milliseconds> heartbeat) {
+  return heartbeat.value_or(lease / 3);
+}
+
 bool disabled_by_environment() {
   // Read when a wrapper is built, not per request; nothing here sets the environment.
   const char* raw =
@@ -308,6 +315,7 @@ PushHandler idempotent_response(IdempotentOptions options, ResponseHandler handl
     throw std::invalid_argument("idempotent: set a backend or a backend factory");
   }
   validate_lease(options.lease);
+  validate_heartbeat(resolved_heartbeat(options.lease, options.heartbeat), options.lease);
   if (options.purge_interval.count() < 0) {
     throw std::invalid_argument("idempotent: purge_interval must not be negative");
   }

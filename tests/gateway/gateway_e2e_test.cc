@@ -11,9 +11,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -133,6 +135,75 @@ TEST_F(GATEWAY_PUBSUB_SUITE, AnUpstreamHangingPastTheTimeoutIsNacked503AndHeldUn
   EXPECT_EQ(redeliver_until_not_503(gateway->port(), body, start + std::chrono::seconds(10)), 201);
   EXPECT_EQ(post(gateway->port(), body), 204);
   EXPECT_EQ(calls("m-hang"), 2);
+}
+
+// Lease renewal across two real processes: the upstream works for five leases while the other
+// instance gets the same message redelivered every 200 ms. With the heartbeat it never takes
+// the key over; without it (pinned below) it reclaims the key and calls the upstream again.
+TEST_F(GATEWAY_PUBSUB_SUITE,
+       WithAHeartbeatTheHolderKeepsTheKeyForFiveLeasesAgainstAnotherInstance) {
+  const std::vector<std::string> flags{
+      "--lease", "1s", "--heartbeat", "200ms", "--upstream-timeout", "30s"};
+  auto one = start_gateway(flags);
+  auto two = start_gateway(flags);
+  const auto body = envelope("m-long", {{"test_behavior", "slow"}, {"test_sleep_ms", "5000"}});
+  std::atomic<int> first = 0;
+  std::thread holder([&] { first = post(one->port(), body); });
+  wait_for_calls("m-long", 1);
+  int redeliveries = 0;
+  while (first == 0) {
+    const int status = post(two->port(), body);
+    if (first != 0) break;  // the holder finished while this redelivery was in flight
+    EXPECT_EQ(status, 503) << "the other instance took a key whose holder was alive";
+    ++redeliveries;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  holder.join();
+  EXPECT_EQ(first, 201);
+  EXPECT_GT(redeliveries, 5);
+  EXPECT_EQ(post(two->port(), body), 204);
+  EXPECT_EQ(calls("m-long"), 1);
+}
+
+TEST_F(GATEWAY_PUBSUB_SUITE, WithoutAHeartbeatTheSameRunIsReclaimedByTheOtherInstance) {
+  const std::vector<std::string> flags{"--lease", "1s", "--heartbeat", "0", "--upstream-timeout",
+                                       "30s"};
+  auto one = start_gateway(flags);
+  auto two = start_gateway(flags);
+  const auto body = envelope("m-long", {{"test_behavior", "slow"}, {"test_sleep_ms", "5000"}});
+  std::atomic<int> first = 0;
+  std::thread holder([&] { first = post(one->port(), body); });
+  wait_for_calls("m-long", 1);
+  const int second = redeliver_until_not_503(
+      two->port(), body, std::chrono::steady_clock::now() + std::chrono::seconds(20));
+  holder.join();
+  EXPECT_EQ(second, 201) << "the lapsed lease was reclaimed";
+  EXPECT_EQ(calls("m-long"), 2) << "the existing behaviour: a lease shorter than the work";
+  EXPECT_EQ(first, 201) << "the holder still acks: its work ran (its completion is fenced out)";
+}
+
+// A holder SIGKILLed mid-work stops renewing: its message is processed elsewhere about one
+// lease later, not after a long lease meant to outlast the work.
+TEST_F(GATEWAY_PUBSUB_SUITE, AHolderKilledMidWorkIsRetriedWithinALease) {
+  const std::vector<std::string> flags{"--lease", "2s", "--upstream-timeout", "60s"};
+  auto one = start_gateway(flags);  // --heartbeat auto: a third of the lease
+  auto two = start_gateway(flags);
+  const auto body =
+      envelope("m-killed", {{"test_behavior", "hang_first"}, {"test_sleep_ms", "60000"}});
+  std::thread holder([&] { (void)post(one->port(), body); });
+  wait_for_calls("m-killed", 1);
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // renewed past its first lease
+  one->crash();
+  const auto killed = std::chrono::steady_clock::now();
+  const int status = redeliver_until_not_503(two->port(), body, killed + std::chrono::seconds(20));
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - killed);
+  holder.join();
+  std::cout << "[ info ] the killed holder's message was processed " << took.count()
+            << " ms after the kill (lease 2000 ms, redelivered every 100 ms)\n";
+  EXPECT_EQ(status, 201);
+  EXPECT_LT(took, std::chrono::milliseconds(2000 + 1000)) << "more than a lease and a retry";
+  EXPECT_EQ(calls("m-killed"), 2);
 }
 
 TEST_F(GATEWAY_PUBSUB_SUITE, AnUnreachableUpstreamIsNacked503) {

@@ -60,6 +60,13 @@ ChildProcess::~ChildProcess() {
   if (stdout_fd_ >= 0) close(stdout_fd_);
 }
 
+void ChildProcess::crash() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
 int ChildProcess::terminate() {
   if (pid_ <= 0) return -1;
   kill(pid_, SIGTERM);

@@ -25,6 +25,8 @@ class ChildProcess {
   [[nodiscard]] int port() const { return port_; }
   /// terminate() sends SIGTERM and returns the exit status (-1 when killed by a signal).
   int terminate();
+  /// crash() sends SIGKILL (no drain, no cleanup: a crashed instance) and reaps the child.
+  void crash();
 
  private:
   pid_t pid_ = -1;

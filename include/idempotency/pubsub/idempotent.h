@@ -92,6 +92,15 @@ using PushHandler = std::function<PushResponse(const PushRequest&)>;
 [[nodiscard]] KeyFunction key_from_header(std::string name, std::string prefix = {});
 
 /// Options for idempotent(). Set `backend` or `backend_factory`.
+/// The push wrapper's default lease: short, because the heartbeat renews it; a message whose
+/// instance crashed is retried within about this long.
+inline constexpr std::chrono::milliseconds kDefaultPushLease = std::chrono::seconds(30);
+
+/// resolved_heartbeat() is the renewal interval `options` asks for: a third of the lease when
+/// unset, zero when off.
+[[nodiscard]] std::chrono::milliseconds resolved_heartbeat(
+    std::chrono::milliseconds lease, std::optional<std::chrono::milliseconds> heartbeat);
+
 struct IdempotentOptions {
   /// The backend, shared.
   std::shared_ptr<LockBackend> backend;
@@ -100,8 +109,13 @@ struct IdempotentOptions {
   std::function<std::shared_ptr<LockBackend>()> backend_factory;
   /// The key; empty means `key_from_message_id()`.
   KeyFunction key;
-  /// The claim's lease: it must exceed the handler's longest runtime.
-  std::chrono::milliseconds lease = kDefaultLease;
+  /// The claim's lease. Renewed by `heartbeat` while the handler runs, so it need only
+  /// outlast a renewal's worst delay: a crashed instance's message is retried one lease later.
+  std::chrono::milliseconds lease = kDefaultPushLease;
+  /// Renew the lease this often while the handler runs: unset, a third of the lease; zero,
+  /// never (the lease must then exceed the handler's longest runtime). When a renewal finds
+  /// the claim lost, the handler's outcome no longer counts (its completion is fenced out).
+  std::optional<std::chrono::milliseconds> heartbeat;
   /// On a live holder in another instance, wait this long for its outcome before a 503.
   std::chrono::milliseconds wait_for{0};
   /// Called for each duplicate delivery (a metric, a log line). A hook that throws is logged
