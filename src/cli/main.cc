@@ -151,6 +151,8 @@ int main(int argc, char** argv) {
   } catch (const CliError& e) {
     std::cout.flush();
     return fail(e.code(), e.what());
+  } catch (const idempotency::NotInspectable& e) {
+    return fail(ExitCode::kUsage, e.what());
   } catch (const idempotency::StoreError& e) {
     std::cout.flush();
     return fail(ExitCode::kStoreError, std::string("store error: ") + e.what());

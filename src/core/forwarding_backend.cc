@@ -34,6 +34,10 @@ void ForwardingBackend::do_release(const Claim& claim) { forward_release(*inner_
 
 std::size_t ForwardingBackend::do_purge_expired() { return inner_->purge_expired(); }
 
+std::optional<Record> ForwardingBackend::do_inspect(std::string_view key) {
+  return forward_inspect(*inner_, key);
+}
+
 std::optional<std::size_t> ForwardingBackend::do_stored_records() {
   return inner_->stored_records();
 }
