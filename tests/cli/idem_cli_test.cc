@@ -279,6 +279,13 @@ TEST_F(IdemCliTest, BadUrlIsOneUsageLineWithoutThePassword) {
   }
 }
 
+TEST_F(IdemCliTest, ABackendNoRegistrationNamesIsAUsageErrorListingTheBuiltInOnes) {
+  const IdemRun run = run_idem({"--backend", "fake://memory://", "inspect", kKey});
+  EXPECT_EQ(run.exit_code, 2) << run.all();
+  EXPECT_THAT(run.err, HasSubstr("not built in"));
+  EXPECT_THAT(run.err, HasSubstr("sqlite"));
+}
+
 TEST_F(IdemCliTest, UsageErrorsNeverEchoAKey) {
   const std::vector<std::vector<std::string>> cases = {
       {"inspect", "first-key", kKey},         // a surplus positional
