@@ -1,12 +1,7 @@
 # cmake -P script: configures the project with only the core built (no optional backend or
 # component) and checks that its install rules ship the core's headers and no header of a
 # component that was not built. Only configures: the install rules are what is checked.
-function(run)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}\n${err}")
-  endif()
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/run_checked.cmake)
 file(REMOVE_RECURSE ${SCRATCH})
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${SCRATCH} -G ${GENERATOR} -Wno-dev
     -DIDEMPOTENCY_SQLITE=OFF -DIDEMPOTENCY_REDIS=OFF -DIDEMPOTENCY_POSTGRES=OFF
