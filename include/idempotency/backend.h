@@ -1,4 +1,5 @@
-// The port every storage backend implements: claim / complete / release / purge_expired.
+// The port every storage backend implements: claim / complete / release / purge_expired, and
+// the read-only inspect that operators' tools use.
 //
 // `LockBackend` validates its inputs once, in non-virtual public functions, and hands the
 // storage work to protected virtual `do_*` functions, so no backend can forget a check.
@@ -140,6 +141,14 @@ class LockBackend {
   void wait_for_change(std::string_view key, std::chrono::milliseconds timeout,
                        const std::stop_token& stop);
 
+  /// inspect() returns `key`'s record as stored, if any, and changes nothing: the one read
+  /// operators' tools (`idem inspect`) and tests use, through any decorator. A record past its
+  /// `expires_at` may still be returned (or already gone, where the store deletes it itself);
+  /// `transition()` says how it would answer. Throws `std::invalid_argument` for a bad key,
+  /// `NotInspectable` when the backend cannot read records back, and `StoreError` when the
+  /// store fails.
+  [[nodiscard]] std::optional<Record> inspect(std::string_view key);
+
   /// ttl() is the duplicate-suppression window this backend was built with.
   [[nodiscard]] std::chrono::milliseconds ttl() const noexcept { return ttl_; }
 
@@ -160,6 +169,8 @@ class LockBackend {
                                              std::chrono::milliseconds lease) = 0;
   /// The storage work behind purge_expired().
   virtual std::size_t do_purge_expired() = 0;
+  /// The read behind inspect(); the default throws `NotInspectable`.
+  virtual std::optional<Record> do_inspect(std::string_view key);
   /// The count behind stored_records(); the default says nothing.
   virtual std::optional<std::size_t> do_stored_records() { return std::nullopt; }
   /// The storage work of another backend `to`, below its public call's validation: for
@@ -179,6 +190,10 @@ class LockBackend {
   static std::optional<TimePoint> forward_extend(LockBackend& to, const Claim& claim,
                                                  std::chrono::milliseconds lease) {
     return to.do_extend(claim, lease);
+  }
+  /// As forward_claim(), for inspect().
+  static std::optional<Record> forward_inspect(LockBackend& to, std::string_view key) {
+    return to.do_inspect(key);
   }
   /// As forward_claim(), for wait_for_change().
   static void forward_wait_for_change(LockBackend& to, std::string_view key,

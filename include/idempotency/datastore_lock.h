@@ -88,10 +88,6 @@ class DatastoreLock final : public LockBackend {
   explicit DatastoreLock(DatastoreOptions options = {});
   ~DatastoreLock() override;
 
-  /// record() returns `key`'s stored record, if any (for inspection and tests). Throws
-  /// `StoreError` when Datastore fails.
-  [[nodiscard]] std::optional<Record> record(std::string_view key);
-
   /// project() returns the project this backend writes to.
   [[nodiscard]] const std::string& project() const noexcept;
 
@@ -102,6 +98,7 @@ class DatastoreLock final : public LockBackend {
   void do_release(const Claim& claim) override;
   std::optional<TimePoint> do_extend(const Claim& claim, std::chrono::milliseconds lease) override;
   std::size_t do_purge_expired() override;
+  std::optional<Record> do_inspect(std::string_view key) override;
 
  private:
   struct Impl;

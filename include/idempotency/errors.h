@@ -72,6 +72,14 @@ class OutcomeUnknown : public Error {
   using Error::Error;
 };
 
+/// NotInspectable is what `LockBackend::inspect` throws for a backend that cannot read its
+/// records back (a custom backend that does not override `do_inspect`); every shipped backend
+/// can. It says what the backend lacks, not that the store failed.
+class NotInspectable : public Error {
+ public:
+  NotInspectable();
+};
+
 /// ReentryError is thrown when a thread that owns a key (inside `once` or holding a `lock`
 /// guard) asks for the same key again: waiting for itself would deadlock.
 class ReentryError : public Error {

@@ -49,6 +49,7 @@ class ForwardingBackend : public LockBackend {
   void do_release(const Claim& claim) override;
   std::optional<TimePoint> do_extend(const Claim& claim, std::chrono::milliseconds lease) override;
   std::size_t do_purge_expired() override;
+  std::optional<Record> do_inspect(std::string_view key) override;
   std::optional<std::size_t> do_stored_records() override;
   void do_wait_for_change(std::string_view key, std::chrono::milliseconds timeout,
                           const std::stop_token& stop) override;

@@ -35,9 +35,6 @@ class InMemoryLock final : public LockBackend {
   /// it stays within about twice the live records without `purge_expired()`.
   [[nodiscard]] std::size_t stored_count() const;
 
-  /// record() returns a copy of `key`'s stored record, if any (for inspection and tests).
-  [[nodiscard]] std::optional<Record> record(std::string_view key) const;
-
  protected:
   ClaimResult do_claim(std::string_view key, std::chrono::milliseconds lease,
                        const ClaimRequest& request) override;
@@ -45,6 +42,7 @@ class InMemoryLock final : public LockBackend {
   void do_release(const Claim& claim) override;
   std::optional<TimePoint> do_extend(const Claim& claim, std::chrono::milliseconds lease) override;
   std::size_t do_purge_expired() override;
+  std::optional<Record> do_inspect(std::string_view key) override;
   std::optional<std::size_t> do_stored_records() override { return stored_count(); }
 
  private:

@@ -61,10 +61,6 @@ class PostgresLock final : public LockBackend {
   explicit PostgresLock(std::string_view conninfo_or_url, const PostgresOptions& options = {});
   ~PostgresLock() override;
 
-  /// record() returns a copy of `key`'s stored record, if any (for inspection and tests);
-  /// expired records are returned as stored.
-  [[nodiscard]] std::optional<Record> record(std::string_view key);
-
   /// schema() returns the DDL that creates the table named `table` and its expiry index,
   /// for an operator to apply by hand. Throws `std::invalid_argument` for a bad name.
   [[nodiscard]] static std::string schema(std::string_view table = "idempotency_records");
@@ -76,6 +72,8 @@ class PostgresLock final : public LockBackend {
   void do_release(const Claim& claim) override;
   std::optional<TimePoint> do_extend(const Claim& claim, std::chrono::milliseconds lease) override;
   std::size_t do_purge_expired() override;
+  /// Expired records are returned as stored.
+  std::optional<Record> do_inspect(std::string_view key) override;
   /// Waits on LISTEN for the NOTIFY that complete() and release() send in their statement.
   void do_wait_for_change(std::string_view key, std::chrono::milliseconds timeout,
                           const std::stop_token& stop) override;

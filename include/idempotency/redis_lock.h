@@ -76,14 +76,6 @@ class RedisLock final : public LockBackend {
   explicit RedisLock(std::string_view url, RedisOptions options = {});
   ~RedisLock() override;
 
-  /// record() returns `key`'s record as stored, if any (for inspection and tests). With the
-  /// server clock a record past `expires_at` is already gone. With an injected clock Redis
-  /// reaps it 10 minutes of real time after its remaining lifetime ran out (the injected
-  /// clock may run at any pace), so it may still be returned; every operation treats a
-  /// record past `expires_at` as absent either way.
-  /// Throws `StoreError` when the server fails or the stored hash is not a record.
-  [[nodiscard]] std::optional<Record> record(std::string_view key);
-
   /// key_prefix() returns the prefix every key is stored under.
   [[nodiscard]] const std::string& key_prefix() const noexcept;
 
@@ -97,6 +89,12 @@ class RedisLock final : public LockBackend {
   /// (PEXPIREAT), and a record an injected clock has expired is treated as absent by every
   /// operation, so there is nothing left to purge.
   std::size_t do_purge_expired() override;
+  /// With the server clock a record past `expires_at` is already gone. With an injected clock
+  /// Redis reaps it 10 minutes of real time after its remaining lifetime ran out (the injected
+  /// clock may run at any pace), so it may still be returned; every operation treats a record
+  /// past `expires_at` as absent either way. Throws `StoreError` when the stored hash is not a
+  /// record.
+  std::optional<Record> do_inspect(std::string_view key) override;
   /// Subscribes (on a connection of its own) to the channel the script publishes on when
   /// the record is completed or released, so a waiter in another process wakes at once. Falls
   /// back to sleeping when the server cannot be reached; `claim` then reports the failure.

@@ -48,9 +48,6 @@ class SqliteLock final : public LockBackend {
   explicit SqliteLock(const std::string& path, SqliteOptions options = {});
   ~SqliteLock() override;
 
-  /// record() returns a copy of `key`'s stored record, if any (for inspection and tests).
-  [[nodiscard]] std::optional<Record> record(std::string_view key);
-
   /// schema() returns the DDL that creates the table named `table`.
   [[nodiscard]] static std::string schema(std::string_view table = "idempotency_records");
 
@@ -61,6 +58,7 @@ class SqliteLock final : public LockBackend {
   void do_release(const Claim& claim) override;
   std::optional<TimePoint> do_extend(const Claim& claim, std::chrono::milliseconds lease) override;
   std::size_t do_purge_expired() override;
+  std::optional<Record> do_inspect(std::string_view key) override;
   std::optional<std::size_t> do_stored_records() override;
 
  private:

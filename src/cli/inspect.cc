@@ -5,23 +5,24 @@
 #include "commands.h"
 #include "idempotency/clock.h"
 #include "idempotency/key.h"
-#include "record_access.h"
+#include "liveness.h"
 
 namespace idempotency::cli {
 namespace {
 
 std::string state_line(const Record& record, Millis now) {
-  std::string line = record.state == RecordState::kDone ? "DONE" : "CLAIMED";
+  const std::string line = record.state == RecordState::kDone ? "DONE" : "CLAIMED";
   switch (liveness(record, now)) {
     case Liveness::kTtlLapsed:
       return line + " (reclaimable: ttl lapsed; the next delivery runs again)";
     case Liveness::kLeaseLapsed:
       return line + " (reclaimable: lease lapsed; the next delivery reclaims it)";
-    case Liveness::kLive:
+    case Liveness::kDone:
+      return line + " (duplicates are suppressed)";
+    case Liveness::kHeld:
       break;
   }
-  return line + (record.state == RecordState::kDone ? " (duplicates are suppressed)"
-                                                    : " (held: lease live)");
+  return line + " (held: lease live)";
 }
 
 // Tokens are random hex by default, but a caller may choose its own: escape what is not
@@ -46,7 +47,7 @@ std::string printable(const std::string& bytes) {
 
 ExitCode run_inspect(const std::string& backend_url, const std::string& key, std::ostream& out) {
   auto backend = open_existing_backend(backend_url);
-  const auto record = read_record(*backend, key);
+  const auto record = backend->inspect(key);
   const std::string id = key_fingerprint(key);
   if (!record) throw CliError(ExitCode::kNoRecord, "no record for key " + id);
   const Millis now = now_millis();

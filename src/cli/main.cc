@@ -14,6 +14,7 @@
 #include "backend_url.h"
 #include "commands.h"
 #include "exit_codes.h"
+#include "idempotency/backend_registry.h"
 #include "idempotency/errors.h"
 #include "key_input.h"
 
@@ -36,6 +37,15 @@ EXIT CODES
   4  confirmation required (release without --yes; nothing changed)
   5  refused (release of a DONE record: it is not stuck, it expires with its ttl)
 )";
+
+// The registered backends with an SQL schema, for --help.
+std::string sql_dialects() {
+  std::string out;
+  for (const auto* entry : idempotency::registered_backends()) {
+    if (entry->schema) out += (out.empty() ? "" : " or ") + entry->schemes.front();
+  }
+  return out;
+}
 
 int fail(ExitCode code, const std::string& message) {
   std::cerr << "idem: " << idempotency::cli::one_line(message) << "\n";
@@ -80,10 +90,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   std::string backend_url;
-  app.add_option("--backend", backend_url,
-                 "Backend URL: sqlite:///PATH[?table=NAME], postgres://USER:PASSWORD@HOST/DB"
-                 "[?table=NAME], redis://HOST:PORT[/DB], datastore://PROJECT[/NAMESPACE][?kind=K], "
-                 "memory://")
+  app.add_option("--backend", backend_url, "Backend URL: " + idempotency::backend_url_forms())
       ->envname("IDEMPOTENCY_BACKEND");
 
   std::string key_arg;
@@ -104,12 +111,13 @@ int main(int argc, char** argv) {
   auto* schema = app.add_subcommand(
       "schema", "Print the SQL DDL for --backend, or for --dialect/--table with no database");
   auto* dialect_opt =
-      schema->add_option("--dialect", dialect, "sqlite or postgres (instead of --backend)");
+      schema->add_option("--dialect", dialect, sql_dialects() + " (instead of --backend)");
   schema->add_option("--table", table, "Table name for --dialect (default idempotency_records)")
       ->needs(dialect_opt);
 
-  auto* migrate = app.add_subcommand(
-      "migrate", "Create the table and its index in the sqlite or postgres --backend if missing");
+  auto* migrate =
+      app.add_subcommand("migrate", "Create the table and its index in the SQL --backend (" +
+                                        sql_dialects() + ") if missing");
 
   try {
     app.parse(argc, argv);
@@ -151,6 +159,8 @@ int main(int argc, char** argv) {
   } catch (const CliError& e) {
     std::cout.flush();
     return fail(e.code(), e.what());
+  } catch (const idempotency::NotInspectable& e) {
+    return fail(ExitCode::kUsage, e.what());
   } catch (const idempotency::StoreError& e) {
     std::cout.flush();
     return fail(ExitCode::kStoreError, std::string("store error: ") + e.what());

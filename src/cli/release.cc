@@ -5,7 +5,6 @@
 #include "commands.h"
 #include "idempotency/clock.h"
 #include "idempotency/key.h"
-#include "record_access.h"
 
 namespace idempotency::cli {
 
@@ -13,7 +12,7 @@ ExitCode run_release(const std::string& backend_url, const std::string& key, boo
                      std::ostream& out) {
   auto backend = open_existing_backend(backend_url);
   const std::string id = key_fingerprint(key);
-  const auto before = read_record(*backend, key);
+  const auto before = backend->inspect(key);
   if (!before) throw CliError(ExitCode::kNoRecord, "no record for key " + id);
   if (before->state == RecordState::kDone) {
     throw CliError(ExitCode::kRefused, "refused: the record of key " + id +
@@ -35,7 +34,7 @@ ExitCode run_release(const std::string& backend_url, const std::string& key, boo
                          .fence = before->fence,
                          .lease_expiry = from_millis(before->lease_expiry),
                          .claim_token = before->claim_token});
-  const auto after = read_record(*backend, key);
+  const auto after = backend->inspect(key);
   if (after && after->fence == before->fence + 1 && after->state == RecordState::kClaimed) {
     out << "released: " << plan << "\n";
     return ExitCode::kOk;

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "idempotency/errors.h"
 #include "idempotency/key.h"
 #include "idempotency/log.h"
 #include "token.h"
@@ -98,6 +99,13 @@ std::optional<TimePoint> LockBackend::extend(const Claim& claim, std::chrono::mi
 std::size_t LockBackend::purge_expired() { return do_purge_expired(); }
 
 std::optional<std::size_t> LockBackend::stored_records() { return do_stored_records(); }
+
+std::optional<Record> LockBackend::inspect(std::string_view key) {
+  validate_key(key);
+  return do_inspect(key);
+}
+
+std::optional<Record> LockBackend::do_inspect(std::string_view /*key*/) { throw NotInspectable(); }
 
 void LockBackend::wait_for_change(std::string_view key, std::chrono::milliseconds timeout,
                                   const std::stop_token& stop) {

@@ -12,6 +12,8 @@ InProgress::InProgress(TimePoint lease_expiry)
 
 Cancelled::Cancelled() : Error("cancelled: the caller's stop token was stopped") {}
 
+NotInspectable::NotInspectable() : Error("this backend's records cannot be inspected") {}
+
 ReentryError::ReentryError(std::string key)
     : Error("re-entry: this thread already owns the key; waiting for itself would deadlock"),
       key_(std::move(key)) {}

@@ -39,6 +39,10 @@ std::optional<TimePoint> ForwardingBackend::do_extend(const Claim& claim,
 
 std::size_t ForwardingBackend::do_purge_expired() { return inner_->purge_expired(); }
 
+std::optional<Record> ForwardingBackend::do_inspect(std::string_view key) {
+  return forward_inspect(*inner_, key);
+}
+
 std::optional<std::size_t> ForwardingBackend::do_stored_records() {
   return inner_->stored_records();
 }

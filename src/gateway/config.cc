@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "duration.h"
+#include "idempotency/backend_registry.h"
 #include "upstream_pool.h"
 
 namespace idempotency::gateway {
@@ -108,8 +109,7 @@ std::variant<Config, ConfigExit> parse_config(int argc, const char* const* argv)
   app.add_option("--upstream", config.upstream, "the app's base URL, e.g. http://127.0.0.1:8081")
       ->envname("IDEMPOTENCY_UPSTREAM")
       ->required();
-  app.add_option("--backend", config.backend,
-                 "memory://, sqlite:///path, redis://host:port/db, postgres://user@host/db")
+  app.add_option("--backend", config.backend, "backend URL: " + backend_url_forms())
       ->envname("IDEMPOTENCY_BACKEND")
       ->capture_default_str();
   app.add_option("--key", key, "messageId | attribute:NAME | header:NAME | ordering-key")

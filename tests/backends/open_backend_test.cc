@@ -1,4 +1,5 @@
-// open_backend(): each built-in scheme by URL, and clear errors that never echo the URL.
+// open_backend(): each built-in scheme by URL, a backend a program registers itself, and clear
+// errors that never echo the URL.
 #include "idempotency/open_backend.h"
 
 #include <gmock/gmock.h>
@@ -6,6 +7,8 @@
 
 #include <algorithm>
 
+#include "backends/fake_backend.h"
+#include "idempotency/backend_registry.h"
 #include "support/claim_matchers.h"
 #include "support/temp_dir.h"
 
@@ -57,6 +60,34 @@ TEST(OpenBackend, BadUrlsAreClearOneLineErrorsWithoutTheUrl) {
   EXPECT_THAT(what_of("memory://extra"), HasSubstr("memory://"));
   EXPECT_THAT(what_of("sqlite://"), HasSubstr("needs a file"));
   EXPECT_THAT(what_of("sqlite:///tmp/x.db?mode=ro"), HasSubstr("table=NAME"));
+  EXPECT_THAT(what_of("sqlite:///tmp/x.db?table="), HasSubstr("table= needs a name"));
+}
+
+TEST(OpenBackend, ARegisteredBackendIsReachableByItsUrl) {
+  register_fake_backend();
+  const auto schemes = backend_schemes();
+  EXPECT_NE(std::find(schemes.begin(), schemes.end(), "fake"), schemes.end());
+  EXPECT_THAT(backend_url_forms(), HasSubstr("fake://INNER-URL"));
+  auto backend = open_backend("fake://memory://", BackendOptions{.ttl = std::chrono::minutes(7)});
+  ASSERT_NE(dynamic_cast<FakeBackend*>(backend.get()), nullptr);
+  EXPECT_EQ(backend->ttl(), std::chrono::minutes(7)) << "the options reach the backend";
+  const Claim c = won(backend->claim("k", kDefaultLease));
+  EXPECT_EQ(backend->inspect("k")->fence, c.fence) << "inspected through the decorator";
+  EXPECT_THAT(what_of("fake://memory://?x=1"), HasSubstr("memory://"))
+      << "the inner backend judges its own parameters";
+}
+
+TEST(OpenBackend, ASchemeIsRegisteredOnce) {
+  register_fake_backend();
+  const auto open = [](BackendUrl&, const BackendOptions&) -> std::unique_ptr<LockBackend> {
+    return nullptr;
+  };
+  EXPECT_THROW(register_backend({.schemes = {"fake"}, .open = open}), std::invalid_argument);
+  EXPECT_THROW(register_backend({.schemes = {"other", "memory"}, .open = open}),
+               std::invalid_argument);
+  EXPECT_THROW(register_backend({.schemes = {}, .open = open}), std::invalid_argument);
+  EXPECT_THROW(register_backend({.schemes = {"no-open"}}), std::invalid_argument);
+  EXPECT_EQ(find_backend("other"), nullptr) << "a refused entry is not half-registered";
 }
 
 }  // namespace

@@ -85,7 +85,7 @@ TEST_F(IdemCliDatastoreTest, ReleaseEndsAStuckClaimAndAdvancesTheFence) {
   const IdemRun run = idem({"release", "-", "--yes"}, kKey);
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("released"));
-  const auto after = lock_.record(kKey);
+  const auto after = lock_.inspect(kKey);
   ASSERT_TRUE(after.has_value());
   EXPECT_EQ(after->fence, stuck.fence + 1);
   EXPECT_FALSE(lock_.complete(stuck)) << "the stuck holder can no longer complete";

@@ -155,13 +155,13 @@ TEST_F(IdemCliTest, BackendComesFromTheEnvironment) {
 
 TEST_F(IdemCliTest, ReleaseWithoutYesExits4AndChangesNothing) {
   claim_key();
-  const auto before = lock().record(kKey);
+  const auto before = lock().inspect(kKey);
   const IdemRun run = idem({"release", kKey});
   EXPECT_EQ(run.exit_code, 4);
   EXPECT_THAT(run.out, HasSubstr("would release"));
   EXPECT_THAT(run.err, HasSubstr("--yes"));
   EXPECT_THAT(run.all(), Not(HasSubstr(kKey)));
-  EXPECT_EQ(lock().record(kKey), before);
+  EXPECT_EQ(lock().inspect(kKey), before);
 }
 
 TEST_F(IdemCliTest, ReleaseWithYesMakesTheClaimReclaimable) {
@@ -180,13 +180,13 @@ TEST_F(IdemCliTest, ReleaseWithYesMakesTheClaimReclaimable) {
 
 TEST_F(IdemCliTest, ReleaseRefusesADoneRecord) {
   ASSERT_TRUE(lock().complete(claim_key(), std::string("r")));
-  const auto before = lock().record(kKey);
+  const auto before = lock().inspect(kKey);
   const IdemRun run = idem({"release", kKey, "--yes"});
   EXPECT_EQ(run.exit_code, 5);
   EXPECT_THAT(run.err, HasSubstr("DONE, not stuck"));
   EXPECT_THAT(run.err, HasSubstr("ttl"));
   EXPECT_THAT(run.all(), Not(HasSubstr(kKey)));
-  EXPECT_EQ(lock().record(kKey), before);
+  EXPECT_EQ(lock().inspect(kKey), before);
 }
 
 TEST_F(IdemCliTest, ReleaseOfAnAbsentKeyExits3) {
@@ -207,8 +207,8 @@ TEST_F(IdemCliTest, PurgeExpiredDeletesOnlyExpiredRecords) {
   const IdemRun run = idem({"purge-expired"});
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(run.out, "purged 1 expired record\n");
-  EXPECT_FALSE(lock().record(kKey).has_value());
-  EXPECT_TRUE(lock().record("live-key").has_value());
+  EXPECT_FALSE(lock().inspect(kKey).has_value());
+  EXPECT_TRUE(lock().inspect("live-key").has_value());
   EXPECT_EQ(idem({"purge-expired"}).out, "purged 0 expired records\n");
 }
 
@@ -277,6 +277,13 @@ TEST_F(IdemCliTest, BadUrlIsOneUsageLineWithoutThePassword) {
     EXPECT_THAT(run.all(), Not(HasSubstr("hunter2")));
     EXPECT_THAT(run.all(), Not(HasSubstr(kKey)));
   }
+}
+
+TEST_F(IdemCliTest, ABackendNoRegistrationNamesIsAUsageErrorListingTheBuiltInOnes) {
+  const IdemRun run = run_idem({"--backend", "fake://memory://", "inspect", kKey});
+  EXPECT_EQ(run.exit_code, 2) << run.all();
+  EXPECT_THAT(run.err, HasSubstr("not built in"));
+  EXPECT_THAT(run.err, HasSubstr("sqlite"));
 }
 
 TEST_F(IdemCliTest, UsageErrorsNeverEchoAKey) {

@@ -477,6 +477,33 @@ TEST_P(BackendContract, ABlankKeyIsRejectedBeforeAnyStoreCall) {
   EXPECT_EQ(won(backend_->claim(" k ", kLease)).key, " k ") << "padding is kept, never trimmed";
 }
 
+// --- inspection ---------------------------------------------------------------------------
+
+TEST_P(BackendContract, InspectReadsTheRecordAsStoredAndChangesNothing) {
+  EXPECT_EQ(backend_->inspect("orders:1"), std::nullopt);
+  const Claim c = won(backend_->claim("orders:1", kLease, {.fingerprint = "fp"}));
+  const auto claimed = backend_->inspect("orders:1");
+  ASSERT_TRUE(claimed.has_value());
+  EXPECT_EQ(claimed->state, RecordState::kClaimed);
+  EXPECT_EQ(claimed->fence, c.fence);
+  EXPECT_EQ(claimed->lease_expiry, to_millis(c.lease_expiry));
+  EXPECT_EQ(claimed->claim_token, c.claim_token);
+  EXPECT_EQ(claimed->fingerprint, std::optional<std::string>("fp"));
+  EXPECT_EQ(backend_->inspect("orders:1"), claimed) << "reading changed the record";
+  held(backend_->claim("orders:1", kLease));
+  ASSERT_TRUE(backend_->complete(c, std::string("result")));
+  const auto completed = backend_->inspect("orders:1");
+  ASSERT_TRUE(completed.has_value());
+  EXPECT_EQ(completed->state, RecordState::kDone);
+  EXPECT_EQ(completed->result, std::optional<std::string>("result"));
+}
+
+TEST_P(BackendContract, InspectRejectsABadKeyBeforeAnyStoreCall) {
+  EXPECT_THROW((void)backend_->inspect(""), std::invalid_argument);
+  EXPECT_THROW((void)backend_->inspect(" "), std::invalid_argument);
+  EXPECT_THROW((void)backend_->inspect(std::string(kMaxKeyBytes + 1, 'x')), std::invalid_argument);
+}
+
 TEST_P(BackendContract, BadTtlIsRejectedAtConstruction) {
   EXPECT_THROW(make(milliseconds(0)), std::invalid_argument);
   EXPECT_THROW(make(milliseconds(-1)), std::invalid_argument);

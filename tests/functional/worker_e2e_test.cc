@@ -53,10 +53,10 @@ class WorkerTest : public ::testing::Test {
   // Waits (bounded) until a worker has claimed `id`: the first delivery is inside its handler.
   void wait_until_claimed(const std::string& id) {
     SqliteLock store(dir_.file("idem.db"));
-    for (int i = 0; i < 3000 && !store.record(id); ++i) {
+    for (int i = 0; i < 3000 && !store.inspect(id); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    ASSERT_TRUE(store.record(id).has_value());
+    ASSERT_TRUE(store.inspect(id).has_value());
   }
 
   // Delivers message `id` (a slow one) to `first_port`, and again to `second_port` once the

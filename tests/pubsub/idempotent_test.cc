@@ -239,7 +239,7 @@ TEST_F(IdempotentTest, ABusinessKeyCatchesARepublishUnderANewMessageId) {
   EXPECT_EQ(handle(push("m-9", {{"po_id", "PO-1"}})).status, 200);
   EXPECT_EQ(handle(push("m-10", {{"po_id", "PO-1"}})).status, 204);
   EXPECT_EQ(runs_, 1);
-  EXPECT_TRUE(store_->record("orders:PO-1").has_value());
+  EXPECT_TRUE(store_->inspect("orders:PO-1").has_value());
 }
 
 TEST_F(IdempotentTest, AnUnwrappedDeliveryHasNoAttributesSoAnAttributeKeyFailsClosed) {
@@ -258,7 +258,7 @@ TEST_F(IdempotentTest, AnUnwrappedDeliveryHasNoAttributesSoAnAttributeKeyFailsCl
   EXPECT_EQ(by_header(unwrapped).status, 200);
   EXPECT_EQ(by_header(unwrapped).status, 204);
   EXPECT_EQ(runs_, 1);
-  EXPECT_TRUE(store_->record("orders:PO-9").has_value());
+  EXPECT_TRUE(store_->inspect("orders:PO-9").has_value());
 }
 
 TEST_F(IdempotentTest, OrderingKeyAndHeaderKeyHelpersResolve) {

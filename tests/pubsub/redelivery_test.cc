@@ -53,7 +53,7 @@ TEST_F(RedeliveryTest, OneMessageOnTwoSubscriptionsSharingABackendRunsOnce) {
   EXPECT_EQ(endpoint_b(delivery(kSubscriptionB, "m-1")).status, 204);
   EXPECT_EQ(endpoint_a(delivery(kSubscriptionA, "m-1")).status, 204);
   EXPECT_EQ(runs, 1);
-  EXPECT_TRUE(store_->record("m-1").has_value()) << "the subscription is not part of the key";
+  EXPECT_TRUE(store_->inspect("m-1").has_value()) << "the subscription is not part of the key";
 }
 
 TEST_F(RedeliveryTest, TwoSubscriptionsRacingOneMessageOnTwoInstancesRunItOnce) {
@@ -120,7 +120,7 @@ TEST_F(RedeliveryTest, APoisonMessageIsNackedOnEveryDeliveryAndNeverAcked) {
     EXPECT_GT(fences[i], fences[i - 1]) << "each attempt reclaimed the released key";
   }
   EXPECT_EQ(logs_.count("handler_failed"), kMaxDeliveryAttempts);
-  const auto record = store_->record("m-poison");
+  const auto record = store_->inspect("m-poison");
   ASSERT_TRUE(record.has_value());
   EXPECT_EQ(record->state, RecordState::kClaimed) << "never DONE: nothing was acked";
 }

@@ -1,6 +1,6 @@
 // ForwardingBackend: a decorator that overrides nothing still reaches every operation of the
-// backend it wraps, wait_for_change and stored_records included, and an owned backend lives
-// as long as its decorator.
+// backend it wraps, extend, wait_for_change and stored_records included, and an owned backend lives
+// as long as its decorator. A backend that cannot read its records back says so.
 #include "idempotency/forwarding_backend.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <stop_token>
 
+#include "idempotency/errors.h"
 #include "idempotency/memory_lock.h"
 #include "support/claim_matchers.h"
 
@@ -47,14 +48,42 @@ TEST(ForwardingBackend, ADecoratorThatOverridesNothingForwardsEveryOperation) {
   EXPECT_TRUE(decorated.complete(c, std::string("r")));
   EXPECT_EQ(done(store.claim("k", milliseconds(100))).result, std::optional<std::string>("r"));
   Claim other = won(decorated.claim("other", milliseconds(100)));
+  const auto extended = decorated.extend(other, std::chrono::hours(1));
+  ASSERT_TRUE(extended.has_value());
+  EXPECT_EQ(held(store.claim("other", milliseconds(100))).lease_expiry, *extended);
   decorated.release(other);
   EXPECT_EQ(won(store.claim("other", milliseconds(100))).fence, other.fence + 2);
   EXPECT_EQ(decorated.stored_records(), std::optional<std::size_t>(2));
+  EXPECT_EQ(decorated.inspect("k"), store.inspect("k"));
+  EXPECT_EQ(decorated.inspect("k")->state, RecordState::kDone);
   EXPECT_EQ(decorated.purge_expired(), 0U);
   // A one-hour wait returns at once: the wrapped store's wait was called, not the default
   // sleep.
   decorated.wait_for_change("k", std::chrono::hours(1), std::stop_token{});
   EXPECT_EQ(store.waits.load(), 1);
+}
+
+// A backend that implements only the protocol, as a user's own may.
+class ProtocolOnly final : public LockBackend {
+ public:
+  ProtocolOnly() : LockBackend(BackendOptions{}) {}
+
+ protected:
+  ClaimResult do_claim(std::string_view, milliseconds, const ClaimRequest&) override {
+    return HeldByOther{};
+  }
+  bool do_complete(const Claim&, std::optional<std::string>) override { return false; }
+  void do_release(const Claim&) override {}
+  std::optional<TimePoint> do_extend(const Claim&, milliseconds) override { return std::nullopt; }
+  std::size_t do_purge_expired() override { return 0; }
+};
+
+TEST(ForwardingBackend, ABackendWithoutInspectionSaysSoThroughItsDecorators) {
+  ProtocolOnly bare;
+  Plain decorated(bare);
+  EXPECT_THROW((void)bare.inspect("k"), NotInspectable);
+  EXPECT_THROW((void)decorated.inspect("k"), NotInspectable);
+  EXPECT_THROW((void)decorated.inspect(""), std::invalid_argument) << "validated first";
 }
 
 TEST(ForwardingBackend, AnOwnedBackendLivesAsLongAsItsDecorator) {

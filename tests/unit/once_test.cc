@@ -390,7 +390,7 @@ TEST_F(OnceTest, VoidOperationsStoreNothingAndReplay) {
   EXPECT_EQ(once("k", backend_, [&] { ++runs; }).status(), Status::kExecuted);
   EXPECT_EQ(once("k", backend_, [&] { ++runs; }).status(), Status::kReplayed);
   EXPECT_EQ(runs, 1);
-  EXPECT_EQ(store_.record("k")->result, std::nullopt);
+  EXPECT_EQ(store_.inspect("k")->result, std::nullopt);
 }
 
 TEST_F(OnceTest, BytesResultsRoundTrip) {

@@ -454,7 +454,7 @@ std::optional<TimePoint> DatastoreLock::do_extend(const Claim& claim,
 
 std::size_t DatastoreLock::do_purge_expired() { return impl_->purge(); }
 
-std::optional<Record> DatastoreLock::record(std::string_view key) {
+std::optional<Record> DatastoreLock::do_inspect(std::string_view key) {
   const std::string name = datastore_key_name(key);
   return impl_->with_retries("record", key, name, [&]() -> std::optional<Record> {
     auto found = impl_->lookup({name}, "");

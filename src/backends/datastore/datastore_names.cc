@@ -6,8 +6,10 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "datastore_wire.h"
+#include "idempotency/backend_url.h"
 #include "idempotency/datastore_lock.h"
 #include "idempotency/detail/hex.h"
 
@@ -75,16 +77,11 @@ std::string datastore_key_name(std::string_view key) {
 }
 
 DatastoreOptions parse_datastore_url(std::string_view url, DatastoreOptions base) {
-  constexpr std::string_view kScheme = "datastore://";
-  if (url.substr(0, kScheme.size()) != kScheme) {
+  if (!url.starts_with("datastore://")) {
     throw std::invalid_argument("a Datastore URL starts with datastore://");
   }
-  std::string_view rest = url.substr(kScheme.size());
-  std::string_view query;
-  if (const auto q = rest.find('?'); q != std::string_view::npos) {
-    query = rest.substr(q + 1);
-    rest = rest.substr(0, q);
-  }
+  BackendUrl parsed = BackendUrl::parse(url);
+  const std::string_view rest = parsed.location();
   const auto slash = rest.find('/');
   base.project = std::string(rest.substr(0, slash));
   if (slash != std::string_view::npos) {
@@ -95,23 +92,11 @@ DatastoreOptions parse_datastore_url(std::string_view url, DatastoreOptions base
     }
     base.namespace_id = std::string(ns);
   }
-  while (!query.empty()) {
-    const auto amp = query.find('&');
-    const std::string_view pair = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
-    if (pair.empty()) continue;
-    const auto eq = pair.find('=');
-    const std::string_view name = pair.substr(0, eq);
-    const std::string value(eq == std::string_view::npos ? std::string_view()
-                                                         : pair.substr(eq + 1));
-    if (name == "kind") {
-      base.kind = value;
-    } else if (name == "database") {
-      base.database = value == kDefaultDatabaseName ? std::string() : value;
-    } else {
-      throw std::invalid_argument("unknown Datastore URL parameter (expected kind or database)");
-    }
+  if (auto kind = parsed.take("kind")) base.kind = std::move(*kind);
+  if (auto database = parsed.take("database")) {
+    base.database = *database == kDefaultDatabaseName ? std::string() : std::move(*database);
   }
+  parsed.refuse_rest("unknown Datastore URL parameter (expected kind or database)");
   return base;
 }
 

@@ -131,7 +131,7 @@ std::size_t InMemoryLock::entry_count() {
   return count;
 }
 
-std::optional<Record> InMemoryLock::record(std::string_view key) const {
+std::optional<Record> InMemoryLock::do_inspect(std::string_view key) {
   const auto& shard = state_->shard_for(key);
   std::lock_guard lock(shard.mutex);
   auto it = shard.records.find(std::string(key));

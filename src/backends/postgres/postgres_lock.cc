@@ -771,8 +771,7 @@ std::size_t PostgresLock::do_purge_expired() {
   }
 }
 
-std::optional<Record> PostgresLock::record(std::string_view key) {
-  validate_key(key);
+std::optional<Record> PostgresLock::do_inspect(std::string_view key) {
   Params p;
   p.bytes(key);
   return impl_->run(
@@ -805,7 +804,7 @@ void PostgresLock::do_wait_for_change(std::string_view key, std::chrono::millise
     listener = impl_->connect();
     impl_->exec_simple(listener.get(), "LISTEN " + impl_->channel, "listen");
     // A change made before LISTEN took effect notified nobody: look once.
-    const std::optional<Record> rec = record(key);
+    const std::optional<Record> rec = do_inspect(key);
     if (!rec || rec->state == RecordState::kDone) return;
     // A lapsed lease notifies nobody either; with the server clock the engine's next claim
     // (at the end of this slice) finds it.

@@ -288,8 +288,7 @@ RedisLock::~RedisLock() = default;
 
 const std::string& RedisLock::key_prefix() const noexcept { return impl_->options.key_prefix; }
 
-std::optional<Record> RedisLock::record(std::string_view key) {
-  validate_key(key);
+std::optional<Record> RedisLock::do_inspect(std::string_view key) {
   const std::string k = impl_->redis_key(key);
   Impl::Lease conn = impl_->acquire();
   ReplyPtr r = run(conn.get(), {"HGETALL", k});
@@ -355,7 +354,7 @@ void RedisLock::do_wait_for_change(std::string_view key, std::chrono::millisecon
     const ReplyPtr extra(static_cast<redisReply*>(raw));
     if (status != REDIS_OK || extra) return;
     // A change made before the subscription took effect published nobody: look once.
-    std::optional<Record> rec = record(key);
+    std::optional<Record> rec = do_inspect(key);
     if (!rec || rec->state == RecordState::kDone) return;
     Millis now = 0;
     if (impl_->options.backend.clock) {

@@ -293,7 +293,7 @@ std::optional<std::size_t> SqliteLock::do_stored_records() {
   return static_cast<std::size_t>(sqlite3_column_int64(s, 0));
 }
 
-std::optional<Record> SqliteLock::record(std::string_view key) {
+std::optional<Record> SqliteLock::do_inspect(std::string_view key) {
   std::lock_guard lock(impl_->mutex);
   return impl_->read(key);
 }

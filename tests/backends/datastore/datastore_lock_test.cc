@@ -78,7 +78,7 @@ TEST_F(DatastoreLockTest, ALostCommitResponseMakesTheRetriedClaimReaffirmIt) {
   EXPECT_EQ(c.fence, 1);
   EXPECT_EQ(c.claim_token, "call-1");
   EXPECT_EQ(server_.calls("commit"), 1);  // the retry re-affirmed: nothing written twice
-  EXPECT_EQ(backend->record("orders:1")->fence, 1);
+  EXPECT_EQ(backend->inspect("orders:1")->fence, 1);
   held(backend->claim("orders:1", kLease));  // another call is still locked out
   EXPECT_TRUE(backend->complete(c, std::string("ok")));
 }
@@ -91,7 +91,7 @@ TEST_F(DatastoreLockTest, ALostCommitResponseByTimeoutAlsoReaffirms) {
       Fault{.method = "commit", .after_apply = true, .delay = milliseconds(1500)});  // hangs
   Claim c = won(backend.claim("orders:2", kLease));  // a fresh token, reused internally
   EXPECT_EQ(c.fence, 1);
-  EXPECT_EQ(backend.record("orders:2")->claim_token, c.claim_token);
+  EXPECT_EQ(backend.inspect("orders:2")->claim_token, c.claim_token);
 }
 
 TEST_F(DatastoreLockTest, ALostCommitResponseOnTheReclaimPathReaffirmsWithoutADoubleBump) {
@@ -101,7 +101,7 @@ TEST_F(DatastoreLockTest, ALostCommitResponseOnTheReclaimPathReaffirmsWithoutADo
   server_.inject(Fault{.method = "commit", .after_apply = true});
   Claim second = won(backend->claim("orders:3", kLease, ClaimRequest{.claim_token = "retry-me"}));
   EXPECT_EQ(second.fence, first.fence + 1);
-  EXPECT_EQ(backend->record("orders:3")->fence, first.fence + 1);
+  EXPECT_EQ(backend->inspect("orders:3")->fence, first.fence + 1);
   EXPECT_FALSE(backend->complete(first));
   EXPECT_TRUE(backend->complete(second));
 }
@@ -217,7 +217,7 @@ TEST_F(DatastoreLockTest, TheEntityRoundTripsExactlyAndIndexesOnlyExpiresAt) {
   Claim c = won(backend->claim("orders:8", kLease,
                                ClaimRequest{.claim_token = "tok\xff", .fingerprint = "fp"}));
   ASSERT_TRUE(backend->complete(c, bytes));
-  const Record r = *backend->record("orders:8");
+  const Record r = *backend->inspect("orders:8");
   EXPECT_EQ(r.state, RecordState::kDone);
   EXPECT_EQ(r.fence, 1);
   EXPECT_EQ(r.claim_token, "tok\xff");
@@ -246,7 +246,7 @@ TEST_F(DatastoreLockTest, UrlSafeUnpaddedBlobValuesAreRead) {
                                ClaimRequest{.claim_token = "t\xfb\xff", .fingerprint = bytes}));
   ASSERT_TRUE(backend->complete(c, bytes));
   server_.serve_url_safe_blobs(true);
-  const Record r = *backend->record("orders:12");
+  const Record r = *backend->inspect("orders:12");
   EXPECT_EQ(r.claim_token, "t\xfb\xff");
   EXPECT_EQ(r.result, std::optional<std::string>(bytes));
   EXPECT_EQ(r.fingerprint, std::optional<std::string>(bytes));
@@ -256,7 +256,7 @@ TEST_F(DatastoreLockTest, UrlSafeUnpaddedBlobValuesAreRead) {
     nlohmann::json e = *server_.entity(kind_, "orders:12");
     e["properties"]["result"]["blobValue"] = bad;
     server_.put(e);
-    EXPECT_THROW((void)backend->record("orders:12"), StoreError) << bad;
+    EXPECT_THROW((void)backend->inspect("orders:12"), StoreError) << bad;
   }
 }
 
@@ -292,7 +292,7 @@ TEST_F(DatastoreLockTest, PurgePagesThroughShortAndEmptyNotFinishedBatches) {
   server_.set_query_scan_limit(4);
   EXPECT_EQ(backend.purge_expired(), 12U);
   EXPECT_EQ(server_.entity_count(kind_), 6U);
-  for (int i = 0; i < 12; ++i) EXPECT_FALSE(backend.record("b-old-" + std::to_string(i)));
+  for (int i = 0; i < 12; ++i) EXPECT_FALSE(backend.inspect("b-old-" + std::to_string(i)));
   for (int i = 0; i < 6; ++i) held(backend.claim("a-live-" + std::to_string(i), kLease));
 }
 
@@ -341,7 +341,7 @@ TEST_F(DatastoreLockTest, PurgeLeavesOtherKindsAndNamespacesAlone) {
   Claim cb = won(b.claim("k", milliseconds(10)));
   clock_->advance(milliseconds(100));
   EXPECT_EQ(a.purge_expired(), 1U);
-  EXPECT_TRUE(b.record("k").has_value());
+  EXPECT_TRUE(b.inspect("k").has_value());
   EXPECT_EQ(b.purge_expired(), 1U);
 }
 

@@ -56,7 +56,7 @@ TEST_F(DatastoreRaceTest, ALostReleaseReplyIsRetriedAndAdvancesTheFenceOnce) {
     server_.inject(lost);
     EXPECT_NO_THROW(backend.release(claim));
     EXPECT_EQ(server_.calls("commit"), 1) << "the retry found the release applied: no 2nd write";
-    const auto record = backend.record(key);
+    const auto record = backend.inspect(key);
     ASSERT_TRUE(record.has_value());
     EXPECT_EQ(record->state, RecordState::kClaimed);
     EXPECT_EQ(record->fence, claim.fence + 1) << "advanced once, not once per attempt";
@@ -108,7 +108,7 @@ TEST_F(DatastoreRaceTest, APurgeBetweenAReclaimsReadAndItsCommitLeavesOneLiveCla
   const Claim claim = won(reclaimer.claim("orders:3", kLease));
   EXPECT_EQ(purged, 1U);
   EXPECT_EQ(claim.fence, 1) << "the record was gone: fence restarts (DECISIONS: timing rules)";
-  const auto record = reclaimer.record("orders:3");
+  const auto record = reclaimer.inspect("orders:3");
   ASSERT_TRUE(record.has_value()) << "the claim was not lost to the delete";
   EXPECT_EQ(record->state, RecordState::kClaimed);
   EXPECT_EQ(record->claim_token, claim.claim_token);

@@ -21,7 +21,7 @@ TEST(InMemoryLock, EntryCountDropsExpiredRecordsLazily) {
   EXPECT_EQ(backend.entry_count(), 2U);
   clock->advance(milliseconds(100));  // a's ttl (from success) is over; b lives to 150
   EXPECT_EQ(backend.entry_count(), 1U);
-  EXPECT_FALSE(backend.record("a").has_value());
+  EXPECT_FALSE(backend.inspect("a").has_value());
   clock->advance(milliseconds(50));
   EXPECT_EQ(backend.entry_count(), 0U);
 }
@@ -42,7 +42,7 @@ TEST(InMemoryLock, WritesReclaimExpiredRecordsSoMemoryStaysBounded) {
     EXPECT_LE(backend.stored_count(), 2U * kPerRound) << "round " << round;
     clock->advance(milliseconds(1000));  // this round's records expire
   }
-  EXPECT_FALSE(backend.record("k0").has_value());
+  EXPECT_FALSE(backend.inspect("k0").has_value());
 }
 
 TEST(InMemoryLock, RecordShowsTheStoredState) {
@@ -50,7 +50,7 @@ TEST(InMemoryLock, RecordShowsTheStoredState) {
   InMemoryLock backend(BackendOptions{.ttl = milliseconds(1000), .clock = clock});
   Claim c = won(backend.claim("k", milliseconds(10), ClaimRequest{.fingerprint = "f"}));
   const Millis t0 = to_millis(clock->now());
-  Record r = *backend.record("k");
+  Record r = *backend.inspect("k");
   EXPECT_EQ(r.state, RecordState::kClaimed);
   EXPECT_EQ(r.fence, 1);
   EXPECT_EQ(r.lease_expiry, t0 + 10);
@@ -58,7 +58,7 @@ TEST(InMemoryLock, RecordShowsTheStoredState) {
   EXPECT_EQ(r.claim_token, c.claim_token);
   EXPECT_EQ(r.fingerprint, std::optional<std::string>("f"));
   EXPECT_TRUE(backend.complete(c, std::string("x")));
-  r = *backend.record("k");
+  r = *backend.inspect("k");
   EXPECT_EQ(r.state, RecordState::kDone);
   EXPECT_EQ(r.result, std::optional<std::string>("x"));
 }

@@ -445,7 +445,7 @@ TEST_F(PostgresLockTest, WaitForChangeIsWokenByCompleteThroughListenNotify) {
   const auto start = std::chrono::steady_clock::now();
   waiter->wait_for_change("notify-me", std::chrono::minutes(1), std::stop_token{});
   // NOTIFY is delivered at commit, so a waiter woken by it sees the change.
-  EXPECT_EQ(waiter->record("notify-me")->state, RecordState::kDone) << "woke before the change";
+  EXPECT_EQ(waiter->inspect("notify-me")->state, RecordState::kDone) << "woke before the change";
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30))
       << "woken by NOTIFY, not by the one-minute timeout";
 }
@@ -658,8 +658,8 @@ TEST_F(PostgresLockTest, PurgeExpiredDeletesInBatches) {
   clock->advance(milliseconds(2000));
   EXPECT_EQ(backend->purge_expired(), 50U);
   EXPECT_EQ(backend->purge_expired(), 0U);
-  EXPECT_FALSE(backend->record("purge-3").has_value());
-  EXPECT_TRUE(backend->record("live-3").has_value());
+  EXPECT_FALSE(backend->inspect("purge-3").has_value());
+  EXPECT_TRUE(backend->inspect("live-3").has_value());
   // A purged key starts over at fence 1.
   EXPECT_EQ(won(backend->claim("purge-3", milliseconds(1000))).fence, 1);
 }
@@ -674,7 +674,7 @@ TEST_F(PostgresLockTest, BinaryKeysResultsAndFingerprintsRoundTrip) {
   const AlreadyDone d = done(backend->claim(key, milliseconds(60'000)));
   EXPECT_EQ(d.result, result);
   EXPECT_EQ(d.fingerprint, fingerprint);
-  const auto rec = backend->record(key);
+  const auto rec = backend->inspect(key);
   ASSERT_TRUE(rec.has_value());
   EXPECT_EQ(rec->state, RecordState::kDone);
   EXPECT_EQ(rec->claim_token, c.claim_token);
@@ -702,7 +702,7 @@ TEST_F(PostgresLockTest, NoRawKeyInAnyExceptionMessage) {
   expect_clean([&] { (void)backend->claim(key, milliseconds(1000)); });
   expect_clean([&] { (void)backend->complete(c, "x"); });
   expect_clean([&] { backend->release(c); });
-  expect_clean([&] { (void)backend->record(key); });
+  expect_clean([&] { (void)backend->inspect(key); });
   EXPECT_THROW((void)backend->purge_expired(), StoreError);
 }
 

@@ -210,7 +210,7 @@ TEST(RedisLockTest, ATamperedRecordIsAStoreErrorWithoutTheKey) {
       EXPECT_THAT(e.what(), Not(HasSubstr(key)));
     }
   }
-  EXPECT_THROW((void)lock->record(key), StoreError);
+  EXPECT_THROW((void)lock->inspect(key), StoreError);
   // A key of another type: Redis's own WRONGTYPE error, still without the key.
   raw.command({"DEL", lock->key_prefix() + key});
   raw.command({"SET", lock->key_prefix() + key, "x"});
@@ -229,7 +229,7 @@ TEST(RedisLockTest, EachRecordIsOneHashWhoseExpiryIsItsExpiresAt) {
   Claim c = won(lock->claim("k", milliseconds(60'000), ClaimRequest{.fingerprint = "fp"}));
   const std::string redis_key = lock->key_prefix() + "k";
   EXPECT_EQ(raw.text({"TYPE", redis_key}), "hash");
-  std::optional<Record> r = lock->record("k");
+  std::optional<Record> r = lock->inspect("k");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->state, RecordState::kClaimed);
   EXPECT_EQ(r->fence, 1);
@@ -240,7 +240,7 @@ TEST(RedisLockTest, EachRecordIsOneHashWhoseExpiryIsItsExpiresAt) {
   EXPECT_EQ(raw.text({"PEXPIRETIME", redis_key}), std::to_string(r->expires_at));
 
   ASSERT_TRUE(lock->complete(c, "result-bytes"));
-  r = lock->record("k");
+  r = lock->inspect("k");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->state, RecordState::kDone);
   EXPECT_EQ(r->result, std::optional<std::string>("result-bytes"));
@@ -451,7 +451,7 @@ TEST(RedisDifferential, StoredRecordsMatchThePureFunction) {
     // The stored record equals the model's (a record past expires_at counts as absent).
     const Millis at = to_millis(clock->now());
     for (const auto& k : keys) {
-      std::optional<Record> stored = lock->record(k);
+      std::optional<Record> stored = lock->inspect(k);
       if (stored && at >= stored->expires_at) stored.reset();
       std::optional<Record> expected = model[k];
       if (expected && at >= expected->expires_at) expected.reset();

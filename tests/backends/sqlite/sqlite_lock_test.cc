@@ -38,7 +38,7 @@ TEST(SqliteLock, RecordsSurviveReopeningTheFile) {
   }
   SqliteLock second(path);
   EXPECT_EQ(done(second.claim("orders:1", kLease)).result, std::optional<std::string>("receipt"));
-  EXPECT_EQ(second.record("orders:1")->fence, c.fence);
+  EXPECT_EQ(second.inspect("orders:1")->fence, c.fence);
 }
 
 TEST(SqliteLock, TwoInstancesOnOneFileSeeEachOther) {
