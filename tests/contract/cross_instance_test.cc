@@ -8,9 +8,11 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <variant>
 
 #include "contract/suites.h"
 #include "idempotency/errors.h"
+#include "idempotency/guard.h"
 #include "idempotency/once.h"
 
 namespace idempotency::testing {
@@ -124,6 +126,31 @@ TEST_P(CrossInstance, AStoppedWaiterIsCancelled) {
                    "k", *b_, [] { return std::string("from-B"); },
                    OnceOptions{.wait_for = std::chrono::seconds(30), .stop = stop.get_token()}),
                Cancelled);
+}
+
+// Lease renewal across instances, on real time (the store's own clock): a guard on A whose
+// work outlives five leases keeps the key against B's redeliveries because its heartbeat keeps
+// renewing it, and completes; B then sees it done.
+TEST_P(CrossInstance, AGuardWithAHeartbeatOutlivesFiveLeasesAgainstAnotherInstance) {
+  constexpr auto kLease = milliseconds(600);
+  auto twins = GetParam().make_twins(BackendOptions{});
+  LockBackend& a = *twins.first;
+  LockBackend& b = *twins.second;
+  auto held = lock("k", a, LockOptions{.lease = kLease, .heartbeat = milliseconds(100)});
+  int rival_wins = 0;
+  const auto end = std::chrono::steady_clock::now() + 5 * kLease;
+  while (std::chrono::steady_clock::now() < end) {
+    ClaimResult r = b.claim("k", kLease);
+    if (auto* won = std::get_if<Won>(&r)) {
+      ++rival_wins;
+      b.release(won->claim);
+    }
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  EXPECT_EQ(rival_wins, 0) << "B took a key whose holder on A was alive and renewing";
+  EXPECT_FALSE(held.lost());
+  EXPECT_EQ(held.complete(), CompleteStatus::kCompleted);
+  EXPECT_TRUE(std::holds_alternative<AlreadyDone>(b.claim("k", kLease)));
 }
 
 }  // namespace
