@@ -39,6 +39,7 @@ enum class UpstreamFailure {
 /// to the outcome observer (`OutcomeEvent::error`), also to deliveries that joined it.
 class UpstreamNack : public pubsub::Nack {
  public:
+  /// UpstreamNack() nacks with `status` and a one-line `reason`, as `Nack` does.
   UpstreamNack(UpstreamFailure failure, int status, const std::string& reason)
       : pubsub::Nack(status, reason), failure_(failure) {}
   /// failure() says how the upstream failed.

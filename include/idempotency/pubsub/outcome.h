@@ -10,21 +10,21 @@
 //     requests_total.add(1, {{"outcome", idempotency::pubsub::to_string(e.outcome)}});
 //   };
 //
-// | outcome            | HTTP                                      | Pub/Sub |
-// |--------------------|-------------------------------------------|---------|
-// | `kHandled`         | the handler's response (200 for a `Handler`) | ack  |
-// | `kJoined`          | the response of the delivery it joined    | ack     |
-// | `kDuplicate`       | 204                                       | ack     |
-// | `kReplayed`        | the stored response + `Idempotency-Replayed: true` | ack |
-// | `kUnguarded`       | the handler's response                    | ack     |
-// | `kContention`      | 503 + `Retry-After`                       | nack    |
-// | `kHandlerNacked`   | the `Nack`'s status (500 for an ack status) | nack  |
-// | `kHandlerFailed`   | 500                                       | nack    |
-// | `kOutcomeUnknown`  | 503                                       | nack    |
-// | `kStoreError`      | 503                                       | nack    |
-// | `kMalformed`       | 400 with the parser's one-line reason     | nack    |
-// | `kNoKey`           | 400 with a one-line reason                | nack    |
-// | `kUnauthenticated` | 401 with the refusal's one-line reason    | nack    |
+// | outcome            | HTTP                                         | Pub/Sub |
+// |--------------------|----------------------------------------------|---------|
+// | `kHandled`         | the handler's response (200 for a `Handler`) | ack     |
+// | `kJoined`          | the response of the delivery it joined       | ack     |
+// | `kDuplicate`       | 204                                          | ack     |
+// | `kReplayed`        | the stored response + `Idempotency-Replayed` | ack     |
+// | `kUnguarded`       | the handler's response                       | ack     |
+// | `kContention`      | 503 + `Retry-After`                          | nack    |
+// | `kHandlerNacked`   | the `Nack`'s status (500 for an ack status)  | nack    |
+// | `kHandlerFailed`   | 500                                          | nack    |
+// | `kOutcomeUnknown`  | 503 (the key stays held)                     | nack    |
+// | `kStoreError`      | 503                                          | nack    |
+// | `kMalformed`       | 400 with the parser's one-line reason        | nack    |
+// | `kNoKey`           | 400 with a one-line reason                   | nack    |
+// | `kUnauthenticated` | 401 with the refusal's one-line reason       | nack    |
 //
 // Thread safety: pure functions over values.
 #pragma once
@@ -135,6 +135,7 @@ struct ResponseFacts {
 /// What `IdempotentOptions::on_outcome` is told about one request. Its pointers are valid
 /// only during the call.
 struct OutcomeEvent {
+  /// What became of the request: count by this, not by the answer's status.
   DeliveryOutcome outcome = DeliveryOutcome::kHandled;
   /// The request as received.
   const PushRequest* request = nullptr;
