@@ -23,6 +23,11 @@
 // rather than join the first. The request fingerprint (SHA-256 of method, path and body) is
 // stored with the claim and compared with the one a duplicate finds.
 //
+// The table above is this mode's own (another protocol than Pub/Sub push), so it does not use
+// `pubsub::push_response`; each request is counted once, where its answer is decided, with the
+// labels the pubsub mode uses where the meaning is the same (`handled`, `duplicate`,
+// `replayed`, `nack_upstream*`, `backend_error`, `bad_request`, `unauthorized`: metrics.h).
+//
 // Thread safety: the returned handler may be called from any number of threads.
 #pragma once
 

@@ -16,17 +16,27 @@
 #include <string>
 #include <string_view>
 
+#include "idempotency/pubsub/outcome.h"
 #include "idempotency/reclaimer.h"
 
 namespace idempotency::gateway {
 
-/// The outcomes counted in `idempotency_gateway_requests_total{outcome=...}`.
+/// The outcomes counted in `idempotency_gateway_requests_total{outcome=...}`, by both modes.
+/// Where a mode's outcome means what one of the library's `pubsub::DeliveryOutcome`s means, the
+/// label is the library's name for it, so the vocabulary cannot drift apart.
 namespace outcome {
-inline constexpr std::string_view kHandled = "handled";                ///< forwarded, 2xx
-inline constexpr std::string_view kJoined = "joined";                  ///< shared a running one
-inline constexpr std::string_view kDuplicate = "duplicate";            ///< done before: 204
-inline constexpr std::string_view kReplayed = "replayed";              ///< stored response sent
-inline constexpr std::string_view kContention = "contention";          ///< held elsewhere: 503
+/// Forwarded and the upstream answered 2xx.
+inline constexpr std::string_view kHandled = pubsub::to_string(pubsub::DeliveryOutcome::kHandled);
+/// Shared the response of a delivery running on this instance (pubsub mode).
+inline constexpr std::string_view kJoined = pubsub::to_string(pubsub::DeliveryOutcome::kJoined);
+/// Done before, nothing stored to replay: 204.
+inline constexpr std::string_view kDuplicate =
+    pubsub::to_string(pubsub::DeliveryOutcome::kDuplicate);
+/// Done before: the stored response sent again.
+inline constexpr std::string_view kReplayed = pubsub::to_string(pubsub::DeliveryOutcome::kReplayed);
+/// Held by another instance: 503 with Retry-After (pubsub mode).
+inline constexpr std::string_view kContention =
+    pubsub::to_string(pubsub::DeliveryOutcome::kContention);
 inline constexpr std::string_view kConflict = "conflict";              ///< in flight: 409
 inline constexpr std::string_view kMismatch = "fingerprint_mismatch";  ///< key reuse: 422
 /// The upstream said it failed (non-2xx): released at once.

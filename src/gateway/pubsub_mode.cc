@@ -1,41 +1,53 @@
 #include "pubsub_mode.h"
 
-#include <string_view>
 #include <utility>
 
 #include "idempotency/errors.h"
-#include "idempotency/log.h"
 
 namespace idempotency::gateway {
-namespace {
 
-// What the wrapped handler saw of the request being handled on this thread. The library's
-// wrapper is opaque and runs the handler on the calling thread (a joined duplicate never runs
-// it), so the request and its outcome travel through this per-thread slot.
-struct InFlight {
-  const pubsub::PushRequest* request = nullptr;
-  bool upstream_called = false;
-  std::string_view outcome;
-};
-thread_local InFlight in_flight;
-
-bool has_header(const pubsub::PushResponse& r, std::string_view name) {
-  return pubsub::find_header(r.headers, name).has_value();
-}
-
-// The outcome of a request whose handler did not run: told apart by the wrapper's answer.
-std::string_view outcome_without_upstream(const pubsub::PushResponse& r) {
-  if (r.status == 204) return outcome::kDuplicate;
-  if (pubsub::is_ack(r.status)) return outcome::kJoined;
-  if (r.status == 503) {
-    return has_header(r, "Retry-After") ? outcome::kContention : outcome::kBackendError;
+std::string_view metric_outcome(const pubsub::OutcomeEvent& event) {
+  using pubsub::DeliveryOutcome;
+  switch (event.outcome) {
+    case DeliveryOutcome::kHandled:
+    // Disabled by the environment (only with --allow-idempotency-disabled): forwarded and
+    // acked, counted as on the guarded path, as its failures are.
+    case DeliveryOutcome::kUnguarded:
+      return outcome::kHandled;
+    case DeliveryOutcome::kJoined:
+      return outcome::kJoined;
+    case DeliveryOutcome::kDuplicate:
+      return outcome::kDuplicate;
+    case DeliveryOutcome::kReplayed:
+      return outcome::kReplayed;
+    case DeliveryOutcome::kContention:
+      return outcome::kContention;
+    case DeliveryOutcome::kHandlerNacked:
+      // The only nacks are the forward step's; a joined delivery is handed its owner's.
+      if (const auto* nack = dynamic_cast<const UpstreamNack*>(event.error)) {
+        return nack->failure() == UpstreamFailure::kUnreachable ? outcome::kNackUnreachable
+                                                                : outcome::kNackUpstream;
+      }
+      return outcome::kError;
+    case DeliveryOutcome::kOutcomeUnknown:
+      // The forward step's only OutcomeUnknown: the upstream was sent the request and went
+      // silent.
+      return outcome::kNackNoAnswer;
+    case DeliveryOutcome::kHandlerFailed:
+      // Unguarded, the library answers an OutcomeUnknown as a failure; it is still a silent
+      // upstream. Anything else thrown (std::bad_alloc) is an error.
+      return dynamic_cast<const OutcomeUnknown*>(event.error) != nullptr ? outcome::kNackNoAnswer
+                                                                         : outcome::kError;
+    case DeliveryOutcome::kStoreError:
+      return outcome::kBackendError;
+    case DeliveryOutcome::kMalformed:
+    case DeliveryOutcome::kNoKey:
+      return outcome::kBadRequest;
+    case DeliveryOutcome::kUnauthenticated:
+      return outcome::kUnauthorized;
   }
-  if (r.status == 400 || r.status == 405 || r.status == 413) return outcome::kBadRequest;
-  if (r.status == 401) return outcome::kUnauthorized;
   return outcome::kError;
 }
-
-}  // namespace
 
 pubsub::KeyFunction make_key_function(const KeySpec& spec, const std::string& prefix) {
   switch (spec.kind) {
@@ -55,28 +67,24 @@ http::Handler make_pubsub_handler(const Config& config, const GatewayDeps& deps)
   auto upstream = deps.upstream;
   auto metrics = deps.metrics;
   auto forward = [upstream, metrics](const pubsub::Delivery& delivery) -> pubsub::PushResponse {
-    InFlight& slot = in_flight;
-    slot.upstream_called = true;
-    auto reply = upstream->forward(*slot.request, delivery.fence);
+    auto reply = upstream->forward(*delivery.request, delivery.fence);
     metrics->upstream_latency().observe(reply.elapsed);
     switch (reply.kind) {
       case UpstreamReply::Kind::kNotSent:
         // Provably not acted on: release at once, the redelivery may run straight away.
-        slot.outcome = outcome::kNackUnreachable;
-        throw pubsub::Nack(503, "upstream unreachable: " + reply.error);
+        throw UpstreamNack(UpstreamFailure::kUnreachable, 503,
+                           "upstream unreachable: " + reply.error);
       case UpstreamReply::Kind::kNoAnswer:
         // Sent and gone silent: the app may still be acting on it, so the key stays held.
-        slot.outcome = outcome::kNackNoAnswer;
         throw OutcomeUnknown("upstream did not answer: " + reply.error);
       case UpstreamReply::Kind::kResponse:
         break;
     }
     const int status = reply.response.status;
     if (status < 200 || status > 299) {
-      slot.outcome = outcome::kNackUpstream;
-      throw pubsub::Nack(500, "upstream answered " + std::to_string(status));
+      throw UpstreamNack(UpstreamFailure::kRejected, 500,
+                         "upstream answered " + std::to_string(status));
     }
-    slot.outcome = outcome::kHandled;
     // Pub/Sub reads only the status, so that is all that is answered and stored; a 2xx it
     // would nack (203/205/206) becomes a 200.
     return pubsub::PushResponse{.status = pubsub::is_ack(status) ? status : 200};
@@ -88,26 +96,22 @@ http::Handler make_pubsub_handler(const Config& config, const GatewayDeps& deps)
       .lease = config.lease,
       .heartbeat = config.heartbeat,
       .wait_for = config.wait_for,
+      // Called on the request's thread once the outcome is decided: each request is counted
+      // here, from its typed outcome, and only here.
+      .on_outcome = [metrics](const pubsub::OutcomeEvent& e) { metrics->count(metric_outcome(e)); },
       .parse = {.max_body_bytes = config.max_body},
       .authenticate = deps.authenticate,
   };
   auto wrapped = pubsub::idempotent_response(std::move(options), std::move(forward));
   return [wrapped = std::move(wrapped), metrics](const pubsub::PushRequest& request) {
-    in_flight = InFlight{.request = &request};
-    pubsub::PushResponse response;
     try {
-      response = wrapped(request);
+      return wrapped(request);
     } catch (...) {
-      in_flight = {};
+      // The wrapper threw before deciding an outcome (std::bad_alloc, an authenticator that
+      // threw), so on_outcome was not called: counted here, once.
       metrics->count(outcome::kError);
       throw;
     }
-    const InFlight seen = in_flight;
-    in_flight = {};
-    metrics->count(seen.upstream_called && !seen.outcome.empty()
-                       ? seen.outcome
-                       : outcome_without_upstream(response));
-    return response;
   };
 }
 

@@ -1,4 +1,5 @@
-// idempotent(): parse -> authenticate -> resolve the key -> once() -> map the outcome to a status.
+// idempotent(): authenticate -> parse -> resolve the key -> once() -> a typed outcome, answered
+// through the push status table (push_response) and reported to on_outcome.
 #include "idempotency/pubsub/idempotent.h"
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -16,21 +18,11 @@
 #include "idempotency/key.h"
 #include "idempotency/log.h"
 #include "idempotency/once.h"
+#include "idempotency/pubsub/outcome.h"
 #include "idempotency/reclaimer.h"
 
 namespace idempotency::pubsub {
 namespace {
-
-PushResponse respond(int status, std::string body) {
-  PushResponse r;
-  r.status = status;
-  if (status != 204) {
-    r.headers.push_back({"Content-Type", "text/plain; charset=utf-8"});
-    r.body = std::move(body);
-    r.body.push_back('\n');
-  }
-  return r;
-}
 
 // The delivery's context for log lines: never the key, only its fingerprint.
 std::vector<std::pair<std::string, std::string>> context(const Message& m, const std::string& key) {
@@ -96,29 +88,69 @@ class HandlerStoreError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The request being answered, as the outcome observer is told about it.
+struct Seen {
+  const PushRequest& request;
+  const Message* message;  // null until the request is parsed
+
+  [[nodiscard]] OutcomeEvent event(DeliveryOutcome outcome,
+                                   const std::exception* error = nullptr) const {
+    return OutcomeEvent{
+        .outcome = outcome, .request = &request, .message = message, .error = error};
+  }
+};
+
+// Every path decides an outcome and ends in answer(): the response comes from the one status
+// table (push_response), so no path here knows a status code.
 struct Wrapper {
   IdempotentOptions options;
   ResponseHandler handler;
   bool disabled;
   std::shared_ptr<LazyBackend> backend;
 
+  // The last step of every path, after anything that could throw, so the observer hears of
+  // each request exactly once.
+  PushResponse answer(const OutcomeEvent& event, ResponseFacts facts = {}) const {
+    PushResponse response = push_response(event.outcome, std::move(facts));
+    observe(event);
+    return response;
+  }
+
+  void observe(const OutcomeEvent& event) const {
+    if (!options.on_outcome) return;
+    try {
+      options.on_outcome(event);
+    } catch (...) {
+      auto fields = event.message ? context(*event.message, {})
+                                  : std::vector<std::pair<std::string, std::string>>{};
+      fields.emplace_back("outcome", std::string(to_string(event.outcome)));
+      log(LogRecord{Severity::kWarning, "on_outcome_failed",
+                    "the on_outcome hook threw; ignored, the answer stands", std::move(fields)});
+    }
+  }
+
   // Unguarded means "no dedup", not "another answer": the handler's response, its Nack status
   // and its failures are answered exactly as on the guarded path.
-  PushResponse run_unguarded(const Message& message, const char* why) const {
+  PushResponse run_unguarded(const Seen& seen, const char* why) const {
+    const Message& message = *seen.message;
     log(LogRecord{Severity::kWarning, "unguarded",
                   std::string("running the handler unguarded: ") + why, context(message, {})});
+    std::optional<PushResponse> response;
     try {
-      return checked(handler(Delivery{message, 0}));
+      response =
+          checked(handler(Delivery{.message = message, .fence = 0, .request = &seen.request}));
     } catch (const Nack& n) {
-      return nack(n, message, {});
+      return nack(n, seen, {});
     } catch (const std::exception& e) {
       log(LogRecord{
           Severity::kError, "handler_failed", "the handler threw; nacking", {{"error", e.what()}}});
+      return answer(seen.event(DeliveryOutcome::kHandlerFailed, &e));
     } catch (...) {
       log(LogRecord{Severity::kError, "handler_failed",
                     "the handler threw a non-exception; nacking", context(message, {})});
+      return answer(seen.event(DeliveryOutcome::kHandlerFailed));
     }
-    return respond(500, "handler failed");
+    return answer(seen.event(DeliveryOutcome::kUnguarded), {.response = std::move(response)});
   }
 
   // A handler's response must be an ack: anything else would be stored as a success.
@@ -127,13 +159,14 @@ struct Wrapper {
     return r;
   }
 
-  PushResponse nack(const Nack& n, const Message& message, const std::string& key) const {
-    auto fields = context(message, key);
+  PushResponse nack(const Nack& n, const Seen& seen, const std::string& key) const {
+    auto fields = context(*seen.message, key);
     fields.emplace_back("status", std::to_string(n.status()));
     fields.emplace_back("error", n.what());
     log(LogRecord{Severity::kWarning, "handler_nacked", "the handler nacked the delivery",
                   std::move(fields)});
-    return respond(is_ack(n.status()) ? 500 : n.status(), n.what());
+    return answer(seen.event(DeliveryOutcome::kHandlerNacked, &n),
+                  {.nack_status = n.status(), .reason = n.what()});
   }
 
   std::string resolve_key(const Message& message, std::string& problem) const {
@@ -163,88 +196,61 @@ struct Wrapper {
   }
 
   PushResponse operator()(const PushRequest& request) const {
+    const Seen unparsed{request, nullptr};
     if (options.authenticate) {
       if (auto reason = options.authenticate(request)) {
         log(LogRecord{
             Severity::kWarning, "unauthenticated", "refused a push request: " + *reason, {}});
-        return respond(401, *reason);
+        return answer(unparsed.event(DeliveryOutcome::kUnauthenticated), {.reason = *reason});
       }
     }
     auto parsed = parse_push(request, options.parse);
     if (auto* error = std::get_if<ParseError>(&parsed)) {
       log(LogRecord{Severity::kWarning, "malformed_push", error->reason, {}});
-      return respond(400, error->reason);
+      return answer(unparsed.event(DeliveryOutcome::kMalformed), {.reason = error->reason});
     }
     const Message& message = std::get<Message>(parsed);
-    if (disabled) return run_unguarded(message, "GCP_PUBSUB_IDEMPOTENCY_DISABLED is set");
+    const Seen seen{request, &message};
+    if (disabled) return run_unguarded(seen, "GCP_PUBSUB_IDEMPOTENCY_DISABLED is set");
 
     std::string problem;
     const std::string key = resolve_key(message, problem);
     if (!problem.empty() || key.size() > kMaxKeyBytes) {
       if (problem.empty()) problem = "no idempotency key: the key is longer than the limit";
-      if (options.allow_unguarded) return run_unguarded(message, problem.c_str());
+      if (options.allow_unguarded) return run_unguarded(seen, problem.c_str());
       log(LogRecord{Severity::kWarning, "no_key", problem + "; failing closed",
                     context(message, {})});
-      return respond(400, problem);
+      return answer(seen.event(DeliveryOutcome::kNoKey), {.reason = problem});
     }
 
+    // Only once() runs inside the try: what follows it answers outside, so an answer that
+    // throws is never answered a second time by a catch below.
+    std::optional<Outcome<PushResponse>> outcome;
     try {
-      auto outcome = once(
+      outcome.emplace(once(
           key, backend->get(),
           [&](const Claim& claim, const std::stop_token&) {
             try {
-              return checked(handler(Delivery{message, claim.fence}));
+              return checked(
+                  handler(Delivery{.message = message, .fence = claim.fence, .request = &request}));
             } catch (const StoreError& e) {
-              // The handler's own store failed: a handler failure (500), not the wrapper's
-              // store failing before the handler ran (503).
+              // The handler's own store failed: a handler failure, not the wrapper's store
+              // failing before the handler ran.
               throw HandlerStoreError(e.what());
             }
           },
           OnceOptions{.lease = options.lease,
                       .heartbeat = resolved_heartbeat(options.lease, options.heartbeat),
-                      .wait_for = options.wait_for});
-      switch (outcome.status()) {
-        case Status::kExecuted:
-        case Status::kJoined:
-          return outcome.value();
-        case Status::kReplayed:
-          notify_duplicate(message, key);
-          if (options.replay_stored_response) {
-            PushResponse stored = outcome.value();
-            stored.headers.push_back({"Idempotency-Replayed", "true"});
-            return stored;
-          }
-          return respond(204, {});
-        case Status::kDuplicate:
-          notify_duplicate(message, key);
-          return respond(204, {});
-        case Status::kInProgress:
-          break;
-      }
-      auto fields = context(message, key);
-      int retry_after = 1;
-      if (outcome.lease_expiry()) {
-        const auto left = std::chrono::duration_cast<std::chrono::seconds>(
-            *outcome.lease_expiry() - std::chrono::system_clock::now());
-        retry_after = static_cast<int>(std::clamp<std::int64_t>(left.count(), 1, 600));
-      }
-      log(LogRecord{Severity::kWarning, "contention",
-                    "another instance holds this message's key; nacking so Pub/Sub retries later",
-                    std::move(fields)});
-      PushResponse r = respond(503, "in progress elsewhere; retry later");
-      r.headers.push_back({"Retry-After", std::to_string(retry_after)});
-      return r;
+                      .wait_for = options.wait_for}));
     } catch (const Nack& n) {
-      return nack(n, message, key);
+      return nack(n, seen, key);
     } catch (const InProgress&) {
       // The handler's own mutex met a live holder (the seed's two-verb pattern): the
       // delivery's key was released like any failure; nack quietly so Pub/Sub retries.
       log(LogRecord{Severity::kWarning, "contention",
                     "the handler's mutex is held elsewhere; nacking so Pub/Sub retries later",
                     context(message, key)});
-      PushResponse r = respond(503, "in progress elsewhere; retry later");
-      r.headers.push_back({"Retry-After", "1"});
-      return r;
+      return answer(seen.event(DeliveryOutcome::kContention));
     } catch (const OutcomeUnknown& e) {
       // The handler cannot tell whether its side effect happened: nack, but the key stays held
       // until the lease lapses so no redelivery runs beside the call that went silent.
@@ -254,25 +260,58 @@ struct Wrapper {
                     "the handler's outcome is unknown; nacking, the key stays held until its "
                     "lease lapses",
                     std::move(fields)});
-      return respond(503, "outcome unknown; retried once the lease lapses");
+      return answer(seen.event(DeliveryOutcome::kOutcomeUnknown, &e));
     } catch (const StoreError& e) {
       auto fields = context(message, key);
       fields.emplace_back("error", e.what());
       log(LogRecord{Severity::kError, "store_error",
                     "the idempotency store failed before the handler ran; nacking",
                     std::move(fields)});
-      return respond(503, "idempotency store unavailable; retry later");
+      return answer(seen.event(DeliveryOutcome::kStoreError, &e));
     } catch (const std::exception& e) {
       auto fields = context(message, key);
       fields.emplace_back("error", e.what());
       log(LogRecord{Severity::kError, "handler_failed", "the handler threw; nacking",
                     std::move(fields)});
-      return respond(500, "handler failed");
+      return answer(seen.event(DeliveryOutcome::kHandlerFailed, &e));
     } catch (...) {
       log(LogRecord{Severity::kError, "handler_failed",
                     "the handler threw a non-exception; nacking", context(message, key)});
-      return respond(500, "handler failed");
+      return answer(seen.event(DeliveryOutcome::kHandlerFailed));
     }
+    return settled(*outcome, seen, key);
+  }
+
+  // The answer to a once() that returned: ran, joined, done before, or held elsewhere.
+  PushResponse settled(const Outcome<PushResponse>& outcome, const Seen& seen,
+                       const std::string& key) const {
+    const Message& message = *seen.message;
+    switch (outcome.status()) {
+      case Status::kExecuted:
+        return answer(seen.event(DeliveryOutcome::kHandled), {.response = outcome.value()});
+      case Status::kJoined:
+        return answer(seen.event(DeliveryOutcome::kJoined), {.response = outcome.value()});
+      case Status::kReplayed:
+        notify_duplicate(message, key);
+        if (options.replay_stored_response) {
+          return answer(seen.event(DeliveryOutcome::kReplayed), {.response = outcome.value()});
+        }
+        return answer(seen.event(DeliveryOutcome::kDuplicate));
+      case Status::kDuplicate:
+        notify_duplicate(message, key);
+        return answer(seen.event(DeliveryOutcome::kDuplicate));
+      case Status::kInProgress:
+        break;
+    }
+    std::chrono::seconds retry_after{1};
+    if (outcome.lease_expiry()) {
+      retry_after = std::chrono::duration_cast<std::chrono::seconds>(
+          *outcome.lease_expiry() - std::chrono::system_clock::now());
+    }
+    log(LogRecord{Severity::kWarning, "contention",
+                  "another instance holds this message's key; nacking so Pub/Sub retries later",
+                  context(message, key)});
+    return answer(seen.event(DeliveryOutcome::kContention), {.retry_after = retry_after});
   }
 };
 
@@ -298,7 +337,7 @@ PushHandler idempotent(IdempotentOptions options, Handler handler) {
   if (!handler) throw std::invalid_argument("idempotent: the handler is empty");
   return idempotent_response(std::move(options), [handler = std::move(handler)](const Delivery& d) {
     handler(d);
-    return respond(200, "ok");
+    return push_response(DeliveryOutcome::kHandled, {});  // the plain 200 of a void handler
   });
 }
 

@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "idempotency/errors.h"
-#include "idempotency/forwarding_backend.h"
 #include "idempotency/memory_lock.h"
 #include "idempotency/once.h"
 #include "support/faulty_backend.h"
 #include "support/log_capture.h"
+#include "support/stalling_claim_backend.h"
 
 namespace idempotency::testing {
 namespace {
@@ -24,28 +24,6 @@ namespace {
 using std::chrono::milliseconds;
 
 constexpr int kJoiners = 4;
-
-// Forwards to `inner`, except that the first claim waits until `fail_claim` opens and then
-// throws StoreError, as a store that goes down in the middle of a claim does.
-class StallingClaimBackend final : public ForwardingBackend {
- public:
-  explicit StallingClaimBackend(LockBackend& inner) : ForwardingBackend(inner) {}
-
-  std::latch claim_entered{1};
-  std::latch fail_claim{1};
-  std::atomic<int> claims{0};
-
- protected:
-  ClaimResult do_claim(std::string_view key, std::chrono::milliseconds lease,
-                       const ClaimRequest& request) override {
-    if (claims.fetch_add(1) == 0) {
-      claim_entered.count_down();
-      fail_claim.wait();
-      throw StoreError("injected: the store went away mid-claim");
-    }
-    return ForwardingBackend::do_claim(key, lease, request);
-  }
-};
 
 TEST(OnceJoiners, AStoreErrorBeforeTheWorkReachesTheOwnerAndEveryJoiner) {
   InMemoryLock store;
@@ -68,6 +46,7 @@ TEST(OnceJoiners, AStoreErrorBeforeTheWorkReachesTheOwnerAndEveryJoiner) {
   std::jthread owner(call);
   backend.claim_entered.wait();  // the owner's flight exists; its claim hangs in the store
   std::vector<std::jthread> joiners;
+  joiners.reserve(kJoiners);
   for (int i = 0; i < kJoiners; ++i) joiners.emplace_back(call);
   std::this_thread::sleep_for(milliseconds(100));  // let them join (not a timing assertion)
   backend.fail_claim.count_down();
@@ -112,6 +91,7 @@ TEST(OnceJoiners, JoinedAndReplayedCallsEmitNoExecutionEvents) {
   std::jthread owner(call);
   started.wait();
   std::vector<std::jthread> joiners;
+  joiners.reserve(kJoiners);
   for (int i = 0; i < kJoiners; ++i) joiners.emplace_back(call);
   std::this_thread::sleep_for(milliseconds(100));  // let them join (not a timing assertion)
   finish.count_down();

@@ -7,6 +7,9 @@
 //       });
 //   PushResponse response = handle(request);   // any HTTP server: headers + body in, status out
 //
+// Every request ends in one `DeliveryOutcome` (outcome.h), answered through `push_response()`,
+// the push status table, and reported to `IdempotentOptions::on_outcome`:
+//
 // | outcome                                   | HTTP | Pub/Sub |
 // |-------------------------------------------|------|---------|
 // | handler returned (or joined one that did) | 200  | ack     |
@@ -41,6 +44,7 @@
 
 #include "idempotency/backend.h"
 #include "idempotency/pubsub/message.h"
+#include "idempotency/pubsub/outcome.h"
 #include "idempotency/pubsub/response.h"
 
 namespace idempotency::pubsub {
@@ -50,6 +54,10 @@ namespace idempotency::pubsub {
 struct Delivery {
   const Message& message;
   std::int64_t fence = 0;
+  /// The request the message was decoded from (raw body, every header), for a handler that
+  /// passes it on as it came, like the gateway. Never null when `idempotent()` calls the
+  /// handler; null in a Delivery a test builds without one.
+  const PushRequest* request = nullptr;
 };
 
 /// The business handler. Returning acks the delivery (200); throwing nacks it.
@@ -121,6 +129,11 @@ struct IdempotentOptions {
   /// Called for each duplicate delivery (a metric, a log line). A hook that throws is logged
   /// and ignored: observation never changes the ack.
   std::function<void(const Message&)> on_duplicate;
+  /// Called once per request, on the request's thread, with its typed outcome, just before the
+  /// response is returned (not when the wrapper itself throws: `std::bad_alloc`, or an
+  /// `authenticate` that throws). Count and log from the outcome, never from the status. A
+  /// hook that throws is logged and ignored: observation never changes the answer.
+  std::function<void(const OutcomeEvent&)> on_outcome;
   /// Run the handler unguarded (with a warning) when no key can be resolved, instead of
   /// failing closed with 400. A malformed envelope is a 400 either way.
   bool allow_unguarded = false;

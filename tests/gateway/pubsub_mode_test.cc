@@ -1,0 +1,358 @@
+// The pubsub mode's metrics, in process: every request is counted once, from its typed
+// outcome. Outcomes that share a status (four kinds of 503) or a header are counted apart, and
+// the counting function is never shown a response, so the push status table can change
+// without the counters miscounting.
+#include "pubsub_mode.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "idempotency/errors.h"
+#include "idempotency/memory_lock.h"
+#include "metrics.h"
+#include "support/base64.h"
+#include "support/faulty_backend.h"
+#include "support/log_capture.h"
+#include "upstream_pool.h"
+
+namespace idempotency::gateway {
+namespace {
+
+using namespace std::chrono_literals;
+using pubsub::DeliveryOutcome;
+using pubsub::OutcomeEvent;
+using pubsub::PushRequest;
+using testing::FaultyBackend;
+
+// --- the mapping, without a single response -------------------------------------------------
+
+static_assert(std::is_same_v<decltype(&metric_outcome), std::string_view (*)(const OutcomeEvent&)>,
+              "the metric is a function of the typed outcome alone: no status, no header");
+
+TEST(PubsubMetricOutcome, EveryTypedOutcomeHasItsCounter) {
+  const PushRequest request;
+  auto label = [&](DeliveryOutcome o, const std::exception* error = nullptr) {
+    return metric_outcome(OutcomeEvent{.outcome = o, .request = &request, .error = error});
+  };
+  EXPECT_EQ(label(DeliveryOutcome::kHandled), "handled");
+  EXPECT_EQ(label(DeliveryOutcome::kJoined), "joined");
+  EXPECT_EQ(label(DeliveryOutcome::kDuplicate), "duplicate");
+  EXPECT_EQ(label(DeliveryOutcome::kReplayed), "replayed");
+  EXPECT_EQ(label(DeliveryOutcome::kContention), "contention");
+  EXPECT_EQ(label(DeliveryOutcome::kStoreError), "backend_error");
+  EXPECT_EQ(label(DeliveryOutcome::kMalformed), "bad_request");
+  EXPECT_EQ(label(DeliveryOutcome::kNoKey), "bad_request");
+  EXPECT_EQ(label(DeliveryOutcome::kUnauthenticated), "unauthorized");
+  EXPECT_EQ(label(DeliveryOutcome::kUnguarded), "handled");
+  EXPECT_EQ(label(DeliveryOutcome::kOutcomeUnknown), "nack_upstream_no_answer");
+
+  const UpstreamNack unreachable(UpstreamFailure::kUnreachable, 503, "refused");
+  const UpstreamNack rejected(UpstreamFailure::kRejected, 500, "answered 404");
+  const pubsub::Nack foreign(503, "not the forward step's");
+  const OutcomeUnknown silent("no answer");
+  const std::runtime_error other("bad_alloc, say");
+  EXPECT_EQ(label(DeliveryOutcome::kHandlerNacked, &unreachable), "nack_upstream_unreachable");
+  EXPECT_EQ(label(DeliveryOutcome::kHandlerNacked, &rejected), "nack_upstream");
+  EXPECT_EQ(label(DeliveryOutcome::kHandlerNacked, &foreign), "error");
+  EXPECT_EQ(label(DeliveryOutcome::kHandlerNacked), "error");
+  EXPECT_EQ(label(DeliveryOutcome::kHandlerFailed, &other), "error");
+  EXPECT_EQ(label(DeliveryOutcome::kHandlerFailed, &silent), "nack_upstream_no_answer")
+      << "unguarded, a silent upstream is answered as a failure; it is still a silent upstream";
+}
+
+TEST(PubsubMetricOutcome, SharedLabelsAreTheLibrarysNamesAndStayWhatDashboardsRead) {
+  EXPECT_EQ(outcome::kHandled, pubsub::to_string(DeliveryOutcome::kHandled));
+  EXPECT_EQ(outcome::kJoined, pubsub::to_string(DeliveryOutcome::kJoined));
+  EXPECT_EQ(outcome::kDuplicate, pubsub::to_string(DeliveryOutcome::kDuplicate));
+  EXPECT_EQ(outcome::kReplayed, pubsub::to_string(DeliveryOutcome::kReplayed));
+  EXPECT_EQ(outcome::kContention, pubsub::to_string(DeliveryOutcome::kContention));
+  for (auto [label, exported] :
+       std::map<std::string_view, std::string_view>{{outcome::kHandled, "handled"},
+                                                    {outcome::kJoined, "joined"},
+                                                    {outcome::kDuplicate, "duplicate"},
+                                                    {outcome::kReplayed, "replayed"},
+                                                    {outcome::kContention, "contention"}}) {
+    EXPECT_EQ(label, exported) << "a renamed label breaks every dashboard that reads it";
+  }
+}
+
+// --- the handler, in process ----------------------------------------------------------------
+
+// A loopback upstream that answers every request with `status`, or, while `hang` is set,
+// reads it and says nothing until the client gives up; it counts what it was sent.
+class Upstream {
+ public:
+  Upstream() {
+    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof address;
+    if (listener_ < 0 ||
+        ::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+        ::listen(listener_, 64) != 0 ||
+        ::getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+      throw std::runtime_error("bind/listen 127.0.0.1");
+    }
+    port_ = ntohs(address.sin_port);
+    acceptor_ = std::thread([this] { accept_loop(); });
+  }
+  ~Upstream() {
+    stop_ = true;
+    acceptor_.join();
+    std::lock_guard lock(mutex_);
+    connections_.clear();  // joins every connection thread
+    ::close(listener_);
+  }
+  Upstream(const Upstream&) = delete;
+  Upstream& operator=(const Upstream&) = delete;
+
+  [[nodiscard]] std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+  std::atomic<int> status{200};
+  std::atomic<bool> hang{false};
+  /// While set, a request is held until it is cleared, then answered.
+  std::atomic<bool> gate{false};
+  std::atomic<int> requests{0};
+
+ private:
+  void accept_loop() {
+    while (!stop_) {
+      pollfd fd{listener_, POLLIN, 0};
+      if (::poll(&fd, 1, 10) <= 0) continue;
+      const int client = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (client < 0) continue;
+      std::lock_guard lock(mutex_);
+      connections_.emplace_back([this, client] {
+        serve(client);
+        ::close(client);
+      });
+    }
+  }
+
+  // Waits up to 10 ms for the client; false once it has closed or the server stops.
+  bool client_still_there(int client) const {
+    pollfd fd{client, POLLIN, 0};
+    if (::poll(&fd, 1, 10) > 0) {
+      char byte = 0;
+      if (::recv(client, &byte, 1, MSG_PEEK) <= 0) return false;
+    }
+    return !stop_;
+  }
+
+  void serve(int client) {
+    std::string request;
+    char buffer[4096];
+    std::size_t end = std::string::npos;
+    std::size_t body = 0;
+    while (end == std::string::npos || request.size() < end + body) {
+      if (!client_still_there(client)) return;
+      const auto n = ::recv(client, buffer, sizeof buffer, MSG_DONTWAIT);
+      if (n <= 0) continue;
+      request.append(buffer, static_cast<std::size_t>(n));
+      if (end == std::string::npos && (end = request.find("\r\n\r\n")) != std::string::npos) {
+        end += 4;
+        std::string head = request.substr(0, end);
+        for (char& c : head) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        if (const auto at = head.find("content-length:"); at != std::string::npos) {
+          body = std::stoul(head.substr(at + 15));
+        }
+      }
+    }
+    ++requests;
+    if (hang) {
+      while (client_still_there(client)) {
+      }
+      return;
+    }
+    while (gate && client_still_there(client)) {
+    }
+    const std::string answer = "HTTP/1.1 " + std::to_string(status.load()) +
+                               " X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+    (void)::send(client, answer.data(), answer.size(), MSG_NOSIGNAL);
+  }
+
+  int listener_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread acceptor_;
+  std::mutex mutex_;
+  std::vector<std::jthread> connections_;
+};
+
+// A port nothing listens on: bound, then closed.
+int closed_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  (void)::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  (void)::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+PushRequest push(const std::string& id, const nlohmann::json& attributes = nullptr,
+                 const std::string& authorization = "Bearer ok") {
+  nlohmann::json message = {{"messageId", id}, {"data", testing::base64("order " + id)}};
+  if (!attributes.is_null()) message["attributes"] = attributes;
+  PushRequest r;
+  r.path = "/push";
+  r.headers = {{"Content-Type", "application/json"}, {"Authorization", authorization}};
+  r.body =
+      nlohmann::json{{"message", message}, {"subscription", "projects/p/subscriptions/o"}}.dump();
+  return r;
+}
+
+// requests_total by outcome, as /metrics exports it.
+std::map<std::string, int> counters(const Metrics& metrics) {
+  std::map<std::string, int> out;
+  const std::string text = metrics.render();
+  const std::string prefix = "idempotency_gateway_requests_total{outcome=\"";
+  for (auto at = text.find(prefix); at != std::string::npos; at = text.find(prefix, at + 1)) {
+    const auto name_end = text.find('"', at + prefix.size());
+    const auto value_end = text.find('\n', name_end);
+    out[text.substr(at + prefix.size(), name_end - at - prefix.size())] =
+        std::stoi(text.substr(name_end + 3, value_end - name_end - 3));
+  }
+  return out;
+}
+
+class PubsubModeMetrics : public ::testing::Test {
+ protected:
+  testing::LogCapture logs_;
+  std::shared_ptr<InMemoryLock> store_ = std::make_shared<InMemoryLock>();
+  std::shared_ptr<FaultyBackend> backend_ = std::make_shared<FaultyBackend>(*store_);
+  std::shared_ptr<Metrics> metrics_ = std::make_shared<Metrics>();
+  Upstream upstream_;
+  std::map<std::string, int> before_ = counters(*metrics_);
+
+  http::Handler handler(const std::string& upstream_url, KeySpec key = {}) {
+    Config config;
+    config.key = std::move(key);
+    config.lease = 60s;
+    GatewayDeps deps{.backend = backend_,
+                     .upstream = std::make_shared<const UpstreamPool>(
+                         parse_upstream_url(upstream_url),
+                         UpstreamOptions{.connect_timeout = 1s, .timeout = 300ms}),
+                     .metrics = metrics_,
+                     .authenticate = [](const PushRequest& r) -> std::optional<std::string> {
+                       if (r.header("authorization") == "Bearer ok") return std::nullopt;
+                       return "token refused";
+                     }};
+    return make_pubsub_handler(config, deps);
+  }
+  http::Handler handler(KeySpec key = {}) { return handler(upstream_.url(), std::move(key)); }
+
+  // What moved since the last call: outcome -> how many more.
+  std::map<std::string, int> counted() {
+    std::map<std::string, int> moved;
+    const auto now = counters(*metrics_);
+    for (const auto& [name, value] : now) {
+      if (value != before_[name]) moved[name] = value - before_[name];
+    }
+    before_ = now;
+    return moved;
+  }
+  using Moved = std::map<std::string, int>;
+};
+
+TEST_F(PubsubModeMetrics, EveryPathIsCountedOnceUnderItsOwnOutcome) {
+  auto handle = handler();
+  EXPECT_EQ(handle(push("m-1")).status, 200);
+  EXPECT_EQ(counted(), (Moved{{"handled", 1}}));
+  EXPECT_EQ(handle(push("m-1")).status, 204);
+  EXPECT_EQ(counted(), (Moved{{"duplicate", 1}}));
+
+  (void)store_->claim("m-2", 15min);  // another instance holds it
+  EXPECT_EQ(handle(push("m-2")).status, 503);
+  EXPECT_EQ(counted(), (Moved{{"contention", 1}}));
+
+  backend_->fail_claim = true;
+  EXPECT_EQ(handle(push("m-3")).status, 503);
+  EXPECT_EQ(counted(), (Moved{{"backend_error", 1}}));
+  backend_->fail_claim = false;
+
+  upstream_.status = 404;
+  EXPECT_EQ(handle(push("m-4")).status, 500);
+  EXPECT_EQ(counted(), (Moved{{"nack_upstream", 1}}));
+  upstream_.status = 200;
+
+  upstream_.hang = true;
+  EXPECT_EQ(handle(push("m-5")).status, 503);
+  EXPECT_EQ(counted(), (Moved{{"nack_upstream_no_answer", 1}}));
+  upstream_.hang = false;
+
+  PushRequest malformed = push("m-6");
+  malformed.body = R"({"message": {"messageId": "m-6", "data": "***"}})";
+  EXPECT_EQ(handle(malformed).status, 400);
+  EXPECT_EQ(counted(), (Moved{{"bad_request", 1}}));
+
+  EXPECT_EQ(handle(push("m-7", nullptr, "Bearer forged")).status, 401);
+  EXPECT_EQ(counted(), (Moved{{"unauthorized", 1}}));
+
+  auto by_attribute = handler(KeySpec{.kind = KeySpec::Kind::kAttribute, .name = "po_id"});
+  EXPECT_EQ(by_attribute(push("m-8")).status, 400);
+  EXPECT_EQ(counted(), (Moved{{"bad_request", 1}}));
+
+  auto unreachable = handler("http://127.0.0.1:" + std::to_string(closed_port()));
+  EXPECT_EQ(unreachable(push("m-9")).status, 503);
+  EXPECT_EQ(counted(), (Moved{{"nack_upstream_unreachable", 1}}));
+}
+
+// The old count read the answer back: a 503 without Retry-After was "backend_error". A
+// delivery that joined one whose upstream went silent gets exactly that answer, yet the store
+// never failed: counted from its typed outcome, it is what it is.
+TEST_F(PubsubModeMetrics, ADeliveryJoinedToASilentUpstreamIsCountedAsNoAnswerNotAStoreError) {
+  auto handle = handler();
+  upstream_.hang = true;
+  std::jthread owner([&] { EXPECT_EQ(handle(push("m-10")).status, 503); });
+  while (upstream_.requests.load() == 0) std::this_thread::sleep_for(1ms);
+  std::jthread joiner([&] { EXPECT_EQ(handle(push("m-10")).status, 503); });
+  owner.join();
+  joiner.join();
+  auto moved = counted();
+  EXPECT_EQ(moved["backend_error"], 0);
+  EXPECT_GE(moved["nack_upstream_no_answer"], 1);
+  // One too late to join meets the key still held: contention, also not a store error.
+  EXPECT_EQ(moved["nack_upstream_no_answer"] + moved["contention"], 2);
+  EXPECT_EQ(upstream_.requests.load(), 1);
+}
+
+TEST_F(PubsubModeMetrics, ADeliveryJoinedToARunningOneIsCountedJoined) {
+  auto handle = handler();
+  upstream_.gate = true;
+  std::jthread owner([&] { EXPECT_EQ(handle(push("m-11")).status, 200); });
+  while (upstream_.requests.load() == 0) std::this_thread::sleep_for(1ms);
+  std::jthread joiner([&] { EXPECT_TRUE(pubsub::is_ack(handle(push("m-11")).status)); });
+  std::this_thread::sleep_for(50ms);
+  upstream_.gate = false;
+  owner.join();
+  joiner.join();
+  auto moved = counted();
+  EXPECT_EQ(moved["handled"], 1);
+  EXPECT_EQ(moved["joined"] + moved["duplicate"], 1) << "joined, or (late) a duplicate";
+  EXPECT_EQ(upstream_.requests.load(), 1);
+}
+
+}  // namespace
+}  // namespace idempotency::gateway
