@@ -105,6 +105,16 @@ TEST(ConnectionPool, AWaiterGetsTheConnectionThatComesBack) {
   EXPECT_EQ(opener.opened(), 1);
 }
 
+TEST(ConnectionPool, AnUnlimitedWaitDoesNotOverflowTheClock) {
+  Opener opener;
+  Pool pool = opener.pool(1, milliseconds::max());
+  auto held = std::make_unique<Pool::Lease>(pool.acquire());
+  std::thread waiter([&] { EXPECT_EQ(pool.acquire().get()->id, 1); });
+  std::this_thread::sleep_for(milliseconds(20));
+  held.reset();
+  waiter.join();
+}
+
 TEST(ConnectionPool, ABrokenConnectionIsClosedAndItsSlotFreed) {
   Opener opener;
   Pool pool = opener.pool(1, milliseconds(0));

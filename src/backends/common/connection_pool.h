@@ -68,7 +68,8 @@ class ConnectionPool {
   };
 
   /// ConnectionPool() names the store in messages (`"postgres"`), bounds the pool to `size`
-  /// connections and waits up to `wait` for a free one. Opens nothing yet.
+  /// connections and waits up to `wait` (a year or more: without limit) for a free one.
+  /// Opens nothing yet.
   ConnectionPool(std::string store, std::size_t size, std::chrono::milliseconds wait,
                  Connect connect, Reusable reusable)
       : store_(std::move(store)),
@@ -96,7 +97,11 @@ class ConnectionPool {
   /// free within `wait`, and whatever `connect` throws.
   Lease acquire() {
     std::unique_lock lock(mu_);
-    if (!freed_.wait_for(lock, wait_, [&] { return !idle_.empty() || open_ < size_; })) {
+    const auto ready = [&] { return !idle_.empty() || open_ < size_; };
+    // A wait of a year or more means no limit; wait_for would overflow the clock near max().
+    if (wait_ >= std::chrono::hours(24 * 365)) {
+      freed_.wait(lock, ready);
+    } else if (!freed_.wait_for(lock, wait_, ready)) {
       throw StoreError(store_ + ": no pooled connection became free within " +
                        std::to_string(wait_.count()) + " ms (pool_size " + std::to_string(size_) +
                        ")");
