@@ -105,6 +105,10 @@ namespace detail {
 /// points: a store failure and a fence-out are logged, never thrown.
 CompleteStatus complete_after_work(LockBackend& backend, const Claim& claim,
                                    std::optional<std::string> result) noexcept;
+/// release_after_failure() gives `claim` up after its work failed or was abandoned. A store
+/// failure is logged (`release_failed`), never thrown: the key frees itself when the lease
+/// lapses, and callers are destructors and failure paths that must not throw.
+void release_after_failure(LockBackend& backend, const Claim& claim) noexcept;
 }  // namespace detail
 
 /// lock() claims `key` for work that must run at most once. Throws `Duplicate` when the key

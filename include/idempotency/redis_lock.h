@@ -17,7 +17,8 @@
 // an outcome it did not receive. A dropped connection is re-established on the next call.
 //
 // Thread safety: safe from any number of threads; calls share a bounded pool of
-// connections (`RedisOptions::pool_size`) and wait for a free one when all are busy.
+// connections (`RedisOptions::pool_size`) and wait up to `RedisOptions::pool_wait` for a free
+// one when all are busy.
 #pragma once
 
 #include <chrono>
@@ -41,8 +42,11 @@ struct RedisOptions {
   BackendOptions backend;
   /// Prepended to every key; several subscriptions or environments can share one server.
   std::string key_prefix = "idempotency:";
-  /// The most connections open at once; a call waits when all are busy. At least 1.
+  /// The most connections open at once; a call waits for a free one up to `pool_wait`.
+  /// At least 1.
   std::size_t pool_size = 8;
+  /// How long a call waits for a pooled connection before `StoreError`. At least 0.
+  std::chrono::milliseconds pool_wait = std::chrono::seconds(30);
   /// How long opening a connection may take before `StoreError`. Positive.
   std::chrono::milliseconds connect_timeout{2000};
   /// How long one command may wait for its reply before `StoreError`. Positive.

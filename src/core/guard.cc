@@ -71,18 +71,10 @@ Guard::~Guard() {
     (void)complete();
     return;
   }
-  try {
-    release();
-  } catch (const std::exception& e) {
-    // The lease lapses by itself, so the key self-heals; nothing may escape a destructor.
-    auto record = about(claim_, Severity::kWarning, "release_failed",
-                        "release failed; the key frees itself when the lease lapses");
-    record.fields.emplace_back("error", e.what());
-    log(record);
-  } catch (...) {
-    log(about(claim_, Severity::kWarning, "release_failed",
-              "release failed with an unknown error; the key frees itself when the lease lapses"));
-  }
+  held_ = false;
+  keeper_.stop();  // no renewal may race the release
+  registration_.reset();
+  detail::release_after_failure(*backend_, claim_);  // nothing may escape a destructor
 }
 
 CompleteStatus Guard::complete(std::optional<std::string> result) noexcept {
@@ -115,6 +107,22 @@ CompleteStatus complete_after_work(LockBackend& backend, const Claim& claim,
     log(about(claim, Severity::kError, "complete_failed",
               "work finished but recording it failed with an unknown error; acking anyway"));
     return CompleteStatus::kStoreFailed;
+  }
+}
+
+void release_after_failure(LockBackend& backend, const Claim& claim) noexcept {
+  try {
+    backend.release(claim);
+  } catch (const std::exception& e) {
+    // The lease lapses by itself, so the key self-heals.
+    auto record = about(claim, Severity::kWarning, "release_failed",
+                        "release failed; the key frees itself when the lease lapses");
+    record.fields.emplace_back("error", e.what());
+    log(record);
+  } catch (...) {
+    // Anything else (a driver's own type) must not reach noexcept code and terminate.
+    log(about(claim, Severity::kWarning, "release_failed",
+              "release failed with an unknown error; the key frees itself when the lease lapses"));
   }
 }
 

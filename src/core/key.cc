@@ -1,11 +1,10 @@
 #include "idempotency/key.h"
 
-#include <openssl/evp.h>
-
-#include <array>
+#include <exception>
 #include <stdexcept>
 
 #include "idempotency/detail/hex.h"
+#include "idempotency/detail/sha256.h"
 
 namespace idempotency {
 
@@ -23,12 +22,12 @@ void validate_key(std::string_view key) {
 }
 
 std::string key_fingerprint(std::string_view key) {
-  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
-  unsigned int length = 0;
-  if (EVP_Digest(key.data(), key.size(), digest.data(), &length, EVP_sha256(), nullptr) != 1) {
+  try {
+    const detail::Sha256Digest digest = detail::sha256(key);
+    return detail::to_hex(digest.data(), 6);
+  } catch (const std::runtime_error&) {
     return "unhashable";  // never fall back to the key itself
   }
-  return detail::to_hex(digest.data(), 6);
 }
 
 }  // namespace idempotency

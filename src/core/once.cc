@@ -128,27 +128,6 @@ struct GuardRegistration {
   }
 };
 
-void release_after_failure(LockBackend& backend, const Claim& claim) noexcept {
-  try {
-    backend.release(claim);
-  } catch (const std::exception& e) {
-    log(LogRecord{Severity::kWarning,
-                  "release_failed",
-                  "release failed; the key frees itself when the lease lapses",
-                  {{"key_fingerprint", key_fingerprint(claim.key)},
-                   {"fence", std::to_string(claim.fence)},
-                   {"error", e.what()}}});
-  } catch (...) {
-    // Anything else (a driver's own type) must not reach noexcept code and terminate.
-    log(LogRecord{
-        Severity::kWarning,
-        "release_failed",
-        "release failed with an unknown error; the key frees itself when the lease "
-        "lapses",
-        {{"key_fingerprint", key_fingerprint(claim.key)}, {"fence", std::to_string(claim.fence)}}});
-  }
-}
-
 // Claims the key in the store and, on a win, runs the operation. Runs on the owner thread.
 ErasedOutcome claim_and_execute(std::string_view key, LockBackend& backend,
                                 const OnceOptions& options, const OnceHooks& hooks) {

@@ -1,13 +1,9 @@
 #include "idempotency_key_mode.h"
 
-#include <openssl/evp.h>
-
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <new>
 #include <optional>
 #include <stdexcept>
 #include <utility>
@@ -15,7 +11,9 @@
 
 #include "idempotency/detail/hex.h"
 #include "idempotency/detail/lease_keeper.h"
+#include "idempotency/detail/sha256.h"
 #include "idempotency/errors.h"
+#include "idempotency/guard.h"
 #include "idempotency/key.h"
 #include "idempotency/log.h"
 
@@ -129,19 +127,6 @@ class Handler {
     return stored;
   }
 
-  // Releases a claim whose request failed; a store error here only delays the retry until
-  // the lease lapses, so it is logged, not answered.
-  void release(const Claim& claim, const std::string& key) const {
-    try {
-      deps_.backend->release(claim);
-    } catch (const std::exception& e) {
-      log(LogRecord{Severity::kError,
-                    "release_failed",
-                    "could not release the key after a failed request; it frees at lease end",
-                    {{"key_fingerprint", key_fingerprint(key)}, {"error", e.what()}}});
-    }
-  }
-
   PushResponse forward_claimed(const PushRequest& request, const Claim& claim,
                                const std::string& key) const {
     UpstreamReply reply;
@@ -153,14 +138,14 @@ class Handler {
         reply = deps_.upstream->forward(request, claim.fence);
       } catch (...) {
         keeper.stop();
-        release(claim, key);
+        idempotency::detail::release_after_failure(*deps_.backend, claim);
         throw;
       }
     }
     deps_.metrics->upstream_latency().observe(reply.elapsed);
     if (reply.kind == UpstreamReply::Kind::kNotSent) {
       // The upstream provably did not act: a retry may run at once.
-      release(claim, key);
+      idempotency::detail::release_after_failure(*deps_.backend, claim);
       log(LogRecord{Severity::kWarning,
                     "upstream_unreachable",
                     "the upstream could not be reached; key released",
@@ -183,7 +168,7 @@ class Handler {
     mark_if_omitted(reply);
     const int status = reply.response.status;
     if (status < 200 || status > 299) {
-      release(claim, key);
+      idempotency::detail::release_after_failure(*deps_.backend, claim);
       deps_.metrics->count(outcome::kNackUpstream);
       return std::move(reply.response);
     }
@@ -239,20 +224,12 @@ class Handler {
 }  // namespace
 
 std::string request_fingerprint(const PushRequest& request) {
-  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
-  unsigned int size = 0;
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  if (ctx == nullptr) throw std::bad_alloc();
-  bool ok = EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr) == 1;
+  idempotency::detail::Sha256 digest;
   for (const std::string* part : {&request.method, &request.path, &request.body}) {
-    const std::string length = std::to_string(part->size()) + ":";
-    ok = ok && EVP_DigestUpdate(ctx, length.data(), length.size()) == 1 &&
-         EVP_DigestUpdate(ctx, part->data(), part->size()) == 1;
+    digest.update(std::to_string(part->size()) + ":").update(*part);
   }
-  ok = ok && EVP_DigestFinal_ex(ctx, digest.data(), &size) == 1;
-  EVP_MD_CTX_free(ctx);
-  if (!ok) throw std::runtime_error("SHA-256 failed");
-  return idempotency::detail::to_hex(digest.data(), size);
+  const idempotency::detail::Sha256Digest bytes = digest.finish();
+  return idempotency::detail::to_hex(bytes.data(), bytes.size());
 }
 
 http::Handler make_idempotency_key_handler(const Config& config, GatewayDeps deps) {

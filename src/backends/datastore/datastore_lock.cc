@@ -1,4 +1,7 @@
-// DatastoreLock: one Datastore read-write transaction around the core's transition function.
+// DatastoreLock: one Datastore read-write transaction around the core's transition function,
+// with the REST calls and their retries (the entity mapping is datastore_entity.cc). Just over
+// 400 lines: the calls, the retry loop and the transactions share one client, one set of options
+// and the key scrubbing, and are read together when judging what a retry may repeat.
 #include "idempotency/datastore_lock.h"
 
 #include <algorithm>
@@ -22,11 +25,10 @@ using auth::detail::HttpClient;
 using auth::detail::HttpResponse;
 using Json = nlohmann::json;
 using datastore_detail::classify;
-using datastore_detail::decode_blob;
 using datastore_detail::format_timestamp;
 using datastore_detail::is_reserved_name;
-using datastore_detail::json_int;
 using datastore_detail::kDefaultDatabaseName;
+using datastore_detail::record_from_entity;
 using datastore_detail::replace_all;
 using datastore_detail::RpcFailure;
 
@@ -148,57 +150,8 @@ struct DatastoreLock::Impl {
     return found;
   }
 
-  static Record to_record(const Json& entity) {
-    try {
-      const Json& p = entity.at("properties");
-      Record r;
-      const auto state = json_int(p.at("state").at("integerValue"));
-      if (state != static_cast<int>(RecordState::kClaimed) &&
-          state != static_cast<int>(RecordState::kDone)) {
-        throw StoreError("datastore: a record has an unknown state " + std::to_string(state));
-      }
-      r.state = static_cast<RecordState>(state);
-      r.fence = json_int(p.at("fence").at("integerValue"));
-      r.lease_expiry = json_int(p.at("lease_expiry_ms").at("integerValue"));
-      r.expires_at = json_int(p.at("expires_at_ms").at("integerValue"));
-      auto blob = [&p](const char* name) -> std::optional<std::string> {
-        if (!p.contains(name) || !p[name].contains("blobValue")) return std::nullopt;
-        std::string out;
-        if (!decode_blob(p[name]["blobValue"].get<std::string>(), out)) {
-          throw StoreError(std::string("datastore: a record's ") + name + " is not base64");
-        }
-        return out;
-      };
-      r.claim_token = blob("claim_token").value_or("");
-      r.result = blob("result");
-      r.fingerprint = blob("fingerprint");
-      return r;
-    } catch (const Json::exception&) {
-      throw StoreError("datastore: a record entity is malformed (missing or mistyped property)");
-    } catch (const std::invalid_argument&) {
-      throw StoreError("datastore: a record entity has a malformed integer property");
-    }
-  }
-
   Json to_entity(const std::string& name, const Record& r) const {
-    auto integer = [](std::int64_t v) {
-      return Json{{"integerValue", std::to_string(v)}, {"excludeFromIndexes", true}};
-    };
-    auto blob = [](const std::string& bytes) {
-      return Json{{"blobValue", auth::detail::base64_encode(bytes)}, {"excludeFromIndexes", true}};
-    };
-    Json props = {
-        {"state", integer(static_cast<int>(r.state))},
-        {"fence", integer(r.fence)},
-        {"lease_expiry_ms", integer(r.lease_expiry)},
-        {"expires_at_ms", integer(r.expires_at)},
-        // Indexed: the purge query and a Datastore TTL policy read it.
-        {"expires_at", Json{{"timestampValue", format_timestamp(r.expires_at)}}},
-        {"claim_token", blob(r.claim_token)},
-    };
-    if (r.result) props["result"] = blob(*r.result);
-    if (r.fingerprint) props["fingerprint"] = blob(*r.fingerprint);
-    return Json{{"key", key_json(name)}, {"properties", props}};
+    return Json{{"key", key_json(name)}, {"properties", datastore_detail::entity_properties(r)}};
   }
 
   // Runs `attempt` until it succeeds, retrying ABORTED and transient failures with jittered
@@ -259,7 +212,7 @@ struct DatastoreLock::Impl {
     return in_transaction(what, key, name, [&](const std::string& tx, bool& committing) {
       auto found = lookup({name}, tx);
       std::optional<Record> current;
-      if (auto it = found.find(name); it != found.end()) current = to_record(it->second);
+      if (auto it = found.find(name); it != found.end()) current = record_from_entity(it->second);
       Transition t = transition(current, op, now());
       if (!t.changed) {
         rollback(tx);
@@ -288,7 +241,7 @@ struct DatastoreLock::Impl {
                             for (const auto& [name, entity] : found) {
                               // Re-checked in the transaction: a record reclaimed since the query
                               // must stay.
-                              if (at >= to_record(entity).expires_at) {
+                              if (at >= record_from_entity(entity).expires_at) {
                                 mutations.push_back({{"delete", key_json(name)}});
                               }
                             }
@@ -458,7 +411,7 @@ std::optional<Record> DatastoreLock::do_inspect(std::string_view key) {
   const std::string name = datastore_key_name(key);
   return impl_->with_retries("record", key, name, [&]() -> std::optional<Record> {
     auto found = impl_->lookup({name}, "");
-    if (auto it = found.find(name); it != found.end()) return Impl::to_record(it->second);
+    if (auto it = found.find(name); it != found.end()) return record_from_entity(it->second);
     return std::nullopt;
   });
 }

@@ -1,7 +1,5 @@
 // Datastore key names and the datastore:// URL: which keys are stored under their own name and
 // which under a hash, and how a URL becomes DatastoreOptions.
-#include <openssl/evp.h>
-
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -12,6 +10,7 @@
 #include "idempotency/backend_url.h"
 #include "idempotency/datastore_lock.h"
 #include "idempotency/detail/hex.h"
+#include "idempotency/detail/sha256.h"
 
 namespace idempotency {
 namespace {
@@ -57,15 +56,6 @@ bool is_valid_utf8(std::string_view s) {
   return true;
 }
 
-std::string sha256_hex(std::string_view bytes) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int size = 0;
-  if (EVP_Digest(bytes.data(), bytes.size(), digest, &size, EVP_sha256(), nullptr) != 1) {
-    throw std::bad_alloc();
-  }
-  return detail::to_hex(digest, size);
-}
-
 }  // namespace
 
 std::string datastore_key_name(std::string_view key) {
@@ -73,7 +63,8 @@ std::string datastore_key_name(std::string_view key) {
                       key.find('\0') == std::string_view::npos && is_valid_utf8(key) &&
                       !is_reserved_name(key) && key.substr(0, 7) != kHashPrefix;
   if (usable) return std::string(key);
-  return kHashPrefix + sha256_hex(key);
+  const detail::Sha256Digest digest = detail::sha256(key);
+  return kHashPrefix + detail::to_hex(digest.data(), digest.size());
 }
 
 DatastoreOptions parse_datastore_url(std::string_view url, DatastoreOptions base) {

@@ -1,5 +1,6 @@
-// The Datastore REST wire format, shared by the backend's files: values, timestamps, and error
-// replies classified for the retry loop. Internal to the datastore component.
+// The Datastore REST wire format, shared by the backend's files: values, timestamps, error
+// replies classified for the retry loop, and records as entities. Internal to the datastore
+// component.
 //
 // Thread safety: pure functions.
 #pragma once
@@ -52,5 +53,13 @@ struct RpcFailure {
 /// json_int() reads an int64 value, written as a JSON number or (proto3 JSON) a string.
 /// Throws std::invalid_argument when it is neither.
 [[nodiscard]] std::int64_t json_int(const nlohmann::json& v);
+
+/// record_from_entity() reads a record entity (datastore_entity.cc). Throws `StoreError` for
+/// a missing or mistyped property, an unknown state or a blob that is not base64.
+[[nodiscard]] Record record_from_entity(const nlohmann::json& entity);
+
+/// entity_properties() writes a record as entity properties: integers unindexed, `expires_at`
+/// also as an indexed timestamp for the purge query and a Datastore TTL policy.
+[[nodiscard]] nlohmann::json entity_properties(const Record& record);
 
 }  // namespace idempotency::datastore_detail

@@ -2,18 +2,13 @@
 #include "idempotency/redis_lock.h"
 
 #include <hiredis/hiredis.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/time.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
-#include <cstdint>
 #include <ctime>
-#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <stop_token>
@@ -21,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/connection_pool.h"
+#include "common/notify_wait.h"
 #include "idempotency/errors.h"
 #include "idempotency/key.h"
 #include "redis_internal.h"
@@ -117,31 +114,35 @@ std::string optional_arg(const std::optional<std::string>& v) {
 }  // namespace
 
 struct RedisLock::Impl {
-  RedisEndpoint endpoint;
+  Impl(std::string_view url, RedisOptions o)
+      : options(validated(std::move(o))),
+        endpoint(parse_redis_url(url)),
+        pool(
+            "redis", options.pool_size, options.pool_wait, [this] { return connect(); },
+            [](const ContextPtr& c) { return c->err == 0; }) {}
+
+  static RedisOptions validated(RedisOptions o) {
+    if (o.pool_size == 0) throw std::invalid_argument("RedisOptions::pool_size must be >= 1");
+    if (o.pool_wait < std::chrono::milliseconds::zero()) {
+      throw std::invalid_argument("RedisOptions::pool_wait must be >= 0");
+    }
+    if (o.connect_timeout <= std::chrono::milliseconds::zero()) {
+      throw std::invalid_argument("RedisOptions::connect_timeout must be positive");
+    }
+    if (o.command_timeout <= std::chrono::milliseconds::zero()) {
+      throw std::invalid_argument("RedisOptions::command_timeout must be positive");
+    }
+    return o;
+  }
+
   RedisOptions options;
+  RedisEndpoint endpoint;
   std::string sha;  // of kScript, as the server reported it; set once in the constructor
+  store_detail::ConnectionPool<ContextPtr> pool;
+  using Lease = store_detail::ConnectionPool<ContextPtr>::Lease;
 
-  std::mutex mu;
-  std::condition_variable freed;
-  std::vector<ContextPtr> idle;  // guarded by mu
-  std::size_t open = 0;          // connections idle or lent out; guarded by mu
-
-  // A connection lent to one call; returned to the pool unless it failed.
-  class Lease {
-   public:
-    Lease(Impl* impl, ContextPtr ctx, bool reused)
-        : impl_(impl), ctx_(std::move(ctx)), reused_(reused) {}
-    Lease(const Lease&) = delete;
-    Lease& operator=(const Lease&) = delete;
-    ~Lease() { impl_->give_back(std::move(ctx_)); }
-    redisContext* get() const { return ctx_.get(); }
-    bool reused() const { return reused_; }
-
-   private:
-    Impl* impl_;
-    ContextPtr ctx_;
-    bool reused_;
-  };
+  Lease acquire() { return pool.acquire(); }
+  void drop_idle() noexcept { pool.drop_idle(); }
 
   ContextPtr connect() const {
     ContextPtr c(redisConnectWithTimeout(endpoint.host.c_str(), endpoint.port,
@@ -169,49 +170,6 @@ struct RedisLock::Impl {
       if (is_error(r.get())) throw_reply_error(r.get(), "SELECT failed");
     }
     return c;
-  }
-
-  // Takes an idle connection, opens a new one while under pool_size, else waits.
-  Lease acquire() {
-    std::unique_lock lock(mu);
-    freed.wait(lock, [&] { return !idle.empty() || open < options.pool_size; });
-    if (!idle.empty()) {
-      ContextPtr c = std::move(idle.back());
-      idle.pop_back();
-      return Lease(this, std::move(c), true);
-    }
-    ++open;
-    lock.unlock();
-    try {
-      return Lease(this, connect(), false);
-    } catch (...) {
-      give_back(nullptr);
-      throw;
-    }
-  }
-
-  void give_back(ContextPtr c) noexcept {
-    {
-      std::lock_guard lock(mu);
-      if (c && c->err == 0) {
-        idle.push_back(std::move(c));
-      } else {
-        --open;
-      }
-    }
-    freed.notify_one();
-    // A failed context, if any, is freed here, outside the lock.
-  }
-
-  // After a connection failed, the others likely point at the same dead server process.
-  void drop_idle() noexcept {
-    std::vector<ContextPtr> stale;
-    {
-      std::lock_guard lock(mu);
-      stale.swap(idle);
-      open -= stale.size();
-    }
-    freed.notify_all();
   }
 
   std::string load_script(redisContext* c) {
@@ -259,6 +217,17 @@ struct RedisLock::Impl {
     return std::to_string(to_millis(options.backend.clock->now()));
   }
 
+  // now() is the instant a record read outside the script is judged by: the injected clock's,
+  // else the server's TIME; nullopt when the server's reply cannot be read.
+  std::optional<Millis> now() {
+    if (options.backend.clock) return to_millis(options.backend.clock->now());
+    Lease conn = acquire();
+    ReplyPtr t = run(conn.get(), {"TIME"});
+    if (!t || t->type != REDIS_REPLY_ARRAY || t->elements != 2) return std::nullopt;
+    return std::stoll(reply_text(t->element[0])) * 1000 +
+           std::stoll(reply_text(t->element[1])) / 1000;
+  }
+
   std::string redis_key(std::string_view key) const {
     std::string k;
     k.reserve(options.key_prefix.size() + key.size());
@@ -269,16 +238,7 @@ struct RedisLock::Impl {
 };
 
 RedisLock::RedisLock(std::string_view url, RedisOptions options)
-    : LockBackend(options.backend), impl_(std::make_unique<Impl>()) {
-  if (options.pool_size == 0) throw std::invalid_argument("RedisOptions::pool_size must be >= 1");
-  if (options.connect_timeout <= std::chrono::milliseconds::zero()) {
-    throw std::invalid_argument("RedisOptions::connect_timeout must be positive");
-  }
-  if (options.command_timeout <= std::chrono::milliseconds::zero()) {
-    throw std::invalid_argument("RedisOptions::command_timeout must be positive");
-  }
-  impl_->endpoint = parse_redis_url(url);
-  impl_->options = std::move(options);
+    : LockBackend(options.backend), impl_(std::make_unique<Impl>(url, std::move(options))) {
   // Connect now, so a wrong address or password fails at start-up rather than mid-traffic.
   Impl::Lease conn = impl_->acquire();
   impl_->sha = impl_->load_script(conn.get());
@@ -336,53 +296,26 @@ std::size_t RedisLock::do_purge_expired() { return 0; }
 
 void RedisLock::do_wait_for_change(std::string_view key, std::chrono::milliseconds timeout,
                                    const std::stop_token& stop) {
-  using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + timeout;
-  auto left = [&] {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  };
-  ContextPtr sub;
-  try {
-    // A subscribed connection can run no other command, so it is not taken from the pool.
-    sub = impl_->connect();
-    const std::string channel = impl_->redis_key(key);
-    ReplyPtr r = run(sub.get(), {"SUBSCRIBE", channel});
-    if (!r || r->type != REDIS_REPLY_ARRAY) throw StoreError("redis: SUBSCRIBE failed");
-    // A message that arrived with the confirmation is already buffered: wake now.
-    void* raw = nullptr;
-    const int status = redisReaderGetReply(sub->reader, &raw);
-    const ReplyPtr extra(static_cast<redisReply*>(raw));
-    if (status != REDIS_OK || extra) return;
-    // A change made before the subscription took effect published nobody: look once.
-    std::optional<Record> rec = do_inspect(key);
-    if (!rec || rec->state == RecordState::kDone) return;
-    Millis now = 0;
-    if (impl_->options.backend.clock) {
-      now = to_millis(impl_->options.backend.clock->now());
-    } else {
-      Impl::Lease conn = impl_->acquire();
-      ReplyPtr t = run(conn.get(), {"TIME"});
-      if (!t || t->type != REDIS_REPLY_ARRAY || t->elements != 2) return;
-      now = std::stoll(reply_text(t->element[0])) * 1000 +
-            std::stoll(reply_text(t->element[1])) / 1000;
-    }
-    if (now >= rec->lease_expiry || now >= rec->expires_at) return;
-  } catch (const std::exception&) {
-    // Unreachable or failing server: sleep like any backend; the next claim reports it.
-    if (left() > std::chrono::milliseconds::zero()) {
-      LockBackend::do_wait_for_change(key, left(), stop);
-    }
-    return;
-  }
-  pollfd pfd{sub->fd, POLLIN, 0};
-  while (!stop.stop_requested()) {
-    const auto remaining = left();
-    if (remaining <= std::chrono::milliseconds::zero()) return;
-    // Short slices so a stop request is seen promptly.
-    const int slice = static_cast<int>(std::min<std::int64_t>(remaining.count(), 50));
-    const int n = ::poll(&pfd, 1, slice);
-    if (n > 0 || (n < 0 && errno != EINTR)) return;  // a message, EOF or an error: wake
-  }
+  ContextPtr sub;  // subscribed, it can run no other command, so it is not a pooled one
+  store_detail::wait_for_notification(
+      timeout, stop,
+      [&]() -> std::optional<int> {
+        sub = impl_->connect();
+        ReplyPtr r = run(sub.get(), {"SUBSCRIBE", impl_->redis_key(key)});
+        if (!r || r->type != REDIS_REPLY_ARRAY) throw StoreError("redis: SUBSCRIBE failed");
+        // A message that arrived with the confirmation is already buffered: wake now.
+        void* raw = nullptr;
+        const int status = redisReaderGetReply(sub->reader, &raw);
+        const ReplyPtr extra(static_cast<redisReply*>(raw));
+        if (status != REDIS_OK || extra) return std::nullopt;
+        const std::optional<Record> rec = do_inspect(key);
+        if (!rec || rec->state == RecordState::kDone) return std::nullopt;
+        const std::optional<Millis> now = impl_->now();
+        if (!now || !store_detail::worth_waiting(rec, now)) return std::nullopt;
+        return sub->fd;
+      },
+      [] { return true; },  // a message, EOF or an error: wake
+      [&](std::chrono::milliseconds left) { LockBackend::do_wait_for_change(key, left, stop); });
 }
 
 }  // namespace idempotency

@@ -97,6 +97,7 @@ TEST(RedisUrl, MalformedUrlsNameThePartAndNeverThePassword) {
 TEST(RedisOptionsTest, BadOptionsAreRejected) {
   const std::string url = "redis://127.0.0.1:1";
   EXPECT_THROW(RedisLock(url, RedisOptions{.pool_size = 0}), std::invalid_argument);
+  EXPECT_THROW(RedisLock(url, RedisOptions{.pool_wait = milliseconds(-1)}), std::invalid_argument);
   EXPECT_THROW(RedisLock(url, RedisOptions{.connect_timeout = milliseconds(0)}),
                std::invalid_argument);
   EXPECT_THROW(RedisLock(url, RedisOptions{.command_timeout = milliseconds(-1)}),

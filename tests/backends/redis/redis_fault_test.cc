@@ -1,5 +1,5 @@
 // Faults against a private redis-server of the test's own: a restart mid-run, a lost reply,
-// authentication (password and ACL user), and a command timeout.
+// authentication (password and ACL user), a command timeout and a pool that stays busy.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -108,6 +108,34 @@ TEST(RedisFaults, AClaimRetriedAfterItsReplyWasLostReaffirmsItsOwnClaim) {
   EXPECT_EQ(mine.fence, 1);
   EXPECT_EQ(mine.lease_expiry, std::get<HeldByOther>(seen).lease_expiry);
   EXPECT_TRUE(lock.complete(mine));
+}
+
+TEST(RedisFaults, ACallGivesUpWaitingForABusyPoolAfterPoolWait) {
+  PrivateRedis server;
+  RedisLock lock(server.url(), RedisOptions{.pool_size = 1,
+                                            .pool_wait = milliseconds(50),
+                                            .command_timeout = milliseconds(5000)});
+  // The server sleeps, so the one pooled connection stays lent to the first claim.
+  std::thread sleeper([url = server.url()] {
+    RawRedis raw(url);
+    raw.command({"DEBUG", "SLEEP", "0.6"});
+  });
+  std::this_thread::sleep_for(milliseconds(100));
+  std::thread holder([&] { (void)lock.claim("first", milliseconds(60'000)); });
+  std::this_thread::sleep_for(milliseconds(100));
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    (void)lock.claim("second-key", milliseconds(60'000));
+    ADD_FAILURE() << "a second connection was lent from a pool of one";
+  } catch (const StoreError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("redis: no pooled connection became free within 50 ms"));
+    EXPECT_THAT(e.what(), Not(HasSubstr("second-key")));
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(400))
+      << "waited for the busy connection instead of giving up after pool_wait";
+  holder.join();
+  sleeper.join();
+  EXPECT_NO_THROW((void)lock.claim("third", milliseconds(60'000)));
 }
 
 TEST(RedisFaults, PasswordAndAclUserAuthentication) {

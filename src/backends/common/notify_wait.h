@@ -1,0 +1,67 @@
+// wait_for_notification(): the notify-wait loop of the stores that push changes (PostgreSQL
+// LISTEN/NOTIFY, Redis SUBSCRIBE), written once so both wake, give up and fall back alike.
+// Internal: never installed; header-only since each store supplies its own steps.
+//
+// Thread safety: pure functions of their arguments.
+#pragma once
+
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <stop_token>
+
+#include "idempotency/record.h"
+
+namespace idempotency::store_detail {
+
+/// worth_waiting() says whether the record a waiter read right after subscribing can still
+/// change under it: a missing or DONE record, or (when `now` is known) a lapsed lease or
+/// retention, notifies nobody, so the caller should claim again at once.
+[[nodiscard]] inline bool worth_waiting(const std::optional<Record>& record,
+                                        std::optional<Millis> now) {
+  if (!record || record->state == RecordState::kDone) return false;
+  return !now || (*now < record->lease_expiry && *now < record->expires_at);
+}
+
+/// wait_for_notification() waits up to `timeout` for a store's notification about one key.
+/// `subscribe()` opens the store's own listening connection, subscribes, then looks at the
+/// record once (a change made before the subscription took effect notified nobody); it
+/// returns the socket to wait on, or nullopt when there is nothing to wait for. When it throws
+/// (store unreachable), `sleep(left)` waits out the rest instead; the next claim reports the
+/// failure. `readable()` runs each time the socket has input and returns true to wake (the
+/// notification for this key, EOF or an error). Returns early when `stop` is requested.
+template <class Subscribe, class Readable, class Sleep>
+void wait_for_notification(std::chrono::milliseconds timeout, const std::stop_token& stop,
+                           Subscribe&& subscribe, Readable&& readable, Sleep&& sleep) {
+  using SteadyClock = std::chrono::steady_clock;
+  const auto deadline = SteadyClock::now() + timeout;
+  auto left = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
+  };
+  std::optional<int> socket;
+  try {
+    socket = subscribe();
+  } catch (const std::exception&) {
+    if (left() > std::chrono::milliseconds::zero()) sleep(left());
+    return;
+  }
+  if (!socket) return;
+  pollfd pfd{*socket, POLLIN, 0};
+  while (!stop.stop_requested()) {
+    const auto remaining = left();
+    if (remaining <= std::chrono::milliseconds::zero()) return;
+    // Short slices so a stop request is seen promptly.
+    const int slice = static_cast<int>(std::min<std::int64_t>(remaining.count(), 50));
+    const int n = ::poll(&pfd, 1, slice);
+    if (n < 0 && errno != EINTR) return;
+    if (n <= 0) continue;
+    if (readable()) return;
+  }
+}
+
+}  // namespace idempotency::store_detail

@@ -1,0 +1,70 @@
+// A record as a Datastore entity, both ways: which property holds which field, which are
+// indexed, and the strict reading that never takes a malformed entity for a record.
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "auth/http_client.h"
+#include "datastore_wire.h"
+#include "idempotency/errors.h"
+
+namespace idempotency::datastore_detail {
+
+using Json = nlohmann::json;
+
+Record record_from_entity(const Json& entity) {
+  try {
+    const Json& p = entity.at("properties");
+    Record r;
+    const auto state = json_int(p.at("state").at("integerValue"));
+    if (state != static_cast<int>(RecordState::kClaimed) &&
+        state != static_cast<int>(RecordState::kDone)) {
+      throw StoreError("datastore: a record has an unknown state " + std::to_string(state));
+    }
+    r.state = static_cast<RecordState>(state);
+    r.fence = json_int(p.at("fence").at("integerValue"));
+    r.lease_expiry = json_int(p.at("lease_expiry_ms").at("integerValue"));
+    r.expires_at = json_int(p.at("expires_at_ms").at("integerValue"));
+    auto blob = [&p](const char* name) -> std::optional<std::string> {
+      if (!p.contains(name) || !p[name].contains("blobValue")) return std::nullopt;
+      std::string out;
+      if (!decode_blob(p[name]["blobValue"].get<std::string>(), out)) {
+        throw StoreError(std::string("datastore: a record's ") + name + " is not base64");
+      }
+      return out;
+    };
+    r.claim_token = blob("claim_token").value_or("");
+    r.result = blob("result");
+    r.fingerprint = blob("fingerprint");
+    return r;
+  } catch (const Json::exception&) {
+    throw StoreError("datastore: a record entity is malformed (missing or mistyped property)");
+  } catch (const std::invalid_argument&) {
+    throw StoreError("datastore: a record entity has a malformed integer property");
+  }
+}
+
+Json entity_properties(const Record& r) {
+  auto integer = [](std::int64_t v) {
+    return Json{{"integerValue", std::to_string(v)}, {"excludeFromIndexes", true}};
+  };
+  auto blob = [](const std::string& bytes) {
+    return Json{{"blobValue", auth::detail::base64_encode(bytes)}, {"excludeFromIndexes", true}};
+  };
+  Json props = {
+      {"state", integer(static_cast<int>(r.state))},
+      {"fence", integer(r.fence)},
+      {"lease_expiry_ms", integer(r.lease_expiry)},
+      {"expires_at_ms", integer(r.expires_at)},
+      // Indexed: the purge query and a Datastore TTL policy read it.
+      {"expires_at", Json{{"timestampValue", format_timestamp(r.expires_at)}}},
+      {"claim_token", blob(r.claim_token)},
+  };
+  if (r.result) props["result"] = blob(*r.result);
+  if (r.fingerprint) props["fingerprint"] = blob(*r.fingerprint);
+  return props;
+}
+
+}  // namespace idempotency::datastore_detail

@@ -1,0 +1,166 @@
+// PostgresLock internals shared by its sources (never installed): libpq ownership, the
+// connection-string checks (postgres_conninfo.cc), the SQL form of the state machine
+// (postgres_sql.cc) and the binary parameters and results (postgres_result.cc).
+//
+// Thread safety: pure functions and value types.
+#pragma once
+
+#include <libpq-fe.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "idempotency/record.h"
+
+namespace idempotency::postgres_detail {
+
+/// Closes a libpq connection.
+struct ConnDeleter {
+  void operator()(PGconn* c) const noexcept { PQfinish(c); }
+};
+using ConnPtr = std::unique_ptr<PGconn, ConnDeleter>;
+
+/// Frees a libpq result.
+struct ResultDeleter {
+  void operator()(PGresult* r) const noexcept { PQclear(r); }
+};
+using ResultPtr = std::unique_ptr<PGresult, ResultDeleter>;
+
+// ---------------------------------------------------------------------------------------
+// Connection strings (postgres_conninfo.cc)
+
+/// secrets_of() returns whatever in `conninfo` could be a password (a URL's user-info, every
+/// `password=` value), so that no message ever echoes it.
+[[nodiscard]] std::vector<std::string> secrets_of(std::string_view conninfo);
+
+/// redact() replaces every occurrence of `secret` in `text` with `***`.
+void redact(std::string& text, const std::string& secret);
+
+/// tidy() makes a libpq or server message one line, with every secret redacted.
+[[nodiscard]] std::string tidy(std::string text, const std::vector<std::string>& secrets);
+
+/// validate_conninfo() lets libpq parse `conninfo` (so every libpq option is accepted), then
+/// checks the values libpq would only reject at connect time. Throws `std::invalid_argument`
+/// naming the malformed part, never a secret.
+void validate_conninfo(std::string_view conninfo, const std::vector<std::string>& secrets);
+
+/// all_digits() is true for a non-empty run of ASCII digits.
+[[nodiscard]] bool all_digits(std::string_view s);
+
+// ---------------------------------------------------------------------------------------
+// The SQL (postgres_sql.cc)
+
+/// TableName is a validated `name` or `schema.name`, quoted for SQL.
+struct TableName {
+  std::string quoted;        ///< "schema"."name" or "name"
+  std::string quoted_index;  ///< "name_expires_idx"
+  std::string display;       ///< schema.name, for messages
+};
+
+/// parse_table() validates and quotes a table name. Throws `std::invalid_argument`.
+[[nodiscard]] TableName parse_table(std::string_view table);
+
+/// ddl() returns the statements that create the table and its expiry index.
+[[nodiscard]] std::string ddl(const TableName& table);
+
+/// create_table_sql() returns the DDL behind an advisory lock, since CREATE TABLE IF NOT
+/// EXISTS is not atomic against itself when processes race at start-up.
+[[nodiscard]] std::string create_table_sql(const TableName& table);
+
+/// table_exists_sql() returns a query answering one boolean: does the table exist.
+[[nodiscard]] std::string table_exists_sql(const TableName& table);
+
+/// Statement is one prepared statement: its name, text and parameter types.
+struct Statement {
+  const char* name;
+  std::string sql;
+  std::vector<Oid> types;
+};
+
+/// Statements holds every statement PostgresLock prepares on a connection, plus the
+/// LISTEN/NOTIFY channel that complete and release notify on.
+struct Statements {
+  Statement claim;
+  Statement complete;
+  Statement release;
+  Statement extend;
+  Statement purge;
+  Statement record;
+  std::string channel;
+
+  /// all() lists the statements, for preparing each on a new connection.
+  [[nodiscard]] std::array<const Statement*, 6> all() const {
+    return {&claim, &complete, &release, &extend, &purge, &record};
+  }
+};
+
+/// statements() builds the statements for `table`.
+[[nodiscard]] Statements statements(const TableName& table);
+
+// ---------------------------------------------------------------------------------------
+// Parameters and results, binary format both ways (postgres_result.cc)
+
+// Type oids from pg_type.h (stable across server versions).
+constexpr Oid kBoolOid = 16;
+constexpr Oid kByteaOid = 17;
+constexpr Oid kInt8Oid = 20;
+constexpr Oid kInt2Oid = 21;
+
+/// Params collects one statement's parameters, all in binary format; byte values point into
+/// storage the caller keeps alive (its strings), integers into the Params itself.
+class Params {
+ public:
+  /// bytes() adds a bytea parameter.
+  void bytes(std::string_view b);
+  /// bytes() adds a bytea parameter, SQL NULL for nullopt.
+  void bytes(const std::optional<std::string>& b);
+  /// int8() adds a bigint parameter.
+  void int8(std::int64_t v);
+  /// int8() adds a bigint parameter, SQL NULL for nullopt.
+  void int8(std::optional<std::int64_t> v);
+
+  [[nodiscard]] int size() const { return static_cast<int>(count_); }
+  [[nodiscard]] const char* const* values() const { return values_.data(); }
+  [[nodiscard]] const int* lengths() const { return lengths_.data(); }
+  [[nodiscard]] const int* formats() const { return formats_.data(); }
+
+ private:
+  void add(const char* p, std::size_t n);
+
+  static constexpr std::size_t kMax = 8;
+  std::array<const char*, kMax> values_{};
+  std::array<int, kMax> lengths_{};
+  std::array<int, kMax> formats_{};
+  std::array<std::array<char, 8>, kMax> ints_{};
+  std::size_t int_count_ = 0;
+  std::size_t count_ = 0;
+};
+
+/// bad_shape() throws `StoreError`: `op` got a result it cannot read as an answer.
+[[noreturn]] void bad_shape(const char* op, const std::string& what);
+
+/// expect_shape() checks a result's row count and its columns' types (binary format), so a
+/// table altered by hand is never read as an outcome. Throws `StoreError`.
+void expect_shape(const PGresult* r, const char* op, int rows_min, int rows_max,
+                  std::initializer_list<Oid> types);
+
+/// get_int() reads a smallint or bigint cell. Throws `StoreError` for NULL or another size.
+[[nodiscard]] std::int64_t get_int(const PGresult* r, int row, int col, const char* op);
+
+/// get_bool() reads a boolean cell. Throws `StoreError` for NULL.
+[[nodiscard]] bool get_bool(const PGresult* r, int row, int col, const char* op);
+
+/// get_bytes() reads a bytea cell; nullopt for NULL.
+[[nodiscard]] std::optional<std::string> get_bytes(const PGresult* r, int row, int col);
+
+/// get_state() reads a record state cell (1 CLAIMED, 2 DONE). Throws `StoreError`.
+[[nodiscard]] RecordState get_state(const PGresult* r, int row, int col, const char* op);
+
+}  // namespace idempotency::postgres_detail

@@ -1,0 +1,186 @@
+// The SQL form of the state machine: the table, and one statement per operation, each a
+// single round trip that re-expresses the core's `transition()` on the server (the
+// counterpart of redis_script.lua; the differential test holds both to the pure function).
+//
+// Parameters, by statement (all binary; `now` is NULL to use the server's clock):
+//   claim    $1 key, $2 now, $3 lease ms, $4 ttl ms, $5 claim token, $6 fingerprint
+//   complete $1 key, $2 now, $3 fence, $4 result, $5 ttl ms
+//   release  $1 key, $2 now, $3 fence, $4 ttl ms
+//   extend   $1 key, $2 now, $3 fence, $4 claim token, $5 lease ms, $6 ttl ms
+//   purge    $1 now, $2 batch size
+//   record   $1 key
+// States are stored as 1 CLAIMED, 2 DONE; instants as epoch milliseconds.
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "idempotency/key.h"
+#include "postgres_internal.h"
+
+namespace idempotency::postgres_detail {
+namespace {
+
+constexpr std::size_t kMaxIdentifierPart = 48;
+
+// The server clock in epoch milliseconds; clock_timestamp() is the instant the statement
+// reads it, not the transaction start.
+constexpr const char* kServerNow = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
+bool identifier_part_ok(std::string_view part) {
+  if (part.empty() || part.size() > kMaxIdentifierPart) return false;
+  auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (!alpha(part.front())) return false;
+  for (char c : part) {
+    if (!alpha(c) && !digit(c)) return false;
+  }
+  return true;
+}
+
+// `n`, the statement's one instant: the caller's clock when $<param> is set, else the server's.
+std::string now_from(const char* param) {
+  return std::string("WITH c AS MATERIALIZED (SELECT coalesce(") + param + "::bigint, " +
+         kServerNow + ") AS n)";
+}
+
+std::string claim_sql(const std::string& t) {
+  // In DO UPDATE only the target row and EXCLUDED are visible, so `n` is recovered from
+  // the proposed row: excluded.lease_expiry = n + lease.
+  const std::string n = "(excluded.lease_expiry - $3)";
+  // transition(): an expired record, or a CLAIMED one whose lease lapsed, is reclaimed with
+  // fence + 1, whatever its token; everything else is kept, and a kept CLAIMED row is the
+  // caller's (a re-affirm) only when its token is the caller's, i.e. only while its lease is
+  // live. release empties the token, so a released row is never re-affirmed.
+  const std::string reclaim =
+      "(" + n + " >= r.expires_at OR (r.state = 1 AND " + n + " >= r.lease_expiry))";
+  auto pick = [&](const std::string& fresh, const std::string& kept) {
+    return "CASE WHEN " + reclaim + " THEN " + fresh + " ELSE " + kept + " END";
+  };
+  // Every conflict rewrites the row (with itself when nothing changes) so RETURNING always
+  // yields the record as it now stands: one round trip, no snapshot-vs-latest-row race.
+  return now_from("$2") + " INSERT INTO " + t +
+         " AS r (key, state, fence, lease_expiry, expires_at, claim_token, result, "
+         "fingerprint) SELECT $1, 1, 1, c.n + $3, c.n + $3 + $4, $5, NULL, $6 FROM c "
+         "ON CONFLICT (key) DO UPDATE SET state = " +
+         pick("1", "r.state") + ", fence = " + pick("r.fence + 1", "r.fence") +
+         ", lease_expiry = " + pick("excluded.lease_expiry", "r.lease_expiry") +
+         ", expires_at = " + pick("excluded.expires_at", "r.expires_at") +
+         ", claim_token = " + pick("excluded.claim_token", "r.claim_token") +
+         ", result = " + pick("NULL", "r.result") +
+         ", fingerprint = " + pick("excluded.fingerprint", "r.fingerprint") +
+         " RETURNING r.state, r.fence, r.lease_expiry, (r.claim_token = $5), r.result, "
+         "r.fingerprint";
+}
+
+// complete() and release() wake cross-instance waiters in the same round trip: NOTIFY on
+// the table's channel with the key's fingerprint, only when a row changed.
+std::string notifying(const std::string& channel, const std::string& update) {
+  return now_from("$2") + ", u AS (" + update +
+         ") SELECT u.fence FROM u, LATERAL (SELECT pg_notify('" + channel +
+         "', left(encode(sha256($1), 'hex'), 12))) AS notified";
+}
+
+}  // namespace
+
+TableName parse_table(std::string_view table) {
+  const auto dot = table.find('.');
+  std::string_view schema_part;
+  std::string_view name = table;
+  if (dot != std::string_view::npos) {
+    schema_part = table.substr(0, dot);
+    name = table.substr(dot + 1);
+  }
+  if ((dot != std::string_view::npos && !identifier_part_ok(schema_part)) ||
+      !identifier_part_ok(name)) {
+    throw std::invalid_argument(
+        "PostgresOptions::table must be `name` or `schema.name`, each part 1-" +
+        std::to_string(kMaxIdentifierPart) +
+        " letters, digits or underscores, not starting with a digit");
+  }
+  TableName out;
+  out.display = std::string(table);
+  out.quoted = dot == std::string_view::npos
+                   ? "\"" + std::string(name) + "\""
+                   : "\"" + std::string(schema_part) + "\".\"" + std::string(name) + "\"";
+  out.quoted_index = "\"" + std::string(name) + "_expires_idx\"";
+  return out;
+}
+
+std::string ddl(const TableName& t) {
+  return "CREATE TABLE IF NOT EXISTS " + t.quoted +
+         " (\n"
+         "  key bytea PRIMARY KEY,\n"
+         "  state smallint NOT NULL CHECK (state IN (1, 2)),  -- 1 CLAIMED, 2 DONE\n"
+         "  fence bigint NOT NULL CHECK (fence >= 1),\n"
+         "  lease_expiry bigint NOT NULL,  -- epoch milliseconds\n"
+         "  expires_at bigint NOT NULL,    -- epoch milliseconds\n"
+         "  claim_token bytea NOT NULL,\n"
+         "  result bytea,\n"
+         "  fingerprint bytea\n"
+         ");\n"
+         "CREATE INDEX IF NOT EXISTS " +
+         t.quoted_index + " ON " + t.quoted + " (expires_at);\n";
+}
+
+std::string create_table_sql(const TableName& t) {
+  return "SELECT pg_advisory_xact_lock(hashtext('gcp-pubsub-idempotency " + t.quoted + "')); " +
+         ddl(t);
+}
+
+std::string table_exists_sql(const TableName& t) {
+  return "SELECT to_regclass('" + t.quoted + "') IS NOT NULL";
+}
+
+Statements statements(const TableName& table) {
+  const std::string& t = table.quoted;
+  Statements s;
+  s.channel = "idempotency_" + key_fingerprint(t);
+  s.claim = {
+      "idem_claim", claim_sql(t), {kByteaOid, kInt8Oid, kInt8Oid, kInt8Oid, kByteaOid, kByteaOid}};
+  // complete(): fence match on a live record; CLAIMED -> DONE, a DONE one stays as it is.
+  s.complete = {
+      "idem_complete",
+      notifying(s.channel, "UPDATE " + t +
+                               " AS r SET state = 2, "
+                               "result = CASE WHEN r.state = 1 THEN $4 ELSE r.result END, "
+                               "expires_at = CASE WHEN r.state = 1 THEN c.n + $5 ELSE "
+                               "r.expires_at END FROM c WHERE r.key = $1 AND r.fence = $3 AND "
+                               "c.n < r.expires_at RETURNING r.fence"),
+      {kByteaOid, kInt8Oid, kInt8Oid, kByteaOid, kInt8Oid}};
+  // release(): expires the lease in place and advances the fence; never deletes.
+  s.release = {"idem_release",
+               notifying(s.channel, "UPDATE " + t +
+                                        " AS r SET lease_expiry = c.n, fence = r.fence + 1, "
+                                        "claim_token = ''::bytea, "
+                                        "expires_at = greatest(r.expires_at, c.n + $4) "
+                                        "FROM c WHERE r.key = $1 AND r.fence = $3 AND "
+                                        "r.state = 1 AND c.n < r.expires_at RETURNING r.fence"),
+               {kByteaOid, kInt8Oid, kInt8Oid, kInt8Oid}};
+  // extend(): fence and token on a live CLAIMED row (a release empties the token); no NOTIFY,
+  // since nobody waits for a lease to grow, and NOTIFY's commit-time lock would serialize
+  // every heartbeat.
+  s.extend = {"idem_extend",
+              now_from("$2") + " UPDATE " + t +
+                  " AS r SET lease_expiry = c.n + $5, "
+                  "expires_at = greatest(r.expires_at, c.n + $5 + $6) "
+                  "FROM c WHERE r.key = $1 AND r.fence = $3 AND r.state = 1 AND "
+                  "r.claim_token = $4 AND $4 <> ''::bytea AND c.n < r.expires_at "
+                  "RETURNING r.lease_expiry",
+              {kByteaOid, kInt8Oid, kInt8Oid, kByteaOid, kInt8Oid, kInt8Oid}};
+  // purge: a bounded batch past expires_at, skipping rows a claim holds locked right now.
+  s.purge = {"idem_purge",
+             now_from("$1") + ", victims AS (SELECT v.key FROM " + t +
+                 " AS v, c WHERE v.expires_at <= c.n LIMIT $2 FOR UPDATE OF v SKIP LOCKED) "
+                 "DELETE FROM " +
+                 t + " AS d USING victims, c WHERE d.key = victims.key AND d.expires_at <= c.n",
+             {kInt8Oid, kInt8Oid}};
+  s.record = {"idem_record",
+              "SELECT state, fence, lease_expiry, expires_at, claim_token, result, "
+              "fingerprint FROM " +
+                  t + " WHERE key = $1",
+              {kByteaOid}};
+  return s;
+}
+
+}  // namespace idempotency::postgres_detail

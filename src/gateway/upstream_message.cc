@@ -1,0 +1,147 @@
+// The forwarded message: which headers cross the hop (RFC 9110 §7.6.1 and whatever
+// `Connection` names), which values may be written at all, and the response's head.
+#include <algorithm>
+#include <cctype>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "upstream_internal.h"
+
+namespace idempotency::gateway {
+
+namespace upstream_detail {
+namespace {
+
+// beast::http::fields keeps name and value lengths in 16 bits and throws beyond.
+constexpr std::size_t kMaxFieldBytes = 65'000;
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string trim(std::string_view s) {
+  const auto first = s.find_first_not_of(" \t");
+  if (first == std::string_view::npos) return {};
+  const auto last = s.find_last_not_of(" \t");
+  return std::string(s.substr(first, last - first + 1));
+}
+
+// The header names a `Connection` header lists are hop-by-hop for this message too.
+std::set<std::string> connection_tokens(const std::vector<pubsub::Header>& headers) {
+  std::set<std::string> tokens;
+  for (const auto& h : headers) {
+    if (!iequals(h.name, "Connection")) continue;
+    std::size_t start = 0;
+    while (start <= h.value.size()) {
+      const auto comma = h.value.find(',', start);
+      const auto end = comma == std::string::npos ? h.value.size() : comma;
+      if (auto token = trim(std::string_view(h.value).substr(start, end - start)); !token.empty()) {
+        tokens.insert(lower(token));
+      }
+      start = end + 1;
+    }
+  }
+  return tokens;
+}
+
+// RFC 9110 §5.6.2: token = 1*tchar.
+bool is_token(std::string_view s) {
+  constexpr std::string_view kSymbols = "!#$%&'*+-.^_`|~";
+  return !s.empty() && std::all_of(s.begin(), s.end(), [&](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 ||
+           kSymbols.find(c) != std::string_view::npos;
+  });
+}
+
+// A field value may hold HTAB, SP, VCHAR and obs-text, never another control character: a CR
+// or LF would let a value smuggle a header or a request of its own.
+bool is_field_value(std::string_view s) {
+  return std::none_of(s.begin(), s.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return (u < 0x20 && u != '\t') || u == 0x7f;
+  });
+}
+
+// A request target is sent as is; it must not end the request line early.
+bool is_request_target(std::string_view s) {
+  return !s.empty() && std::none_of(s.begin(), s.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u <= 0x20 || u == 0x7f;
+  });
+}
+
+}  // namespace
+
+std::string one_line(std::string s) {
+  std::replace_if(
+      s.begin(), s.end(), [](char c) { return c == '\r' || c == '\n'; }, ' ');
+  return s;
+}
+
+std::optional<std::string> build_request(const pubsub::PushRequest& in,
+                                         std::optional<std::int64_t> fence, const UpstreamUrl& url,
+                                         const Origin& origin,
+                                         http::request<http::string_body>& out) {
+  if (!is_token(in.method)) return "the request method is not a token";
+  if (in.method == "CONNECT") return "CONNECT is not forwarded";
+  std::string target = url.base_path + (in.path.empty() ? "/" : in.path);
+  if (!is_request_target(target)) return "the request target has a space or control character";
+  out.version(11);
+  out.method_string(in.method);
+  out.target(target);
+  out.set(http::field::host, origin.authority);
+  const auto listed = connection_tokens(in.headers);
+  for (const auto& h : in.headers) {
+    // The server in front rejects malformed headers; this is defense in depth, as is never
+    // asking for 100-continue (the body goes with the header in one write).
+    if (is_hop_by_hop(h.name) || listed.count(lower(h.name)) != 0 ||
+        iequals(h.name, kFenceHeader) || iequals(h.name, "Expect") || !is_token(h.name) ||
+        !is_field_value(h.value) || h.name.size() > kMaxFieldBytes ||
+        h.value.size() > kMaxFieldBytes) {
+      continue;
+    }
+    out.insert(h.name, h.value);
+  }
+  if (fence) out.set(kFenceHeader, std::to_string(*fence));
+  out.body() = in.body;
+  out.prepare_payload();
+  return std::nullopt;
+}
+
+void take_head(const http::response<http::string_body>& message, pubsub::PushResponse& out) {
+  out.status = static_cast<int>(message.result_int());
+  std::vector<pubsub::Header> all;
+  for (const auto& field : message) {
+    all.push_back({std::string(field.name_string()), std::string(field.value())});
+  }
+  const auto listed = connection_tokens(all);
+  for (auto& h : all) {
+    if (is_hop_by_hop(h.name) || listed.count(lower(h.name)) != 0) continue;
+    out.headers.push_back(std::move(h));
+  }
+}
+
+}  // namespace upstream_detail
+
+bool is_hop_by_hop(std::string_view name) {
+  // Host and Content-Length are not hop-by-hop, but the client writes its own for the new hop.
+  for (std::string_view h :
+       {"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection",
+        "TE", "Trailer", "Transfer-Encoding", "Upgrade", "Host", "Content-Length"}) {
+    if (upstream_detail::iequals(name, h)) return true;
+  }
+  return false;
+}
+
+}  // namespace idempotency::gateway
