@@ -71,21 +71,26 @@ class Scheduler {
 
   void enqueue(HeartbeatEntry& entry, SteadyClock::time_point due) {
     entry.due = due;
-    const bool earliest = queue_.empty() || due < queue_.begin()->first;
     queue_.emplace(due, entry.id);
-    if (earliest) wake_.notify_all();
+    // Wake the thread only when it would sleep past this renewal: every guarded request starts
+    // a heartbeat, and a wake-up (a context switch) per request would tax the hot path.
+    if (due < sleeping_until_) wake_.notify_all();
   }
 
   void run() {
     std::unique_lock lock(mutex_);
     while (!stopping_) {
       if (queue_.empty()) {
+        sleeping_until_ = SteadyClock::time_point::max();
         wake_.wait(lock);
+        sleeping_until_ = SteadyClock::time_point::min();
         continue;
       }
       const auto [due, id] = *queue_.begin();
       if (SteadyClock::now() < due) {
+        sleeping_until_ = due;
         wake_.wait_until(lock, due);
+        sleeping_until_ = SteadyClock::time_point::min();
         continue;
       }
       queue_.erase(queue_.begin());
@@ -142,6 +147,9 @@ class Scheduler {
   std::unordered_map<std::uint64_t, std::shared_ptr<HeartbeatEntry>> entries_;
   std::uint64_t next_id_ = 1;
   bool stopping_ = false;
+  // When the thread's wait ends: min() while it is awake (it rereads the queue before waiting
+  // again), max() while the queue is empty.
+  SteadyClock::time_point sleeping_until_ = SteadyClock::time_point::min();
   std::thread thread_;  // started with the first heartbeat
 };
 

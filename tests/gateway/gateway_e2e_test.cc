@@ -83,6 +83,20 @@ class GatewayTest : public ::testing::Test {
     return status;
   }
 
+  // Two instances on one store with a 1 s lease renewed every `heartbeat` ("0": never), for
+  // the renewal tests.
+  std::pair<std::unique_ptr<ChildProcess>, std::unique_ptr<ChildProcess>> two_instances(
+      const std::string& heartbeat) {
+    const std::vector<std::string> flags{
+        "--lease", "1s", "--heartbeat", heartbeat, "--upstream-timeout", "30s"};
+    return {start_gateway(flags), start_gateway(flags)};
+  }
+
+  // A push whose upstream call takes 5 s: five of those leases.
+  static std::string long_work(const std::string& id) {
+    return envelope(id, {{"test_behavior", "slow"}, {"test_sleep_ms", "5000"}});
+  }
+
   TempDir dir_;
   std::string prefix_ = unique_name("gw") + ":";
   std::string backend_url_;
@@ -142,11 +156,8 @@ TEST_F(GATEWAY_PUBSUB_SUITE, AnUpstreamHangingPastTheTimeoutIsNacked503AndHeldUn
 // the key over; without it (pinned below) it reclaims the key and calls the upstream again.
 TEST_F(GATEWAY_PUBSUB_SUITE,
        WithAHeartbeatTheHolderKeepsTheKeyForFiveLeasesAgainstAnotherInstance) {
-  const std::vector<std::string> flags{
-      "--lease", "1s", "--heartbeat", "200ms", "--upstream-timeout", "30s"};
-  auto one = start_gateway(flags);
-  auto two = start_gateway(flags);
-  const auto body = envelope("m-long", {{"test_behavior", "slow"}, {"test_sleep_ms", "5000"}});
+  auto [one, two] = two_instances("200ms");
+  const auto body = long_work("m-long");
   std::atomic<int> first = 0;
   std::thread holder([&] { first = post(one->port(), body); });
   wait_for_calls("m-long", 1);
@@ -166,11 +177,8 @@ TEST_F(GATEWAY_PUBSUB_SUITE,
 }
 
 TEST_F(GATEWAY_PUBSUB_SUITE, WithoutAHeartbeatTheSameRunIsReclaimedByTheOtherInstance) {
-  const std::vector<std::string> flags{"--lease", "1s", "--heartbeat", "0", "--upstream-timeout",
-                                       "30s"};
-  auto one = start_gateway(flags);
-  auto two = start_gateway(flags);
-  const auto body = envelope("m-long", {{"test_behavior", "slow"}, {"test_sleep_ms", "5000"}});
+  auto [one, two] = two_instances("0");
+  const auto body = long_work("m-long");
   std::atomic<int> first = 0;
   std::thread holder([&] { first = post(one->port(), body); });
   wait_for_calls("m-long", 1);

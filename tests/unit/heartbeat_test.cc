@@ -1,6 +1,7 @@
 // The heartbeat scheduler: renews at its interval on one shared thread, declares a claim lost
 // when a renewal is refused or failures outlast the lease, and never calls back once stopped.
 #include "idempotency/detail/heartbeat.h"
+#include "support/eventually.h"
 
 #include <gtest/gtest.h>
 
@@ -17,16 +18,7 @@ namespace idempotency::detail {
 namespace {
 
 using namespace std::chrono_literals;
-
-// Polls `done` until it holds or a generous deadline passes (a hang fails, speed never does).
-bool eventually(const std::function<bool()>& done) {
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
+using idempotency::testing::eventually;
 
 TEST(Heartbeat, RenewsUntilDestroyedAndNeverAfter) {
   std::atomic<int> calls{0};

@@ -16,6 +16,7 @@
 #include "idempotency/guard.h"
 #include "idempotency/memory_lock.h"
 #include "idempotency/once.h"
+#include "support/eventually.h"
 #include "support/log_capture.h"
 
 namespace idempotency::testing {
@@ -26,15 +27,6 @@ using namespace std::chrono_literals;
 constexpr auto kLease = 600ms;
 constexpr auto kHeartbeat = 100ms;
 constexpr auto kWork = 5 * kLease;  // the work outlives five leases
-
-bool eventually(const std::function<bool()>& done) {
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
-}
 
 // A rival (another instance's redelivery) tries to claim `key` every 50 ms while `work`
 // lasts; returns how many of its attempts won.

@@ -20,6 +20,7 @@
 #include "idempotency/errors.h"
 #include "idempotency/guard.h"
 #include "idempotency/memory_lock.h"
+#include "support/eventually.h"
 #include "support/faulty_backend.h"
 
 namespace idempotency::testing {
@@ -35,16 +36,6 @@ class OnceTest : public ::testing::Test {
   InMemoryLock store_{BackendOptions{.ttl = std::chrono::hours(1), .clock = clock_}};
   FaultyBackend backend_{store_};
 };
-
-// Waits (bounded) until `pred` holds; joiners are observed through the store's claim count.
-template <class Pred>
-bool eventually(Pred pred) {
-  for (int i = 0; i < 5000; ++i) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(milliseconds(1));
-  }
-  return pred();
-}
 
 TEST_F(OnceTest, TheFirstCallExecutesAndALaterCallReplaysTheStoredResult) {
   int runs = 0;

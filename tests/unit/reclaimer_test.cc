@@ -15,6 +15,7 @@
 #include "idempotency/forwarding_backend.h"
 #include "idempotency/memory_lock.h"
 #include "support/claim_matchers.h"
+#include "support/eventually.h"
 #include "support/log_capture.h"
 
 namespace idempotency::testing {
@@ -23,13 +24,6 @@ namespace {
 using std::chrono::milliseconds;
 
 constexpr milliseconds kInterval{5};
-
-// Waits (bounded) until `done()` holds; the bound is a hang guard, not a timing assertion.
-template <class Done>
-bool eventually(Done done) {
-  for (int i = 0; i < 2000 && !done(); ++i) std::this_thread::sleep_for(milliseconds(5));
-  return done();
-}
 
 // A store whose purge fails the first `failures` times, then purges through `inner`.
 class FlakyPurge final : public ForwardingBackend {

@@ -12,6 +12,7 @@
 #include <variant>
 
 #include "idempotency/redis_lock.h"
+#include "support/eventually.h"
 #include "support/test_servers.h"
 
 namespace idempotency::testing {
@@ -34,17 +35,6 @@ inline std::unique_ptr<RedisLock> fixture_lock(BackendOptions backend = {},
       fixture_redis_url(), RedisOptions{.backend = std::move(backend),
                                         .key_prefix = unique_name("idem_redis_test") + ":",
                                         .pool_size = pool_size});
-}
-
-/// Polls `condition` every 10 ms until it holds or `limit` passes; returns whether it held.
-template <typename F>
-bool eventually(F condition, std::chrono::milliseconds limit = std::chrono::seconds(5)) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return condition();
 }
 
 inline const char* outcome(const ClaimResult& r) {
