@@ -95,22 +95,27 @@ TEST(Heartbeat, DestructionWaitsForARenewalInFlight) {
 }
 
 TEST(Heartbeat, OnLostMayStopItsOwnHeartbeatWithoutDeadlock) {
-  std::mutex mutex;
-  std::unique_ptr<Heartbeat> beat;
-  std::atomic<bool> stopped{false};
+  // Shared with the callback, which may still be unwinding (unlocking) on the scheduler thread
+  // when this test sees `stopped` and returns: nothing it touches may live on this stack.
+  struct Shared {
+    std::mutex mutex;
+    std::unique_ptr<Heartbeat> beat;
+    std::atomic<bool> stopped{false};
+  };
+  auto shared = std::make_shared<Shared>();
   {
-    std::lock_guard lock(mutex);
-    beat = start_heartbeat({.interval = 1ms,
-                            .lease = 1s,
-                            .renew = [] { return false; },
-                            .on_lost =
-                                [&] {
-                                  std::lock_guard inner(mutex);
-                                  beat.reset();  // on the scheduler thread
-                                  stopped = true;
-                                }});
+    std::lock_guard lock(shared->mutex);
+    shared->beat = start_heartbeat({.interval = 1ms,
+                                    .lease = 1s,
+                                    .renew = [] { return false; },
+                                    .on_lost =
+                                        [shared] {
+                                          std::lock_guard inner(shared->mutex);
+                                          shared->beat.reset();  // on the scheduler thread
+                                          shared->stopped = true;
+                                        }});
   }
-  EXPECT_TRUE(eventually([&] { return stopped.load(); }));
+  EXPECT_TRUE(eventually([&] { return shared->stopped.load(); }));
 }
 
 TEST(Heartbeat, EveryHeartbeatRunsOnOneSharedThread) {
