@@ -152,6 +152,11 @@ class LockBackend {
   /// ttl() is the duplicate-suppression window this backend was built with.
   [[nodiscard]] std::chrono::milliseconds ttl() const noexcept { return ttl_; }
 
+  /// may_block() says whether a call can wait on I/O (a disk flush, a network round trip):
+  /// true for every store but the in-process memory one. An event loop may call a backend that
+  /// says false inline and hands the others to a thread pool.
+  [[nodiscard]] bool may_block() const noexcept { return do_may_block(); }
+
  protected:
   /// Validates `options` (ttl positive and at most `kMaxTtl`) or throws
   /// `std::invalid_argument`.
@@ -173,6 +178,8 @@ class LockBackend {
   virtual std::optional<Record> do_inspect(std::string_view key);
   /// The count behind stored_records(); the default says nothing.
   virtual std::optional<std::size_t> do_stored_records() { return std::nullopt; }
+  /// The answer behind may_block(); the default is the safe one, true.
+  [[nodiscard]] virtual bool do_may_block() const noexcept { return true; }
   /// The storage work of another backend `to`, below its public call's validation: for
   /// decorators (ForwardingBackend), whose own public call has validated already.
   static ClaimResult forward_claim(LockBackend& to, std::string_view key,

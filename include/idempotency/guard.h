@@ -109,6 +109,10 @@ CompleteStatus complete_after_work(LockBackend& backend, const Claim& claim,
 /// failure is logged (`release_failed`), never thrown: the key frees itself when the lease
 /// lapses, and callers are destructors and failure paths that must not throw.
 void release_after_failure(LockBackend& backend, const Claim& claim) noexcept;
+/// keep_after_unknown_outcome() leaves `claim` held after work whose outcome is unknown (it may
+/// still be happening elsewhere), so no one reclaims the key before its lease lapses; logs
+/// `outcome_unknown` (fingerprint and fence only).
+void keep_after_unknown_outcome(const Claim& claim) noexcept;
 }  // namespace detail
 
 /// lock() claims `key` for work that must run at most once. Throws `Duplicate` when the key

@@ -27,9 +27,13 @@
 // being handled finish and send their response (with `Connection: close`), waiting at most
 // `ServeOptions::shutdown_grace`. Pub/Sub redelivers whatever was cut off.
 //
+// An AsyncHandler is the alternative for handlers that do their own asynchronous I/O: it runs
+// on the event loop, answers through a Responder when its work is done, and hands anything
+// that blocks to a pool of its own.
+//
 // Thread safety: the handler is called from several worker threads at once and must be safe
-// for that. A Server's start() and stop() may be called from any thread, but not
-// concurrently with each other or with destruction.
+// for that (an AsyncHandler from the I/O threads). A Server's start() and stop() may be called from
+// any thread, but not concurrently with each other or with destruction.
 #pragma once
 
 #include <chrono>
@@ -41,6 +45,10 @@
 #include "idempotency/pubsub/message.h"
 #include "idempotency/pubsub/response.h"
 
+namespace boost::asio {
+class io_context;
+}  // namespace boost::asio
+
 namespace idempotency::http {
 
 namespace detail {
@@ -49,6 +57,27 @@ struct ServerState;
 
 /// Handler answers one request; it is called concurrently from the worker threads.
 using Handler = std::function<pubsub::PushResponse(const pubsub::PushRequest&)>;
+
+/// Responder answers one request of an AsyncHandler. Call it once, from any thread; later
+/// calls are ignored. Dropped unanswered (every copy destroyed), it answers 500 and logs
+/// `handler_dropped_request`, so a lost callback cannot hang a connection.
+class Responder {
+ public:
+  struct State;
+  /// Responder() is made by the server for each request.
+  explicit Responder(std::shared_ptr<State> state);
+  /// operator() sends `response` (the first call only).
+  void operator()(pubsub::PushResponse response) const;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+/// AsyncHandler starts answering a request on the event loop and returns at once: it must not
+/// block (hand blocking work to a thread pool) and answers through `respond`, now or later. No
+/// worker thread is involved, so a request costs no thread hop. A handler that throws is
+/// answered 500 (logged `handler_threw`).
+using AsyncHandler = std::function<void(pubsub::PushRequest request, Responder respond)>;
 
 /// Options for Server and serve(), meant to be filled with designated initializers. Every
 /// bound has a default meant for production on Cloud Run.
@@ -79,6 +108,10 @@ struct ServeOptions {
   std::chrono::milliseconds keep_alive_timeout{60'000};
   /// How long stop() waits for in-flight requests. Cloud Run allows 10 s after SIGTERM.
   std::chrono::milliseconds shutdown_grace{9'000};
+  /// The event loop the server runs on its `io_threads`; null: one of its own. Share one to run
+  /// an AsyncHandler's own asynchronous I/O (e.g. a client call) on the server's threads; it
+  /// must not be run by other threads.
+  std::shared_ptr<boost::asio::io_context> event_loop;
   /// Called once with the bound port when the server is ready to accept connections
   /// (useful with port 0); runs on the thread that called start() or serve().
   std::function<void(int port)> on_listening;
@@ -89,6 +122,8 @@ class Server {
  public:
   /// Server() keeps the handler and options; nothing is bound until start().
   explicit Server(Handler handler, ServeOptions options = {});
+  /// Server() with an asynchronous handler, called on the event loop (`workers` is unused).
+  explicit Server(AsyncHandler handler, ServeOptions options = {});
   /// ~Server() stops the server as stop() does.
   ~Server();
   Server(const Server&) = delete;
@@ -120,5 +155,7 @@ class Server {
 /// work runs in a signal handler. Call it before starting other threads, or block SIGTERM and
 /// SIGINT in them, or a signal may be delivered to a thread that does not wait for it.
 int serve(const std::string& address, int port, Handler handler, ServeOptions options = {});
+/// serve() with an asynchronous handler, as Server(AsyncHandler) runs it.
+int serve(const std::string& address, int port, AsyncHandler handler, ServeOptions options = {});
 
 }  // namespace idempotency::http

@@ -44,6 +44,8 @@ class InMemoryLock final : public LockBackend {
   std::size_t do_purge_expired() override;
   std::optional<Record> do_inspect(std::string_view key) override;
   std::optional<std::size_t> do_stored_records() override { return stored_count(); }
+  // Every call is a short critical section in this process: an event loop may make it inline.
+  [[nodiscard]] bool do_may_block() const noexcept override { return false; }
 
  private:
   struct State;

@@ -110,6 +110,14 @@ CompleteStatus complete_after_work(LockBackend& backend, const Claim& claim,
   }
 }
 
+void keep_after_unknown_outcome(const Claim& claim) noexcept {
+  try {
+    log(about(claim, Severity::kWarning, "outcome_unknown",
+              "the operation's outcome is unknown; the key stays held until its lease lapses"));
+  } catch (...) {  // NOLINT(bugprone-empty-catch): a log line that cannot be built is dropped
+  }
+}
+
 void release_after_failure(LockBackend& backend, const Claim& claim) noexcept {
   try {
     backend.release(claim);

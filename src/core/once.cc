@@ -128,6 +128,29 @@ struct GuardRegistration {
   }
 };
 
+}  // namespace
+
+ErasedOutcome outcome_of_done(const AlreadyDone& done, std::string_view key,
+                              const OnceHooks& hooks) {
+  if (!hooks.decode) return ErasedOutcome{Status::kReplayed, nullptr, 0, std::nullopt};
+  if (!done.result) return ErasedOutcome{Status::kDuplicate, nullptr, 0, std::nullopt};
+  try {
+    return ErasedOutcome{Status::kReplayed, hooks.decode(*done.result), 0, std::nullopt};
+  } catch (const std::exception& e) {
+    // DONE is DONE whoever wrote it (lock() + complete("receipt") on the same key): the
+    // work ran, so this is a duplicate; failing would turn every redelivery into a nack
+    // until the ttl ends.
+    log(LogRecord{Severity::kWarning,
+                  "stored_result_unreadable",
+                  "the key is done but its stored result is not this call's type; "
+                  "answering duplicate",
+                  {{"key_fingerprint", key_fingerprint(key)}, {"error", e.what()}}});
+    return ErasedOutcome{Status::kDuplicate, nullptr, 0, std::nullopt};
+  }
+}
+
+namespace {
+
 // Claims the key in the store and, on a win, runs the operation. Runs on the owner thread.
 ErasedOutcome claim_and_execute(std::string_view key, LockBackend& backend,
                                 const OnceOptions& options, const OnceHooks& hooks) {
@@ -148,13 +171,7 @@ ErasedOutcome claim_and_execute(std::string_view key, LockBackend& backend,
       try {
         value = hooks.execute(claim, work.get_token());
       } catch (const OutcomeUnknown&) {
-        // The work may still be happening elsewhere: keep the key held until the lease lapses.
-        log(LogRecord{Severity::kWarning,
-                      "outcome_unknown",
-                      "the operation's outcome is unknown; the key stays held until its lease "
-                      "lapses",
-                      {{"key_fingerprint", key_fingerprint(claim.key)},
-                       {"fence", std::to_string(claim.fence)}}});
+        keep_after_unknown_outcome(claim);
         throw;
       } catch (...) {
         // Failures and cancellations are never stored: give the key up and propagate.
@@ -167,23 +184,7 @@ ErasedOutcome claim_and_execute(std::string_view key, LockBackend& backend,
       (void)complete_after_work(backend, claim, std::move(value.bytes));
       return ErasedOutcome{Status::kExecuted, std::move(value.value), claim.fence, std::nullopt};
     }
-    if (auto* done = std::get_if<AlreadyDone>(&result)) {
-      if (!hooks.decode) return ErasedOutcome{Status::kReplayed, nullptr, 0, std::nullopt};
-      if (!done->result) return ErasedOutcome{Status::kDuplicate, nullptr, 0, std::nullopt};
-      try {
-        return ErasedOutcome{Status::kReplayed, hooks.decode(*done->result), 0, std::nullopt};
-      } catch (const std::exception& e) {
-        // DONE is DONE whoever wrote it (lock() + complete("receipt") on the same key): the
-        // work ran, so this is a duplicate; failing would turn every redelivery into a nack
-        // until the ttl ends.
-        log(LogRecord{Severity::kWarning,
-                      "stored_result_unreadable",
-                      "the key is done but its stored result is not this call's type; "
-                      "answering duplicate",
-                      {{"key_fingerprint", key_fingerprint(key)}, {"error", e.what()}}});
-        return ErasedOutcome{Status::kDuplicate, nullptr, 0, std::nullopt};
-      }
-    }
+    if (auto* done = std::get_if<AlreadyDone>(&result)) return outcome_of_done(*done, key, hooks);
     const auto& held = std::get<HeldByOther>(result);
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
@@ -311,6 +312,47 @@ ErasedOutcome run_once(std::string_view key, LockBackend& backend, const OnceOpt
     }
   }
   return run_as_owner(k, flight, backend, options, hooks);
+}
+
+struct AsyncFlight::State {
+  TableKey key;
+  std::shared_ptr<Flight> flight;
+  bool ended = false;
+};
+
+AsyncFlight::AsyncFlight(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+AsyncFlight::~AsyncFlight() {
+  if (state_ && !state_->ended) hand_off(state_->key, state_->flight);
+}
+
+void AsyncFlight::settle(ErasedOutcome outcome) noexcept {
+  if (state_->ended) return;
+  state_->ended = true;
+  finish(state_->key, state_->flight, nullptr, std::move(outcome));
+}
+
+void AsyncFlight::fail(std::exception_ptr error) noexcept {
+  if (state_->ended) return;
+  state_->ended = true;
+  finish(state_->key, state_->flight, std::move(error), {});
+}
+
+std::unique_ptr<AsyncFlight> begin_async_flight(std::string_view key, const LockBackend& backend,
+                                                std::type_index type) {
+  validate_key(key);
+  Table& table = Table::instance();
+  std::lock_guard lock(table.mutex);
+  TableKey k{&backend, std::string(key)};
+  Entry& entry = table.entries[k];
+  if (entry.flight) return nullptr;
+  entry.flight = std::make_shared<Flight>();
+  entry.flight->type = type;
+  // No thread owns it: a thread that asks for the key meanwhile joins instead of being taken
+  // for a re-entry.
+  entry.flight->owner = std::thread::id();
+  return std::make_unique<AsyncFlight>(
+      std::make_unique<AsyncFlight::State>(AsyncFlight::State{std::move(k), entry.flight}));
 }
 
 std::shared_ptr<void> register_guard(const LockBackend& backend, std::string_view key) {

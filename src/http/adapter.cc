@@ -32,13 +32,13 @@ std::string one_line(std::string_view text) {
   return std::string(text);
 }
 
+}  // namespace
+
 pubsub::PushResponse internal_error() {
   return pubsub::PushResponse{.status = 500,
                               .headers = {{"Content-Type", "text/plain; charset=utf-8"}},
                               .body = "internal error\n"};
 }
-
-}  // namespace
 
 pubsub::PushRequest to_push_request(BeastRequest&& request) {
   pubsub::PushRequest out;
@@ -79,11 +79,11 @@ BeastResponse to_beast_response(pubsub::PushResponse&& response, unsigned versio
   return out;
 }
 
-pubsub::PushResponse call_handler(const Handler& handler,
-                                  const pubsub::PushRequest& request) noexcept {
+pubsub::PushResponse answer_to_throw(const std::exception_ptr& error,
+                                     std::string_view method) noexcept {
   std::string what;
   try {
-    return handler(request);
+    std::rethrow_exception(error);
   } catch (const std::exception& e) {
     what = one_line(e.what());
   } catch (...) {
@@ -92,8 +92,17 @@ pubsub::PushResponse call_handler(const Handler& handler,
   log({.severity = Severity::kError,
        .event = "handler_threw",
        .message = "The push handler threw; answering 500.",
-       .fields = {{"method", one_line(request.method)}, {"what", what}}});
+       .fields = {{"method", one_line(method)}, {"what", what}}});
   return internal_error();
+}
+
+pubsub::PushResponse call_handler(const Handler& handler,
+                                  const pubsub::PushRequest& request) noexcept {
+  try {
+    return handler(request);
+  } catch (...) {
+    return answer_to_throw(std::current_exception(), request.method);
+  }
 }
 
 BeastResponse error_response(int status, std::string_view line, unsigned version) {

@@ -7,6 +7,8 @@
 
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
+#include <exception>
+#include <string_view>
 
 #include "idempotency/http.h"
 #include "idempotency/pubsub/message.h"
@@ -33,6 +35,14 @@ using BeastResponse = boost::beast::http::response<boost::beast::http::string_bo
 /// with a one-line body instead, so the server keeps serving.
 [[nodiscard]] pubsub::PushResponse call_handler(const Handler& handler,
                                                 const pubsub::PushRequest& request) noexcept;
+
+/// answer_to_throw() logs `handler_threw` for `error`, thrown by a handler of a `method`
+/// request, and returns the 500 to answer instead.
+[[nodiscard]] pubsub::PushResponse answer_to_throw(const std::exception_ptr& error,
+                                                   std::string_view method) noexcept;
+
+/// internal_error() is the 500 answered for a handler's failure.
+[[nodiscard]] pubsub::PushResponse internal_error();
 
 /// error_response() is a one-line plain-text answer the handler never saw; it closes the
 /// connection.

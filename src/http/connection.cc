@@ -208,6 +208,10 @@ void Connection::dispatch() {
                      served_ + 1 < state_->options.keep_alive_max_requests;
   const unsigned version = request.version();
   const bool head = request.method() == beast_http::verb::head;
+  if (state_->async_handler) {
+    dispatch_async(std::move(request), again);
+    return;
+  }
   net::post(state_->workers, [self = shared_from_this(), request = std::move(request), again,
                               version, head]() mutable {
     auto push = to_push_request(std::move(request));
@@ -218,6 +222,27 @@ void Connection::dispatch() {
     net::post(self->stream_.get_executor(),
               [self, sent, again] { self->after_inline_write(sent, again); });
   });
+}
+
+void Connection::dispatch_async(BeastRequest request, bool keep_alive) {
+  const unsigned version = request.version();
+  const bool head = request.method() == beast_http::verb::head;
+  auto respond =
+      Responder(std::make_shared<Responder::State>(shared_from_this(), keep_alive, version, head));
+  auto push = to_push_request(std::move(request));
+  const std::string method = push.method;
+  try {
+    state_->async_handler(std::move(push), respond);
+  } catch (...) {
+    respond(answer_to_throw(std::current_exception(), method));
+  }
+}
+
+void Connection::answer(pubsub::PushResponse&& response, bool keep_alive, unsigned version,
+                        bool head) {
+  response_.emplace(to_beast_response(std::move(response), version, head));
+  response_->keep_alive(keep_alive);
+  after_inline_write(write_inline(), keep_alive);
 }
 
 // Runs on the worker, while the event loop has nothing pending on this connection (no read is
@@ -331,3 +356,36 @@ void Connection::close() {
 }
 
 }  // namespace idempotency::http::detail
+
+namespace idempotency::http {
+namespace net = boost::asio;
+
+Responder::Responder(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+void Responder::operator()(pubsub::PushResponse response) const {
+  state_->send(std::move(response));
+}
+
+void Responder::State::send(pubsub::PushResponse&& response) {
+  if (answered.exchange(true)) return;
+  // Always posted, even from the strand: an answer given inside the handler call would
+  // otherwise start the next pipelined request one stack frame deeper each time.
+  auto& c = *connection;
+  net::post(c.executor(), [connection = connection, response = std::move(response),
+                           keep_alive = keep_alive, version = version, head = head]() mutable {
+    connection->answer(std::move(response), keep_alive, version, head);
+  });
+}
+
+Responder::State::~State() {
+  if (answered.load()) return;
+  log({.severity = Severity::kError,
+       .event = "handler_dropped_request",
+       .message = "An asynchronous handler dropped a request unanswered; answering 500."});
+  try {
+    send(detail::internal_error());
+  } catch (...) {  // NOLINT(bugprone-empty-catch): no memory to answer; the connection closes
+  }
+}
+
+}  // namespace idempotency::http

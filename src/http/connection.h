@@ -9,9 +9,11 @@
 //
 // Thread safety: every member runs on the connection's strand, except the handler call and the
 // first attempt to send its answer, which run on a worker while the strand has nothing pending
-// on this connection, and post the outcome back to the strand.
+// on this connection, and post the outcome back to the strand. An AsyncHandler is called on
+// the strand, and its Responder posts the answer back to it.
 #pragma once
 
+#include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
@@ -45,6 +47,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   /// close_if_idle() is posted at stop(): a connection waiting for (or reading) a request
   /// closes now; one whose request is being handled or answered finishes it first.
   void close_if_idle();
+  /// answer() sends an AsyncHandler's response; runs on the strand.
+  void answer(pubsub::PushResponse&& response, bool keep_alive, unsigned version, bool head);
 
  private:
   enum class Phase { kReading, kHandling, kWriting, kClosing };
@@ -58,6 +62,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   enum class InlineWrite { kDone, kPending, kFailed };
 
   void dispatch();
+  void dispatch_async(BeastRequest request, bool keep_alive);
   InlineWrite write_inline();
   void after_inline_write(InlineWrite sent, bool keep_alive);
   void on_written(boost::beast::error_code ec, bool keep_alive);
@@ -81,3 +86,26 @@ class Connection : public std::enable_shared_from_this<Connection> {
 };
 
 }  // namespace idempotency::http::detail
+
+namespace idempotency::http {
+
+// What a Responder answers on: the connection and how its request wants the answer framed.
+struct Responder::State {
+  State(std::shared_ptr<detail::Connection> c, bool k, unsigned v, bool h)
+      : connection(std::move(c)), keep_alive(k), version(v), head(h) {}
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
+  // Unanswered: answers 500, so the connection moves on.
+  ~State();
+
+  // Posts the answer to the connection's strand, once.
+  void send(pubsub::PushResponse&& response);
+
+  std::shared_ptr<detail::Connection> connection;
+  bool keep_alive;
+  unsigned version;
+  bool head;
+  std::atomic<bool> answered{false};
+};
+
+}  // namespace idempotency::http

@@ -37,9 +37,10 @@ void drain(const sigset_t& signals) {
   }
 }
 
-}  // namespace
-
-int serve(const std::string& address, int port, Handler handler, ServeOptions options) {
+// Serves until a shutdown signal, for both kinds of handler.
+template <class AnyHandler>
+int serve_until_signal(const std::string& address, int port, AnyHandler handler,
+                       ServeOptions options) {
   sigset_t signals;
   ::sigemptyset(&signals);
   ::sigaddset(&signals, SIGTERM);
@@ -80,6 +81,16 @@ int serve(const std::string& address, int port, Handler handler, ServeOptions op
   drain(signals);
   ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   return result;
+}
+
+}  // namespace
+
+int serve(const std::string& address, int port, Handler handler, ServeOptions options) {
+  return serve_until_signal(address, port, std::move(handler), std::move(options));
+}
+
+int serve(const std::string& address, int port, AsyncHandler handler, ServeOptions options) {
+  return serve_until_signal(address, port, std::move(handler), std::move(options));
 }
 
 }  // namespace idempotency::http

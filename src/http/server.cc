@@ -83,7 +83,12 @@ void wind_down(detail::ServerState& state) {
 }  // namespace
 
 Server::Server(Handler handler, ServeOptions options)
-    : state_(std::make_shared<detail::ServerState>(std::move(handler), std::move(options))) {}
+    : state_(std::make_shared<detail::ServerState>(std::move(handler), AsyncHandler{},
+                                                   std::move(options))) {}
+
+Server::Server(AsyncHandler handler, ServeOptions options)
+    : state_(std::make_shared<detail::ServerState>(Handler{}, std::move(handler),
+                                                   std::move(options))) {}
 
 Server::~Server() { stop(); }
 

@@ -6,11 +6,24 @@
 
 namespace idempotency::http::detail {
 
-ServerState::ServerState(Handler h, ServeOptions o)
+namespace {
+
+std::shared_ptr<boost::asio::io_context> event_loop(const ServeOptions& options) {
+  if (options.event_loop) return options.event_loop;
+  return std::make_shared<boost::asio::io_context>(
+      static_cast<int>(std::max<std::size_t>(options.io_threads, 1)));
+}
+
+}  // namespace
+
+ServerState::ServerState(Handler h, AsyncHandler a, ServeOptions o)
     : handler(std::move(h)),
+      async_handler(std::move(a)),
       options(std::move(o)),
-      workers(std::max<std::size_t>(options.workers, 1)),
-      io(static_cast<int>(std::max<std::size_t>(options.io_threads, 1))) {}
+      // An asynchronous handler never uses the workers: one idle thread, not `workers`.
+      workers(async_handler ? 1 : std::max<std::size_t>(options.workers, 1)),
+      io_owner(event_loop(options)),
+      io(*io_owner) {}
 
 ServerState::~ServerState() {
   io.stop();

@@ -27,12 +27,13 @@ namespace idempotency::http::detail {
 class Connection;
 
 struct ServerState {
-  ServerState(Handler h, ServeOptions o);
+  ServerState(Handler h, AsyncHandler a, ServeOptions o);
   ~ServerState();
   ServerState(const ServerState&) = delete;
   ServerState& operator=(const ServerState&) = delete;
 
-  Handler handler;
+  Handler handler;             // set, or
+  AsyncHandler async_handler;  // this
   ServeOptions options;
 
   std::atomic<bool> stopping{false};
@@ -50,7 +51,8 @@ struct ServerState {
   // destroys the handlers it still holds, and with them the connections, which report to
   // the members above.
   boost::asio::thread_pool workers;
-  boost::asio::io_context io;
+  std::shared_ptr<boost::asio::io_context> io_owner;  // options.event_loop, or our own
+  boost::asio::io_context& io;
   std::optional<boost::asio::ip::tcp::acceptor> acceptor;
   // Keeps the event loop running while the acceptor is paused and no connection is open.
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>

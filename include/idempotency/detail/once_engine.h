@@ -80,6 +80,43 @@ struct ErasedOutcome {
 ErasedOutcome run_once(std::string_view key, LockBackend& backend, const OnceOptions& options,
                        const OnceHooks& hooks);
 
+/// outcome_of_done() is the outcome of a claim that found the key DONE: the stored result
+/// replayed, or a duplicate when there is none this call can decode (logged as
+/// `stored_result_unreadable` when bytes are there but do not decode).
+[[nodiscard]] ErasedOutcome outcome_of_done(const AlreadyDone& done, std::string_view key,
+                                            const OnceHooks& hooks);
+
+/// AsyncFlight is this process's single flight for a key whose owner runs the operation
+/// asynchronously, with no thread waiting on it: run_once() callers for the same key meanwhile
+/// join it and receive what settle() or fail() publishes, as they would from a blocking owner.
+///
+/// Thread safety: settle() or fail() once, from any thread.
+class AsyncFlight {
+ public:
+  struct State;
+  explicit AsyncFlight(std::unique_ptr<State> state);
+  /// ~AsyncFlight() without an outcome hands the flight to a joined caller, which claims the
+  /// key itself (as when a blocking owner is cancelled); with none, the flight just ends.
+  ~AsyncFlight();
+  AsyncFlight(const AsyncFlight&) = delete;
+  AsyncFlight& operator=(const AsyncFlight&) = delete;
+
+  /// settle() publishes the owner's outcome to the joined callers and ends the flight.
+  void settle(ErasedOutcome outcome) noexcept;
+  /// fail() publishes the owner's exception to the joined callers and ends the flight.
+  void fail(std::exception_ptr error) noexcept;
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+/// begin_async_flight() makes the caller this process's owner of (backend, key), or returns
+/// null when a flight for it already runs: the caller must then take run_once(), which joins
+/// it, on a thread that may block. Throws `std::invalid_argument` for a bad key.
+[[nodiscard]] std::unique_ptr<AsyncFlight> begin_async_flight(std::string_view key,
+                                                              const LockBackend& backend,
+                                                              std::type_index type);
+
 /// Registers a lock/mutex guard's ownership of (backend, key) for re-entry detection; throws
 /// `ReentryError` when this thread already owns it. The returned handle unregisters on
 /// destruction (from any thread).

@@ -1,0 +1,63 @@
+// idempotent_async(): the push wrapper for an event loop. The guarantees, the status table and
+// the hooks are idempotent()'s (idempotent.h), but the handler answers through a callback, so
+// no thread waits while it runs (say, while it forwards the request over the network), and a
+// store call that may block (`LockBackend::may_block()`) is handed to `run_blocking`; one that
+// cannot (the memory store) runs inline.
+//
+//   auto handle = idempotency::pubsub::idempotent_async(
+//       {.backend = backend},
+//       [&](const Delivery& d, HandlerDone done) {
+//         client.post(d.message.data, d.fence, [done](int status) {
+//           done(PushResponse{.status = status});
+//         });
+//       },
+//       [&pool](std::function<void()> work) { boost::asio::post(pool, std::move(work)); });
+//   handle(std::make_shared<const PushRequest>(std::move(request)),
+//          [](PushResponse response) { /* write it */ });
+//
+// A delivery whose key is already running in this process (it joins that run), an options
+// set with `wait_for` or `authenticate` (both may block), and an unguarded delivery take the
+// blocking path on `run_blocking` instead: the code idempotent() runs, with the handler
+// awaited there.
+//
+// Thread safety: the returned callable may be called from any number of threads.
+#pragma once
+
+#include <exception>
+#include <functional>
+#include <memory>
+#include <variant>
+
+#include "idempotency/pubsub/idempotent.h"
+
+namespace idempotency::pubsub {
+
+/// What an asynchronous handler ends with: its (ack) response, or the exception it failed with
+/// (a `Nack`, an `OutcomeUnknown`, anything), exactly as a blocking handler returns or throws.
+using HandlerResult = std::variant<PushResponse, std::exception_ptr>;
+
+/// The handler calls it exactly once, from any thread, when it has finished.
+using HandlerDone = std::function<void(HandlerResult)>;
+
+/// A handler that starts its work and returns at once. The Delivery and what it refers to stay
+/// valid until `done` is called.
+using AsyncResponseHandler = std::function<void(const Delivery&, HandlerDone done)>;
+
+/// Runs work that may block (a store call, an awaited handler) away from the event loop, e.g.
+/// by posting it to a thread pool. It must run every piece of work it is given.
+using RunBlocking = std::function<void(std::function<void()>)>;
+
+/// Receives the answer to one request, exactly once, on whichever thread finished it.
+using Respond = std::function<void(PushResponse)>;
+
+/// An asynchronous push handler: request in, the answer through `respond`.
+using AsyncPushHandler = std::function<void(std::shared_ptr<const PushRequest>, Respond respond)>;
+
+/// idempotent_async() wraps `handler`; store calls that may block, and the blocking path, run
+/// on `run_blocking`. Throws `std::invalid_argument` as idempotent() does, and when `handler`
+/// or `run_blocking` is empty.
+[[nodiscard]] AsyncPushHandler idempotent_async(IdempotentOptions options,
+                                                AsyncResponseHandler handler,
+                                                RunBlocking run_blocking);
+
+}  // namespace idempotency::pubsub

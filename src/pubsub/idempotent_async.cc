@@ -1,0 +1,318 @@
+// idempotent_async(): the push wrapper's steps (wrapper.h) around an owner that runs the handler
+// asynchronously: admit -> begin this process's flight -> claim -> the handler, which answers
+// later -> complete or release -> settle the flight -> answer. Each store call runs inline when
+// the backend cannot block, else on `run_blocking`; nothing here waits.
+#include "idempotency/pubsub/idempotent_async.h"
+
+#include <atomic>
+#include <future>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <typeinfo>
+#include <utility>
+#include <variant>
+
+#include "idempotency/detail/lease_keeper.h"
+#include "idempotency/detail/once_engine.h"
+#include "idempotency/errors.h"
+#include "idempotency/guard.h"
+#include "idempotency/log.h"
+#include "idempotency/once.h"
+#include "wrapper.h"
+
+namespace idempotency::pubsub {
+namespace {
+
+using detail::Seen;
+using detail::Wrapper;
+using idempotency::detail::AsyncFlight;
+using idempotency::detail::ErasedOutcome;
+using idempotency::detail::LeaseKeeper;
+
+// A blocking-path handler: starts the asynchronous one and waits for it, on a thread that may
+// block. A second call of `done` (a handler bug) is ignored rather than crashing the process.
+ResponseHandler awaited(AsyncResponseHandler handler) {
+  return [handler = std::move(handler)](const Delivery& delivery) {
+    struct Wait {
+      std::promise<HandlerResult> result;
+      std::atomic<bool> called{false};
+    };
+    auto wait = std::make_shared<Wait>();
+    auto future = wait->result.get_future();
+    handler(delivery, [wait](HandlerResult result) {
+      if (!wait->called.exchange(true)) wait->result.set_value(std::move(result));
+    });
+    HandlerResult result = future.get();
+    if (auto* error = std::get_if<std::exception_ptr>(&result)) std::rethrow_exception(*error);
+    return std::get<PushResponse>(std::move(result));
+  };
+}
+
+// What every delivery on this wrapper shares.
+struct Shared {
+  std::shared_ptr<const Wrapper> blocking;  // its handler awaits `handler`
+  AsyncResponseHandler handler;
+  RunBlocking run_blocking;
+  idempotency::detail::OnceHooks hooks;  // the PushResponse type and decoder, for replays
+  std::chrono::milliseconds heartbeat;
+};
+
+// One guarded delivery in flight; every step holds it alive until it is answered.
+class Delivering : public std::enable_shared_from_this<Delivering> {
+ public:
+  Delivering(std::shared_ptr<const Shared> shared, std::shared_ptr<const PushRequest> request,
+             Respond respond, detail::Admission admission, LockBackend& backend,
+             std::unique_ptr<AsyncFlight> flight)
+      : shared_(std::move(shared)),
+        request_(std::move(request)),
+        respond_(std::move(respond)),
+        message_(std::move(*admission.message)),
+        key_(std::move(admission.key)),
+        backend_(backend),
+        flight_(std::move(flight)) {}
+
+  // Dropped unanswered: the handler let go of `done` without calling it (or run_blocking
+  // dropped a step). Its work may have happened, so this is an unknown outcome: the key stays
+  // held until its lease lapses, and the delivery is nacked.
+  ~Delivering() {
+    if (answered_) return;
+    if (keeper_) keeper_->stop();
+    if (claim_) idempotency::detail::keep_after_unknown_outcome(*claim_);
+    fail(std::make_exception_ptr(
+        OutcomeUnknown("the asynchronous handler finished without calling done")));
+  }
+  Delivering(const Delivering&) = delete;
+  Delivering& operator=(const Delivering&) = delete;
+
+  void claim() {
+    store(
+        [self = shared_from_this()] {
+          const auto& options = self->wrapper().options;
+          return self->backend_.claim(self->key_, options.lease);
+        },
+        [](const std::shared_ptr<Delivering>& self, ClaimResult result) {
+          self->on_claim(std::move(result));
+        });
+  }
+
+ private:
+  [[nodiscard]] const Wrapper& wrapper() const { return *shared_->blocking; }
+  [[nodiscard]] Seen seen() const { return Seen{*request_, &message_}; }
+
+  // Runs `call` (a store call) inline when the backend cannot block, else on run_blocking,
+  // then `then` with its result; a call that throws goes to fail() instead.
+  template <class Call, class Then>
+  void store(Call call, Then then) {
+    auto step = [self = shared_from_this(), call = std::move(call),
+                 then = std::move(then)]() mutable {
+      using Result = decltype(call());
+      std::optional<Result> result;
+      try {
+        result.emplace(call());
+      } catch (...) {
+        self->fail(std::current_exception());
+        return;
+      }
+      then(self, std::move(*result));
+    };
+    if (backend_.may_block()) {
+      shared_->run_blocking(std::move(step));
+    } else {
+      step();
+    }
+  }
+
+  void on_claim(ClaimResult result) {
+    if (auto* won = std::get_if<Won>(&result)) {
+      run_handler(std::move(won->claim));
+      return;
+    }
+    ErasedOutcome outcome;
+    if (auto* done = std::get_if<AlreadyDone>(&result)) {
+      outcome = idempotency::detail::outcome_of_done(*done, key_, shared_->hooks);
+    } else {
+      outcome = ErasedOutcome{Status::kInProgress, nullptr, 0,
+                              std::get<HeldByOther>(result).lease_expiry};
+    }
+    settle(std::move(outcome));
+  }
+
+  void run_handler(Claim claim) {
+    claim_ = std::move(claim);
+    keeper_.emplace(backend_, *claim_, wrapper().options.lease, shared_->heartbeat);
+    auto self = shared_from_this();
+    auto done = [self, called = std::make_shared<std::atomic<bool>>(false)](HandlerResult r) {
+      if (called->exchange(true)) return;  // a handler bug; the first answer stands
+      self->on_handler_done(std::move(r));
+    };
+    try {
+      shared_->handler(Delivery{.message = message_, .fence = claim_->fence, .request = &*request_},
+                       std::move(done));
+    } catch (...) {
+      // Thrown before the handler could call `done`: a failure like any other. A handler that
+      // throws after calling `done` breaks its contract; the first answer stands.
+      on_handler_done(std::current_exception());
+    }
+  }
+
+  void on_handler_done(HandlerResult result) {
+    if (auto* response = std::get_if<PushResponse>(&result)) {
+      std::shared_ptr<const PushResponse> value;
+      std::optional<std::string> bytes;
+      try {
+        value = std::make_shared<const PushResponse>(Wrapper::checked(std::move(*response)));
+        bytes = Codec<PushResponse>{}.encode(*value);
+      } catch (...) {
+        handler_failed(std::current_exception());
+        return;
+      }
+      keeper_->stop();  // no renewal may race the completion
+      store(
+          [self = shared_from_this(), bytes = std::move(bytes)]() mutable {
+            (void)idempotency::detail::complete_after_work(self->backend_, *self->claim_,
+                                                           std::move(bytes));
+            return true;
+          },
+          [value = std::move(value)](const std::shared_ptr<Delivering>& self, bool) {
+            self->settle(
+                ErasedOutcome{Status::kExecuted, value, self->claim_->fence, std::nullopt});
+          });
+      return;
+    }
+    handler_failed(std::get<std::exception_ptr>(std::move(result)));
+  }
+
+  void handler_failed(std::exception_ptr error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const StoreError& e) {
+      // The handler's own store failed: a handler failure, not the wrapper's store failing
+      // before the handler ran.
+      error = std::make_exception_ptr(detail::HandlerStoreError(e.what()));
+    } catch (const OutcomeUnknown&) {
+      keeper_->stop();
+      idempotency::detail::keep_after_unknown_outcome(*claim_);
+      fail(error);
+      return;
+    } catch (...) {  // NOLINT(bugprone-empty-catch): every other failure releases below
+    }
+    keeper_->stop();
+    // Failures are never stored: give the key up, then answer.
+    store(
+        [self = shared_from_this()] {
+          idempotency::detail::release_after_failure(self->backend_, *self->claim_);
+          return true;
+        },
+        [error](const std::shared_ptr<Delivering>& self, bool) { self->fail(error); });
+  }
+
+  void settle(ErasedOutcome outcome) {
+    flight_->settle(outcome);
+    const Outcome<PushResponse> typed(outcome.status,
+                                      std::static_pointer_cast<const PushResponse>(outcome.value),
+                                      outcome.fence, outcome.lease_expiry);
+    answer([&] { return wrapper().settled(typed, seen(), key_); });
+  }
+
+  void fail(std::exception_ptr error) {
+    flight_->fail(error);
+    answer([&] { return wrapper().failed(error, seen(), key_); });
+  }
+
+  // Answers once; an answer that cannot be built (std::bad_alloc) is still answered, as a nack.
+  template <class Build>
+  void answer(Build build) noexcept {
+    answered_ = true;
+    PushResponse response;
+    try {
+      response = build();
+    } catch (...) {
+      response = PushResponse{.status = 500};
+    }
+    try {
+      respond_(std::move(response));
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the caller's callback failed; nothing to add
+    }
+  }
+
+  std::shared_ptr<const Shared> shared_;
+  std::shared_ptr<const PushRequest> request_;
+  Respond respond_;
+  Message message_;
+  std::string key_;
+  LockBackend& backend_;
+  std::unique_ptr<AsyncFlight> flight_;
+  std::optional<Claim> claim_;
+  std::optional<LeaseKeeper> keeper_;
+  bool answered_ = false;
+};
+
+// The blocking path, on run_blocking: everything idempotent() does, the handler awaited.
+void run_blocking_path(const std::shared_ptr<const Shared>& shared,
+                       std::shared_ptr<const PushRequest> request, Respond respond) {
+  shared->run_blocking([shared, request = std::move(request), respond = std::move(respond)] {
+    PushResponse response;
+    try {
+      response = (*shared->blocking)(*request);
+    } catch (const std::exception& e) {
+      log(LogRecord{Severity::kError,
+                    "handler_threw",
+                    "the push wrapper threw before deciding an outcome; nacking",
+                    {{"error", e.what()}}});
+      response = push_response(DeliveryOutcome::kHandlerFailed, {});
+    }
+    respond(std::move(response));
+  });
+}
+
+}  // namespace
+
+AsyncPushHandler idempotent_async(IdempotentOptions options, AsyncResponseHandler handler,
+                                  RunBlocking run_blocking) {
+  if (!handler) throw std::invalid_argument("idempotent_async: the handler is empty");
+  if (!run_blocking) throw std::invalid_argument("idempotent_async: run_blocking is empty");
+  const auto heartbeat = resolved_heartbeat(options.lease, options.heartbeat);
+  auto shared = std::make_shared<Shared>();
+  shared->blocking = detail::make_wrapper(std::move(options), awaited(handler));
+  shared->handler = std::move(handler);
+  shared->run_blocking = std::move(run_blocking);
+  shared->hooks.type = typeid(PushResponse);
+  shared->hooks.decode = [](const std::string& bytes) -> std::shared_ptr<const void> {
+    return std::make_shared<const PushResponse>(Codec<PushResponse>{}.decode(bytes));
+  };
+  shared->heartbeat = heartbeat;
+  return [shared = std::shared_ptr<const Shared>(std::move(shared))](
+             std::shared_ptr<const PushRequest> request, Respond respond) {
+    const Wrapper& wrapper = *shared->blocking;
+    const auto& options = wrapper.options;
+    // Waiting for a holder, authenticating (a key fetch) and the unguarded path may block.
+    if (wrapper.disabled || options.wait_for.count() > 0 || options.authenticate) {
+      run_blocking_path(shared, std::move(request), std::move(respond));
+      return;
+    }
+    detail::Admission admission = wrapper.admit(*request);
+    if (admission.answer) {
+      respond(std::move(*admission.answer));
+      return;
+    }
+    if (!admission.unguarded_why.empty()) {
+      run_blocking_path(shared, std::move(request), std::move(respond));
+      return;
+    }
+    LockBackend& backend = wrapper.backend->get();
+    auto flight =
+        idempotency::detail::begin_async_flight(admission.key, backend, typeid(PushResponse));
+    if (!flight) {
+      // The key is running in this process already: join it there, where waiting is allowed.
+      run_blocking_path(shared, std::move(request), std::move(respond));
+      return;
+    }
+    std::make_shared<Delivering>(shared, std::move(request), std::move(respond),
+                                 std::move(admission), backend, std::move(flight))
+        ->claim();
+  };
+}
+
+}  // namespace idempotency::pubsub

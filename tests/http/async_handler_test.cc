@@ -1,0 +1,149 @@
+// Server with an AsyncHandler: answered on the event loop or later from any thread, one answer
+// per request however often the Responder is called, a 500 for a handler that throws or drops
+// its Responder, keep-alive between asynchronous answers, and the shared event loop.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "idempotency/http.h"
+#include "support/log_capture.h"
+
+namespace idempotency::http {
+namespace {
+
+ServeOptions test_options() { return ServeOptions{.keep_alive_timeout = std::chrono::seconds(1)}; }
+
+httplib::Client client_for(int port) {
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(std::chrono::seconds(5));
+  client.set_read_timeout(std::chrono::seconds(5));
+  return client;
+}
+
+TEST(AsyncHandler, AnswersOnTheEventLoop) {
+  Server server(
+      [](pubsub::PushRequest request, const Responder& respond) {
+        respond(pubsub::PushResponse{.status = 202, .body = request.method + " " + request.path});
+      },
+      test_options());
+  auto client = client_for(server.start("127.0.0.1", 0));
+  auto result = client.Post("/push", "{}", "application/json");
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->status, 202);
+  EXPECT_EQ(result->body, "POST /push");
+}
+
+TEST(AsyncHandler, AnswersLaterFromAnotherThreadAndKeepsTheConnection) {
+  std::mutex mutex;
+  std::vector<std::thread> answerers;
+  Server server(
+      [&](pubsub::PushRequest request, Responder respond) {
+        std::lock_guard lock(mutex);
+        answerers.emplace_back([request = std::move(request), respond = std::move(respond)] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          respond(pubsub::PushResponse{.status = 200, .body = request.body});
+        });
+      },
+      test_options());
+  auto client = client_for(server.start("127.0.0.1", 0));
+  client.set_keep_alive(true);
+  for (const std::string body : {"one", "two", "three"}) {
+    auto result = client.Post("/", body, "text/plain");
+    ASSERT_TRUE(result);
+    EXPECT_EQ(result->status, 200);
+    EXPECT_EQ(result->body, body);
+  }
+  server.stop();
+  std::lock_guard lock(mutex);
+  for (auto& t : answerers) t.join();
+}
+
+TEST(AsyncHandler, OnlyTheFirstAnswerIsSent) {
+  Server server(
+      [](const pubsub::PushRequest&, const Responder& respond) {
+        respond(pubsub::PushResponse{.status = 200, .body = "first"});
+        respond(pubsub::PushResponse{.status = 500, .body = "second"});
+      },
+      test_options());
+  auto client = client_for(server.start("127.0.0.1", 0));
+  client.set_keep_alive(true);
+  for (int i = 0; i < 2; ++i) {
+    auto result = client.Get("/");
+    ASSERT_TRUE(result);
+    EXPECT_EQ(result->status, 200);
+    EXPECT_EQ(result->body, "first");
+  }
+}
+
+TEST(AsyncHandler, AThrowingHandlerIs500AndTheServerKeepsServing) {
+  idempotency::testing::LogCapture logs;
+  Server server(
+      [](const pubsub::PushRequest& request, const Responder& respond) {
+        if (request.path == "/throw") throw std::runtime_error("boom");
+        respond(pubsub::PushResponse{.status = 200});
+      },
+      test_options());
+  auto client = client_for(server.start("127.0.0.1", 0));
+  auto thrown = client.Get("/throw");
+  ASSERT_TRUE(thrown);
+  EXPECT_EQ(thrown->status, 500);
+  EXPECT_EQ(logs.count("handler_threw"), 1);
+  auto fine = client.Get("/fine");
+  ASSERT_TRUE(fine);
+  EXPECT_EQ(fine->status, 200);
+}
+
+TEST(AsyncHandler, ADroppedResponderIs500NotAHang) {
+  idempotency::testing::LogCapture logs;
+  Server server([](const pubsub::PushRequest&, const Responder&) {}, test_options());
+  auto client = client_for(server.start("127.0.0.1", 0));
+  auto result = client.Get("/");
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->status, 500);
+  EXPECT_EQ(logs.count("handler_dropped_request"), 1);
+}
+
+TEST(AsyncHandler, RunsItsOwnAsynchronousWorkOnTheSharedEventLoop) {
+  auto loop = std::make_shared<boost::asio::io_context>(1);
+  ServeOptions options = test_options();
+  options.event_loop = loop;
+  std::thread::id loop_thread;
+  std::thread::id timer_thread;
+  std::mutex mutex;
+  Server server(
+      [&](const pubsub::PushRequest&, Responder respond) {
+        {
+          std::lock_guard lock(mutex);
+          loop_thread = std::this_thread::get_id();
+        }
+        auto timer =
+            std::make_shared<boost::asio::steady_timer>(*loop, std::chrono::milliseconds(5));
+        timer->async_wait([&, timer, respond = std::move(respond)](boost::system::error_code) {
+          {
+            std::lock_guard lock(mutex);
+            timer_thread = std::this_thread::get_id();
+          }
+          respond(pubsub::PushResponse{.status = 204});
+        });
+      },
+      options);
+  auto client = client_for(server.start("127.0.0.1", 0));
+  auto result = client.Get("/");
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->status, 204);
+  std::lock_guard lock(mutex);
+  EXPECT_EQ(loop_thread, timer_thread) << "one event loop, one thread: no hop";
+}
+
+}  // namespace
+}  // namespace idempotency::http

@@ -1,0 +1,342 @@
+// idempotent_async(): the status table, the store's failures and the in-process join, with the
+// handler answering later from another thread, and every store call made both inline (the
+// memory store) and on run_blocking (a store that may block).
+#include "idempotency/pubsub/idempotent_async.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "idempotency/errors.h"
+#include "idempotency/forwarding_backend.h"
+#include "idempotency/memory_lock.h"
+#include "push_envelope.h"
+#include "support/faulty_backend.h"
+#include "support/log_capture.h"
+
+namespace idempotency::pubsub {
+namespace {
+
+using idempotency::testing::FaultyBackend;
+using idempotency::testing::LogCapture;
+using testing::push;
+
+// A store whose calls "may block", so the wrapper hands each one to run_blocking.
+class MayBlock final : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+
+ protected:
+  [[nodiscard]] bool do_may_block() const noexcept override { return true; }
+};
+
+// run_blocking for the tests: a thread per piece of work, all joined at the end.
+class Threads {
+ public:
+  ~Threads() { join(); }
+  void run(std::function<void()> work) {
+    std::lock_guard lock(mutex_);
+    ++started_;
+    threads_.emplace_back(std::move(work));
+  }
+  void join() {
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard lock(mutex_);
+      threads.swap(threads_);
+    }
+    for (auto& t : threads) t.join();
+  }
+  int started() {
+    std::lock_guard lock(mutex_);
+    return started_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::thread> threads_;
+  int started_ = 0;
+};
+
+// What the handler does with a delivery: answer at once, or hold it until released.
+struct Script {
+  std::function<HandlerResult(const Delivery&)> answer = [](const Delivery&) {
+    return HandlerResult(PushResponse{.status = 200});
+  };
+  bool deferred = false;  // answer from another thread, after release()
+};
+
+class IdempotentAsyncTest : public ::testing::TestWithParam<bool> {
+ protected:
+  std::shared_ptr<InMemoryLock> memory_ = std::make_shared<InMemoryLock>();
+  std::shared_ptr<FaultyBackend> faulty_ = std::make_shared<FaultyBackend>(*memory_);
+  std::shared_ptr<LockBackend> store_ =
+      GetParam() ? std::shared_ptr<LockBackend>(std::make_shared<MayBlock>(faulty_)) : faulty_;
+  Threads threads_;
+  LogCapture logs_;
+  Script script_;
+  std::atomic<int> runs_{0};
+  std::vector<DeliveryOutcome> outcomes_;
+  std::mutex outcomes_mutex_;
+  // Deferred answers wait here until release().
+  std::mutex held_mutex_;
+  std::condition_variable held_cv_;
+  bool released_ = false;
+  std::vector<std::thread> answerers_;
+
+  void TearDown() override {
+    release();
+    threads_.join();  // every delivery has started its handler
+    std::vector<std::thread> answerers;
+    {
+      std::lock_guard lock(held_mutex_);
+      answerers.swap(answerers_);
+    }
+    for (auto& t : answerers) t.join();
+    threads_.join();
+  }
+
+  void release() {
+    std::lock_guard lock(held_mutex_);
+    released_ = true;
+    held_cv_.notify_all();
+  }
+
+  AsyncPushHandler wrap(IdempotentOptions options = {}) {
+    options.backend = store_;
+    options.on_outcome = [this](const OutcomeEvent& e) {
+      std::lock_guard lock(outcomes_mutex_);
+      outcomes_.push_back(e.outcome);
+    };
+    return idempotent_async(
+        std::move(options),
+        [this](const Delivery& d, HandlerDone done) {
+          ++runs_;
+          if (!script_.deferred) {
+            done(script_.answer(d));
+            return;
+          }
+          // The Delivery stays valid until done: answered later, from another thread.
+          std::lock_guard lock(held_mutex_);
+          answerers_.emplace_back([this, &d, done = std::move(done)] {
+            std::unique_lock lock(held_mutex_);
+            held_cv_.wait(lock, [this] { return released_; });
+            lock.unlock();
+            done(script_.answer(d));
+          });
+        },
+        [this](std::function<void()> work) { threads_.run(std::move(work)); });
+  }
+
+  // Sends one request and waits for its answer.
+  static PushResponse send(const AsyncPushHandler& handle, const PushRequest& request) {
+    return start(handle, request).get();
+  }
+
+  static std::future<PushResponse> start(const AsyncPushHandler& handle,
+                                         const PushRequest& request) {
+    auto answer = std::make_shared<std::promise<PushResponse>>();
+    auto future = answer->get_future();
+    handle(std::make_shared<const PushRequest>(request),
+           [answer](PushResponse response) { answer->set_value(std::move(response)); });
+    return future;
+  }
+
+  std::vector<DeliveryOutcome> outcomes() {
+    std::lock_guard lock(outcomes_mutex_);
+    return outcomes_;
+  }
+};
+
+TEST_P(IdempotentAsyncTest, TheFirstDeliveryIsHandledAndTheRedeliveryIsADuplicate) {
+  auto handle = wrap();
+  EXPECT_EQ(send(handle, push("m-1")).status, 200);
+  EXPECT_EQ(send(handle, push("m-1")).status, 204);
+  EXPECT_EQ(runs_, 1);
+  EXPECT_EQ(outcomes(), (std::vector{DeliveryOutcome::kHandled, DeliveryOutcome::kDuplicate}));
+  // The store calls ran where the backend says they belong: inline, or on run_blocking.
+  EXPECT_EQ(threads_.started() > 0, GetParam());
+}
+
+TEST_P(IdempotentAsyncTest, TheHandlersFenceIsTheClaims) {
+  std::int64_t seen = 0;
+  script_.answer = [&seen](const Delivery& d) {
+    seen = d.fence;
+    return HandlerResult(PushResponse{.status = 200});
+  };
+  auto handle = wrap();
+  ASSERT_EQ(send(handle, push("m-fence")).status, 200);
+  const auto record = memory_->inspect("m-fence");
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(seen, record->fence);
+  EXPECT_GT(seen, 0);
+}
+
+TEST_P(IdempotentAsyncTest, ADeferredAnswerIsStoredAndAConcurrentDuplicateJoinsIt) {
+  script_.deferred = true;
+  auto handle = wrap();
+  auto first = start(handle, push("m-join"));
+  // The owner's flight is registered before its claim: a duplicate arriving now joins it on
+  // run_blocking instead of claiming (and, in another process, being told in_progress).
+  auto second = start(handle, push("m-join"));
+  EXPECT_EQ(first.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
+  release();
+  EXPECT_EQ(first.get().status, 200);
+  const int second_status = second.get().status;
+  EXPECT_TRUE(second_status == 200 || second_status == 204) << "joined (or, if late, a duplicate)";
+  EXPECT_EQ(runs_, 1);
+  const auto seen = outcomes();
+  ASSERT_EQ(seen.size(), 2U);
+  EXPECT_NE(std::find(seen.begin(), seen.end(), DeliveryOutcome::kHandled), seen.end());
+  EXPECT_EQ(send(handle, push("m-join")).status, 204);
+}
+
+TEST_P(IdempotentAsyncTest, ANackReleasesTheKeySoTheRedeliveryRunsAgain) {
+  script_.answer = [](const Delivery&) {
+    return HandlerResult(std::make_exception_ptr(Nack(503, "dependency down")));
+  };
+  auto handle = wrap();
+  EXPECT_EQ(send(handle, push("m-nack")).status, 503);
+  EXPECT_EQ(faulty_->releases, 1);
+  script_.answer = [](const Delivery&) { return HandlerResult(PushResponse{.status = 200}); };
+  EXPECT_EQ(send(handle, push("m-nack")).status, 200);
+  EXPECT_EQ(runs_, 2);
+  EXPECT_EQ(outcomes(), (std::vector{DeliveryOutcome::kHandlerNacked, DeliveryOutcome::kHandled}));
+}
+
+TEST_P(IdempotentAsyncTest, ANonAckResponseIsAFailureAndReleased) {
+  script_.answer = [](const Delivery&) { return HandlerResult(PushResponse{.status = 404}); };
+  auto handle = wrap();
+  EXPECT_EQ(send(handle, push("m-404")).status, 500);
+  EXPECT_EQ(faulty_->releases, 1);
+  EXPECT_EQ(faulty_->completes, 0);
+}
+
+TEST_P(IdempotentAsyncTest, AnUnknownOutcomeKeepsTheKeyHeld) {
+  script_.answer = [](const Delivery&) {
+    return HandlerResult(std::make_exception_ptr(OutcomeUnknown("went silent")));
+  };
+  auto handle = wrap();
+  EXPECT_EQ(send(handle, push("m-unknown")).status, 503);
+  EXPECT_EQ(faulty_->releases, 0);
+  EXPECT_EQ(logs_.count("outcome_unknown"), 1);
+  // Held until the lease lapses: a redelivery is contention, and the handler does not run.
+  const PushResponse again = send(handle, push("m-unknown"));
+  EXPECT_EQ(again.status, 503);
+  EXPECT_EQ(runs_, 1);
+  EXPECT_EQ(outcomes(),
+            (std::vector{DeliveryOutcome::kOutcomeUnknown, DeliveryOutcome::kContention}));
+}
+
+TEST_P(IdempotentAsyncTest, AHandlerThatThrowsBeforeAnsweringIsAFailureAndReleased) {
+  auto handle = idempotent_async(
+      {.backend = store_},
+      [](const Delivery&, const HandlerDone&) { throw std::runtime_error("x"); },
+      [this](std::function<void()> work) { threads_.run(std::move(work)); });
+  EXPECT_EQ(send(handle, push("m-throw")).status, 500);
+  EXPECT_EQ(faulty_->releases, 1);
+}
+
+TEST_P(IdempotentAsyncTest, AHandlerThatDropsDoneIsAnUnknownOutcome) {
+  auto handle = idempotent_async(
+      {.backend = store_}, [](const Delivery&, const HandlerDone&) {},
+      [this](std::function<void()> work) { threads_.run(std::move(work)); });
+  EXPECT_EQ(send(handle, push("m-dropped")).status, 503);
+  EXPECT_EQ(faulty_->releases, 0) << "its work may have happened: held, not released";
+}
+
+TEST_P(IdempotentAsyncTest, OnlyTheFirstCallOfDoneCounts) {
+  auto handle = idempotent_async(
+      {.backend = store_},
+      [](const Delivery&, const HandlerDone& done) {
+        done(PushResponse{.status = 200});
+        done(PushResponse{.status = 500});
+      },
+      [this](std::function<void()> work) { threads_.run(std::move(work)); });
+  EXPECT_EQ(send(handle, push("m-twice")).status, 200);
+  EXPECT_EQ(send(handle, push("m-twice")).status, 204);
+}
+
+TEST_P(IdempotentAsyncTest, AFailedClaimIsAStoreErrorAndTheHandlerNeverRuns) {
+  faulty_->fail_claim = true;
+  auto handle = wrap();
+  EXPECT_EQ(send(handle, push("m-store")).status, 503);
+  EXPECT_EQ(runs_, 0);
+  EXPECT_EQ(outcomes(), (std::vector{DeliveryOutcome::kStoreError}));
+  faulty_->fail_claim = false;
+  EXPECT_EQ(send(handle, push("m-store")).status, 200) << "the flight ended with the failure";
+}
+
+TEST_P(IdempotentAsyncTest, AFailedCompleteIsStillAcked) {
+  faulty_->fail_complete = true;
+  auto handle = wrap();
+  EXPECT_EQ(send(handle, push("m-complete")).status, 200) << "the work ran: never nacked";
+  EXPECT_EQ(runs_, 1);
+}
+
+TEST_P(IdempotentAsyncTest, ALiveHolderElsewhereIs503WithRetryAfter) {
+  (void)memory_->claim("m-held", std::chrono::minutes(15));
+  auto handle = wrap();
+  const PushResponse r = send(handle, push("m-held"));
+  EXPECT_EQ(r.status, 503);
+  ASSERT_TRUE(find_header(r.headers, "retry-after").has_value());
+  EXPECT_EQ(runs_, 0);
+}
+
+TEST_P(IdempotentAsyncTest, AMalformedPushIsRefusedWithoutTheStore) {
+  auto handle = wrap();
+  PushRequest bad = push("m-bad");
+  bad.body = R"({"message": {"messageId": "m-bad", "data": "***not base64***"}})";
+  EXPECT_EQ(send(handle, bad).status, 400);
+  EXPECT_EQ(faulty_->claims, 0);
+  EXPECT_EQ(outcomes(), (std::vector{DeliveryOutcome::kMalformed}));
+}
+
+TEST_P(IdempotentAsyncTest, WaitForTakesTheBlockingPath) {
+  auto handle = wrap({.wait_for = std::chrono::milliseconds(1)});
+  EXPECT_EQ(send(handle, push("m-wait")).status, 200);
+  EXPECT_GT(threads_.started(), 0);
+  EXPECT_EQ(send(handle, push("m-wait")).status, 204);
+}
+
+TEST_P(IdempotentAsyncTest, ManyDeliveriesAtOnceEachRunOnce) {
+  script_.deferred = true;
+  auto handle = wrap();
+  std::vector<std::future<PushResponse>> answers;
+  for (int i = 0; i < 40; ++i)
+    answers.push_back(start(handle, push("m-many-" + std::to_string(i % 10))));
+  release();
+  int handled = 0;
+  for (auto& a : answers) {
+    const int status = a.get().status;
+    EXPECT_TRUE(status == 200 || status == 204) << status;
+    handled += status == 200 ? 1 : 0;
+  }
+  EXPECT_EQ(runs_, 10);
+  EXPECT_GE(handled, 10);
+}
+
+TEST(IdempotentAsync, RefusesAnEmptyHandlerOrExecutor) {
+  auto backend = std::make_shared<InMemoryLock>();
+  EXPECT_THROW((void)idempotent_async({.backend = backend}, nullptr, [](auto work) { work(); }),
+               std::invalid_argument);
+  EXPECT_THROW((void)idempotent_async(
+                   {.backend = backend}, [](const Delivery&, const HandlerDone&) {}, nullptr),
+               std::invalid_argument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, IdempotentAsyncTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "MayBlock" : "Inline"; });
+
+}  // namespace
+}  // namespace idempotency::pubsub
