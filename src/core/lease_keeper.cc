@@ -34,15 +34,17 @@ LeaseKeeper::LeaseKeeper(LockBackend& backend, const Claim& claim, std::chrono::
       .held_until = held_until(claim, lease),
       .renew = [&backend, claim, lease] { return backend.extend(claim, lease).has_value(); },
       .on_lost =
-          [lost = lost_, fingerprint = key_fingerprint(claim.key), fence = claim.fence] {
-            log(LogRecord{Severity::kWarning,
-                          "lease_lost",
-                          "the claim's lease could not be renewed (fenced out, released, or the "
-                          "store failed until it lapsed); the work is asked to stop, and its "
-                          "completion will be fenced out",
-                          {{"key_fingerprint", fingerprint}, {"fence", std::to_string(fence)}}});
-            lost->request_stop();
-          },
+          // The fingerprint (a hash) is computed only if the claim is lost, not per claim.
+      [lost = lost_, key = claim.key, fence = claim.fence] {
+        log(LogRecord{
+            Severity::kWarning,
+            "lease_lost",
+            "the claim's lease could not be renewed (fenced out, released, or the "
+            "store failed until it lapsed); the work is asked to stop, and its "
+            "completion will be fenced out",
+            {{"key_fingerprint", key_fingerprint(key)}, {"fence", std::to_string(fence)}}});
+        lost->request_stop();
+      },
   });
 }
 

@@ -3,6 +3,8 @@
 // Thread safety: a plain aggregate of shareable, thread-safe parts.
 #pragma once
 
+#include <boost/asio/io_context.hpp>
+
 #include <functional>
 #include <memory>
 #include <optional>
@@ -10,6 +12,7 @@
 
 #include "config.h"
 #include "idempotency/backend.h"
+#include "idempotency/pubsub/idempotent_async.h"
 #include "idempotency/pubsub/message.h"
 #include "metrics.h"
 #include "upstream_pool.h"
@@ -26,6 +29,10 @@ struct GatewayDeps {
   std::shared_ptr<Metrics> metrics;
   /// Empty when OIDC is off.
   Authenticate authenticate;
+  /// The HTTP server's event loop, where upstream exchanges run.
+  std::shared_ptr<boost::asio::io_context> loop;
+  /// Runs work that may block (store calls, the idempotency-key mode) on the worker pool.
+  pubsub::RunBlocking run_blocking;
 };
 
 }  // namespace idempotency::gateway

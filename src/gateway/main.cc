@@ -7,9 +7,13 @@
 // reached or opened at start, or the port cannot be bound.
 #include <signal.h>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -128,6 +132,13 @@ int main(int argc, char** argv) {
                                                metrics->purge_pass(pass);
                                              }});
   }
+  // The event loop serves every connection and runs every upstream exchange; the workers run
+  // what may block (store calls on a server store, the idempotency-key mode).
+  auto loop = std::make_shared<boost::asio::io_context>(static_cast<int>(config.io_threads));
+  boost::asio::thread_pool workers(config.workers);
+  idem::pubsub::RunBlocking run_blocking = [&workers](std::function<void()> work) {
+    boost::asio::post(workers, std::move(work));
+  };
   gw::GatewayDeps deps{
       .backend = std::make_shared<gw::MeteredBackend>(raw_backend, metrics),
       .upstream = std::make_shared<const gw::UpstreamPool>(
@@ -137,11 +148,15 @@ int main(int argc, char** argv) {
                               .max_response_bytes = config.max_response}),
       .metrics = metrics,
       .authenticate = std::move(authenticate),
+      .loop = loop,
+      .run_blocking = run_blocking,
   };
-  idem::http::Handler handler = config.mode == gw::Mode::kPubsub
-                                    ? gw::make_pubsub_handler(config, deps)
-                                    : gw::make_idempotency_key_handler(config, deps);
-  auto router = gw::make_router(std::move(handler), raw_backend, config.lease, metrics);
+  idem::pubsub::AsyncPushHandler handler =
+      config.mode == gw::Mode::kPubsub
+          ? gw::make_pubsub_handler(config, deps)
+          : gw::on_workers(gw::make_idempotency_key_handler(config, deps), run_blocking);
+  auto router =
+      gw::make_router(std::move(handler), raw_backend, config.lease, metrics, run_blocking);
 
   const std::string mode = config.mode == gw::Mode::kPubsub ? "pubsub" : "idempotency-key";
   return idem::http::serve(config.listen_host, config.listen_port, std::move(router),
@@ -153,6 +168,7 @@ int main(int argc, char** argv) {
                             .header_timeout = config.header_timeout,
                             .body_timeout = config.body_timeout,
                             .keep_alive_timeout = config.idle_timeout,
+                            .event_loop = loop,
                             .on_listening = [&](int port) {
                               idem::log(idem::LogRecord{idem::Severity::kInfo,
                                                         "gateway_listening",

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "idempotency/errors.h"
+#include "idempotency/pubsub/idempotent_async.h"
 
 namespace idempotency::gateway {
 
@@ -63,31 +64,53 @@ pubsub::KeyFunction make_key_function(const KeySpec& spec, const std::string& pr
   return pubsub::key_from_message_id(prefix);
 }
 
-http::Handler make_pubsub_handler(const Config& config, const GatewayDeps& deps) {
+namespace {
+
+// The forward step's answer to what the upstream did, or the exception that nacks it: the
+// exception's type tells the outcome observer how the upstream failed.
+pubsub::PushResponse answer_of(const UpstreamReply& reply) {
+  switch (reply.kind) {
+    case UpstreamReply::Kind::kNotSent:
+      // Provably not acted on: release at once, the redelivery may run straight away.
+      throw UpstreamNack(UpstreamFailure::kUnreachable, 503,
+                         "upstream unreachable: " + reply.error);
+    case UpstreamReply::Kind::kNoAnswer:
+      // Sent and gone silent: the app may still be acting on it, so the key stays held.
+      throw OutcomeUnknown("upstream did not answer: " + reply.error);
+    case UpstreamReply::Kind::kResponse:
+      break;
+  }
+  const int status = reply.response.status;
+  if (status < 200 || status > 299) {
+    throw UpstreamNack(UpstreamFailure::kRejected, 500,
+                       "upstream answered " + std::to_string(status));
+  }
+  // Pub/Sub reads only the status, so that is all that is answered and stored; a 2xx it
+  // would nack (203/205/206) becomes a 200.
+  return pubsub::PushResponse{.status = pubsub::is_ack(status) ? status : 200};
+}
+
+}  // namespace
+
+pubsub::AsyncPushHandler make_pubsub_handler(const Config& config, const GatewayDeps& deps) {
   auto upstream = deps.upstream;
   auto metrics = deps.metrics;
-  auto forward = [upstream, metrics](const pubsub::Delivery& delivery) -> pubsub::PushResponse {
-    auto reply = upstream->forward(*delivery.request, delivery.fence);
-    metrics->upstream_latency().observe(reply.elapsed);
-    switch (reply.kind) {
-      case UpstreamReply::Kind::kNotSent:
-        // Provably not acted on: release at once, the redelivery may run straight away.
-        throw UpstreamNack(UpstreamFailure::kUnreachable, 503,
-                           "upstream unreachable: " + reply.error);
-      case UpstreamReply::Kind::kNoAnswer:
-        // Sent and gone silent: the app may still be acting on it, so the key stays held.
-        throw OutcomeUnknown("upstream did not answer: " + reply.error);
-      case UpstreamReply::Kind::kResponse:
-        break;
-    }
-    const int status = reply.response.status;
-    if (status < 200 || status > 299) {
-      throw UpstreamNack(UpstreamFailure::kRejected, 500,
-                         "upstream answered " + std::to_string(status));
-    }
-    // Pub/Sub reads only the status, so that is all that is answered and stored; a 2xx it
-    // would nack (203/205/206) becomes a 200.
-    return pubsub::PushResponse{.status = pubsub::is_ack(status) ? status : 200};
+  auto loop = deps.loop;
+  // Sent on the server's event loop: the exchange never holds a thread while the app works.
+  auto forward = [upstream, metrics, loop](const pubsub::Delivery& delivery,
+                                           pubsub::HandlerDone done) {
+    // The request lives until `done` is called (idempotent_async's promise): borrowed, not
+    // copied.
+    std::shared_ptr<const pubsub::PushRequest> request(std::shared_ptr<void>(), delivery.request);
+    upstream->forward_async(std::move(request), delivery.fence, *loop,
+                            [metrics, done = std::move(done)](UpstreamReply reply) {
+                              metrics->upstream_latency().observe(reply.elapsed);
+                              try {
+                                done(answer_of(reply));
+                              } catch (...) {
+                                done(std::current_exception());
+                              }
+                            });
   };
 
   pubsub::IdempotentOptions options{
@@ -96,23 +119,13 @@ http::Handler make_pubsub_handler(const Config& config, const GatewayDeps& deps)
       .lease = config.lease,
       .heartbeat = config.heartbeat,
       .wait_for = config.wait_for,
-      // Called on the request's thread once the outcome is decided: each request is counted
-      // here, from its typed outcome, and only here.
+      // Called once the outcome is decided: each request is counted here, from its typed
+      // outcome, and only here.
       .on_outcome = [metrics](const pubsub::OutcomeEvent& e) { metrics->count(metric_outcome(e)); },
       .parse = {.max_body_bytes = config.max_body},
       .authenticate = deps.authenticate,
   };
-  auto wrapped = pubsub::idempotent_response(std::move(options), std::move(forward));
-  return [wrapped = std::move(wrapped), metrics](const pubsub::PushRequest& request) {
-    try {
-      return wrapped(request);
-    } catch (...) {
-      // The wrapper threw before deciding an outcome (std::bad_alloc, an authenticator that
-      // threw), so on_outcome was not called: counted here, once.
-      metrics->count(outcome::kError);
-      throw;
-    }
-  };
+  return pubsub::idempotent_async(std::move(options), std::move(forward), deps.run_blocking);
 }
 
 }  // namespace idempotency::gateway

@@ -1,12 +1,13 @@
 // The pubsub mode: each push delivery is forwarded to the upstream at most once per key,
-// through the library's idempotent_response(), and its outcome mapped to ack / nack:
+// through the library's idempotent_async(), and its outcome mapped to ack / nack:
 //
 // | upstream                    | gateway answers                         | Pub/Sub |
 // |-----------------------------|-----------------------------------------|---------|
-// | 2xx                         | its response (stored; a non-ack 2xx     | ack     |
+// | 2xx                         | its status (stored; a non-ack 2xx       | ack     |
 // |                             | status such as 203 is answered as 200)  |         |
 // | non-2xx                     | 500, key released                       | nack    |
-// | timeout / refused / broken  | 503, key released                       | nack    |
+// | refused / never sent        | 503, key released                       | nack    |
+// | sent, then silent or broken | 503, key held until its lease lapses    | nack    |
 // | (duplicate: DONE in ttl)    | 204, upstream not called                | ack     |
 // | (held by another instance)  | 503 with Retry-After                    | nack    |
 //
@@ -25,6 +26,7 @@
 #include "deps.h"
 #include "idempotency/http.h"
 #include "idempotency/pubsub/idempotent.h"
+#include "idempotency/pubsub/idempotent_async.h"
 #include "idempotency/pubsub/outcome.h"
 
 namespace idempotency::gateway {
@@ -57,7 +59,9 @@ class UpstreamNack : public pubsub::Nack {
 /// make_key_function() turns `--key` and `--key-prefix` into the library's key function.
 [[nodiscard]] pubsub::KeyFunction make_key_function(const KeySpec& spec, const std::string& prefix);
 
-/// make_pubsub_handler() builds the pubsub mode's request handler.
-[[nodiscard]] http::Handler make_pubsub_handler(const Config& config, const GatewayDeps& deps);
+/// make_pubsub_handler() builds the pubsub mode's request handler: asynchronous, forwarding on
+/// `deps.loop`, with store calls that may block on `deps.run_blocking`.
+[[nodiscard]] pubsub::AsyncPushHandler make_pubsub_handler(const Config& config,
+                                                           const GatewayDeps& deps);
 
 }  // namespace idempotency::gateway

@@ -1,6 +1,9 @@
 #include "router.h"
 
+#include <chrono>
 #include <exception>
+#include <memory>
+#include <string>
 #include <utility>
 #include <variant>
 
@@ -28,31 +31,65 @@ std::optional<std::string> probe_backend(LockBackend& backend, std::chrono::mill
   }
 }
 
-http::Handler make_router(http::Handler handler, std::shared_ptr<LockBackend> backend,
-                          std::chrono::milliseconds lease, std::shared_ptr<Metrics> metrics) {
+http::AsyncHandler make_router(pubsub::AsyncPushHandler handler,
+                               std::shared_ptr<LockBackend> backend,
+                               std::chrono::milliseconds lease, std::shared_ptr<Metrics> metrics,
+                               pubsub::RunBlocking run_blocking) {
   return [handler = std::move(handler), backend = std::move(backend), lease,
-          metrics = std::move(metrics)](const pubsub::PushRequest& request) {
+          metrics = std::move(metrics), run_blocking = std::move(run_blocking)](
+             pubsub::PushRequest request, const http::Responder& respond) {
     if (request.method == "GET" || request.method == "HEAD") {
       const std::string path = request.path.substr(0, request.path.find('?'));
-      if (path == "/healthz") return text(200, "ok\n");
+      if (path == "/healthz") return respond(text(200, "ok\n"));
       if (path == "/readyz") {
-        if (auto reason = probe_backend(*backend, lease)) {
-          log(LogRecord{Severity::kWarning,
-                        "not_ready",
-                        "the idempotency backend did not answer the readiness probe",
-                        {{"error", *reason}}});
-          return text(503, "backend unavailable\n");
-        }
-        return text(200, "ready\n");
+        return run_blocking([backend, lease, respond] {
+          if (auto reason = probe_backend(*backend, lease)) {
+            log(LogRecord{Severity::kWarning,
+                          "not_ready",
+                          "the idempotency backend did not answer the readiness probe",
+                          {{"error", *reason}}});
+            return respond(text(503, "backend unavailable\n"));
+          }
+          respond(text(200, "ready\n"));
+        });
       }
       if (path == "/metrics") {
-        return text(200, metrics->render(), "text/plain; version=0.0.4; charset=utf-8");
+        return respond(text(200, metrics->render(), "text/plain; version=0.0.4; charset=utf-8"));
       }
     }
     const auto start = std::chrono::steady_clock::now();
-    auto response = handler(request);
-    metrics->request_latency().observe(std::chrono::steady_clock::now() - start);
-    return response;
+    try {
+      handler(std::make_shared<const pubsub::PushRequest>(std::move(request)),
+              [metrics, respond, start](pubsub::PushResponse response) {
+                metrics->request_latency().observe(std::chrono::steady_clock::now() - start);
+                respond(std::move(response));
+              });
+    } catch (...) {
+      // Thrown before an outcome was decided (std::bad_alloc), so none was counted: counted
+      // here, once; the server answers 500.
+      metrics->count(outcome::kError);
+      throw;
+    }
+  };
+}
+
+pubsub::AsyncPushHandler on_workers(http::Handler handler, pubsub::RunBlocking run_blocking) {
+  auto shared = std::make_shared<const http::Handler>(std::move(handler));
+  return [shared, run_blocking = std::move(run_blocking)](
+             std::shared_ptr<const pubsub::PushRequest> request, pubsub::Respond respond) {
+    run_blocking([shared, request = std::move(request), respond = std::move(respond)] {
+      pubsub::PushResponse response;
+      try {
+        response = (*shared)(*request);
+      } catch (const std::exception& e) {
+        log(LogRecord{Severity::kError,
+                      "handler_threw",
+                      "the request handler threw; answering 500",
+                      {{"error", e.what()}}});
+        response = text(500, "internal error\n");
+      }
+      respond(std::move(response));
+    });
   };
 }
 
