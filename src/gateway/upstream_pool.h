@@ -105,11 +105,12 @@ class UpstreamPool {
 
   /// forward_async() forwards `request` (not null) as forward() does, without blocking: the
   /// exchange runs on a strand of its own on `io`, so any number of threads may run `io`, and
-  /// `done` gets the reply once, on a thread running `io`. Idle connections are kept per `io`.
-  /// Throws only std::bad_alloc, before anything starts (`done` is then never called); later a
-  /// std::bad_alloc is a reply (kNotSent or kNoAnswer, as far as the request got). The exchange
-  /// keeps this pool's state and `request` alive, so the UpstreamPool may be destroyed while it
-  /// is in flight; `io` must outlive it (destroying `io` first drops `done` uncalled).
+  /// `done` (not empty) gets the reply exactly once, on a thread running `io`. Idle connections
+  /// are kept per `io`. Throws only std::bad_alloc, before anything starts (`done` is then never
+  /// called); later a std::bad_alloc is a reply (kNotSent or kNoAnswer, as far as the request
+  /// got). The exchange holds this pool's state and `request`, so the UpstreamPool may be
+  /// destroyed while it is in flight; `io` must keep running until `done` (an io_context
+  /// destroyed first drops the exchange and `done` uncalled).
   void forward_async(std::shared_ptr<const pubsub::PushRequest> request,
                      std::optional<std::int64_t> fence, boost::asio::io_context& io,
                      std::function<void(UpstreamReply)> done) const;
