@@ -1,5 +1,6 @@
-// Connections to the upstream and the calling thread's idle ones: opening one (resolve,
-// connect, TLS) by a deadline, and keeping it for reuse only while it is surely usable.
+// Connections to the upstream: opening one (resolve, connect, TLS) by a deadline on the exchange
+// coroutine's executor, the watchdog timer that enforces deadlines by closing the connection,
+// and an io_context's idle connections, kept for reuse only while surely usable.
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "upstream_internal.h"
 
@@ -22,107 +24,182 @@ constexpr auto kMaxIdleAge = std::chrono::seconds(2);
 
 }  // namespace
 
+Connection::Connection(asio::io_context& io, ssl::context* tls) : watchdog_(io) {
+  if (tls != nullptr) {
+    tls_.emplace(io, *tls);
+  } else {
+    plain_.emplace(io);
+  }
+}
+
+void Connection::close() {
+  boost::system::error_code ignored;
+  socket().close(ignored);
+}
+
 bool Connection::still_open() {
   if (buffer.size() != 0) return false;
   if (tls_ && SSL_pending(tls_->native_handle()) > 0) return false;
   char byte = 0;
-  const auto n = ::recv(tcp().socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  const auto n = ::recv(socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
-void ThreadContext::evict(Clock::time_point now) {
-  std::erase_if(idle, [&](const IdleConnection& c) {
-    return c.pool_alive.expired() || now - c.connection->idle_since > kMaxIdleAge;
-  });
+void Connection::arm(Clock::time_point deadline, const asio::any_io_executor& executor) {
+  armed_ = true;
+  watchdog_.expires_at(deadline);
+  // The handler owns the connection: once disarm() finds it queued, the connection may be
+  // dropped before it runs.
+  watchdog_.async_wait(asio::bind_executor(
+      executor, [self = shared_from_this()](const boost::system::error_code& ec) {
+        if (ec) return;  // disarmed
+        self->expired_ = true;
+        self->close();
+      }));
 }
-std::unique_ptr<Connection> ThreadContext::take(std::uint64_t id) {
-  for (auto it = idle.end(); it != idle.begin();) {
-    --it;
-    if (it->pool_id != id) continue;
-    auto connection = std::move(it->connection);
-    it = idle.erase(it);
+
+bool Connection::disarm() {
+  if (!armed_) return !expired_;
+  armed_ = false;
+  // 0 cancelled: the handler has run or is queued to, with success.
+  return watchdog_.cancel() > 0;
+}
+
+std::shared_ptr<Connection> IdleConnections::take(std::uint64_t pool, Clock::time_point now) {
+  for (;;) {
+    std::shared_ptr<Connection> connection;
+    std::vector<IdleConnection> gone;  // closed once the lock is released
+    {
+      const std::lock_guard lock(mutex_);
+      const auto stale = std::partition(idle_.begin(), idle_.end(), [&](const IdleConnection& c) {
+        return !c.pool_alive.expired() && now - c.connection->idle_since <= kMaxIdleAge;
+      });
+      if (stale != idle_.end()) {
+        gone.assign(std::make_move_iterator(stale), std::make_move_iterator(idle_.end()));
+        idle_.erase(stale, idle_.end());
+      }
+      const auto mine = std::find_if(idle_.rbegin(), idle_.rend(),
+                                     [&](const IdleConnection& c) { return c.pool_id == pool; });
+      if (mine == idle_.rend()) return nullptr;
+      connection = std::move(mine->connection);
+      idle_.erase(std::next(mine).base());
+    }
     if (connection->still_open()) return connection;
   }
-  return nullptr;
 }
-void ThreadContext::give_back(std::uint64_t id, const std::shared_ptr<const int>& alive,
-                              std::unique_ptr<Connection> connection, std::size_t max) {
+
+void IdleConnections::give_back(std::uint64_t pool, const std::shared_ptr<const int>& alive,
+                                std::shared_ptr<Connection> connection, std::size_t max) {
   if (max == 0) return;
-  const auto mine = [&](const IdleConnection& c) { return c.pool_id == id; };
-  if (static_cast<std::size_t>(std::count_if(idle.begin(), idle.end(), mine)) >= max) {
-    idle.erase(std::find_if(idle.begin(), idle.end(), mine));
-  }
   connection->idle_since = Clock::now();
-  idle.push_back({id, alive, std::move(connection)});
+  std::shared_ptr<Connection> dropped;  // closed once the lock is released
+  const std::lock_guard lock(mutex_);
+  const auto mine = [&](const IdleConnection& c) { return c.pool_id == pool; };
+  if (static_cast<std::size_t>(std::count_if(idle_.begin(), idle_.end(), mine)) >= max) {
+    const auto oldest = std::find_if(idle_.begin(), idle_.end(), mine);
+    dropped = std::move(oldest->connection);
+    idle_.erase(oldest);
+  }
+  idle_.push_back({pool, alive, std::move(connection)});
 }
-ThreadContext& thread_context() {
-  thread_local ThreadContext context;
-  return context;
+
+void IdleConnections::shutdown() {
+  const std::lock_guard lock(mutex_);
+  idle_.clear();
+}
+
+asio::io_context& thread_io() {
+  // Concurrency hint 1: only this thread ever runs it.
+  thread_local asio::io_context io{1};
+  return io;
 }
 
 }  // namespace upstream_detail
 
 using upstream_detail::Clock;
 using upstream_detail::Connection;
-using upstream_detail::Exchange;
 using upstream_detail::one_line;
 using upstream_detail::TlsStream;
 namespace asio = upstream_detail::asio;
-namespace beast = upstream_detail::beast;
 namespace ssl = upstream_detail::ssl;
 using tcp = upstream_detail::tcp;
 
-std::string UpstreamPool::Impl::connect(asio::io_context& ioc, Clock::time_point deadline,
-                                        std::unique_ptr<Connection>& out) const {
-  auto x =
-      std::make_shared<Exchange>(ioc, std::make_unique<Connection>(ioc, tls ? &*tls : nullptr));
+namespace {
+
+// One resolve in flight. A resolve cannot be interrupted (getaddrinfo runs on Asio's resolver
+// thread), so at the deadline the exchange stops waiting and leaves it to finish on its own:
+// its handler, not the coroutine's frame, owns this.
+struct Resolution {
+  explicit Resolution(asio::io_context& io) : resolver(io), wake(io) {}
+  tcp::resolver resolver;
+  asio::steady_timer wake;  // the coroutine waits on it; the handler cancels it
+  bool done = false;
+  boost::system::error_code ec;
+  tcp::resolver::results_type results;
+};
+
+}  // namespace
+
+asio::awaitable<std::string> UpstreamPool::Impl::connect(asio::io_context& io,
+                                                         const asio::any_io_executor& executor,
+                                                         Connection& connection,
+                                                         Clock::time_point deadline) const {
+  const auto token = [](boost::system::error_code& ec) {
+    return asio::redirect_error(asio::use_awaitable, ec);
+  };
+  boost::system::error_code ec;
+  std::vector<tcp::endpoint> endpoints;
   if (origin.address) {
-    x->endpoints.emplace_back(*origin.address, origin.port);
+    endpoints.emplace_back(*origin.address, origin.port);
   } else {
     // Resolved for each new connection, so DNS changes are followed.
-    x->begin();
-    x->resolver.async_resolve(
+    auto r = std::make_shared<Resolution>(io);
+    r->wake.expires_at(deadline);
+    r->resolver.async_resolve(
         origin.host, std::to_string(origin.port), tcp::resolver::numeric_service,
-        [self = x->shared_from_this()](const beast::error_code& ec,
-                                       const tcp::resolver::results_type& results) {
-          if (!ec) {
-            for (const auto& entry : results) self->endpoints.push_back(entry.endpoint());
-          }
-          self->finish(ec, 0);
-        });
-    if (!x->await(ioc, deadline, /*settle=*/false)) return "resolving the host timed out";
-    if (x->ec) return "resolve: " + one_line(x->ec.message());
+        asio::bind_executor(
+            executor, [r](const boost::system::error_code& e, tcp::resolver::results_type results) {
+              r->done = true;
+              r->ec = e;
+              r->results = std::move(results);
+              r->wake.cancel();
+            }));
+    co_await r->wake.async_wait(token(ec));
+    if (!r->done) {
+      r->resolver.cancel();
+      co_return "resolving the host timed out";
+    }
+    if (r->ec) co_return "resolve: " + one_line(r->ec.message());
+    for (const auto& entry : r->results) endpoints.push_back(entry.endpoint());
   }
 
-  x->begin();
-  x->connection->tcp().async_connect(
-      x->endpoints, [self = x->shared_from_this()](const beast::error_code& ec,
-                                                   const tcp::endpoint&) { self->finish(ec, 0); });
-  if (!x->await(ioc, deadline)) return "connect timed out";
-  if (x->ec) return "connect: " + one_line(x->ec.message());
-  // Beast writes header and body in one gathered sendmsg; without Nagle nothing holds it back
-  // waiting for an ACK (delayed up to 40 ms) either.
-  beast::error_code ec;
-  x->connection->tcp().socket().set_option(tcp::no_delay(true), ec);
-  if (ec) return "TCP_NODELAY: " + one_line(ec.message());
+  connection.arm(deadline, executor);
+  co_await asio::async_connect(connection.socket(), endpoints, token(ec));
+  if (ec)
+    co_return connection.expired() ? "connect timed out" : "connect: " + one_line(ec.message());
+  // The request goes out in one write; without Nagle nothing holds it back waiting for an ACK
+  // (delayed up to 40 ms) either. Set once per connection, never per request.
+  connection.socket().set_option(tcp::no_delay(true), ec);
+  if (ec) co_return "TCP_NODELAY: " + one_line(ec.message());
 
-  if (TlsStream* stream = x->connection->tls()) {
+  if (TlsStream* stream = connection.tls()) {
     // No SNI for an IP literal (RFC 6066 §3); verification then matches the IP SAN.
     if (!origin.address &&
         SSL_set_tlsext_host_name(stream->native_handle(), origin.host.c_str()) != 1) {
-      return "TLS: the server name cannot be set";
+      co_return "TLS: the server name cannot be set";
     }
     stream->set_verify_mode(ssl::verify_peer);
     stream->set_verify_callback(ssl::host_name_verification(origin.host));
-    x->begin();
-    stream->async_handshake(
-        ssl::stream_base::client,
-        [self = x->shared_from_this()](const beast::error_code& e) { self->finish(e, 0); });
-    if (!x->await(ioc, deadline)) return "TLS handshake timed out";
-    if (x->ec) return "TLS handshake: " + one_line(x->ec.message());
+    co_await stream->async_handshake(ssl::stream_base::client, token(ec));
+    if (ec) {
+      co_return connection.expired() ? "TLS handshake timed out"
+                                     : "TLS handshake: " + one_line(ec.message());
+    }
   }
-  out = std::move(x->connection);
-  return {};
+  // The watchdog fired just as the connection came up: it is, or is about to be, closed.
+  if (!connection.disarm())
+    co_return connection.tls() ? "TLS handshake timed out" : "connect timed out";
+  co_return std::string();
 }
 
 }  // namespace idempotency::gateway

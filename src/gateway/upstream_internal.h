@@ -1,23 +1,42 @@
 // UpstreamPool internals shared by its sources (never installed): where to connect
-// (upstream_url.cc), the forwarded message (upstream_message.cc), one connection and the
-// calling thread's idle ones (upstream_connections.cc), and one exchange's asynchronous steps
-// (upstream_exchange.cc). upstream_pool.cc ties them together.
+// (upstream_url.cc), the forwarded message (upstream_message.cc), one connection, its deadline
+// watchdog and an io_context's idle connections (upstream_connections.cc), and the exchange, one
+// coroutine (upstream_exchange.cc). upstream_pool.cc runs that coroutine for both entry points.
 //
-// Thread safety: a Connection, an Exchange and a ThreadContext belong to one thread.
+// Thread safety: a Connection is used by one coroutine at a time, and only on that coroutine's
+// executor (its watchdog's handler runs there too); IdleConnections is mutex-guarded.
 #pragma once
+
+// First: Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
+#include <utility>
+
+// Boost 1.74 turns co_await on for clang only with libc++'s <experimental/coroutine>; with
+// libstdc++, clang (clang-tidy's parser too) has C++20's <coroutine>, which Asio then uses.
+#if defined(__clang__) && !defined(BOOST_ASIO_HAS_CO_AWAIT) && __has_include(<coroutine>)
+#define BOOST_ASIO_HAS_CO_AWAIT 1
+#endif
 
 #include <openssl/ssl.h>
 
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/execution_context.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/ssl.hpp>
-#include <boost/beast/core.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
-#include <boost/beast/ssl.hpp>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -34,7 +53,7 @@ namespace http = beast::http;
 namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
-using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+using TlsStream = ssl::stream<tcp::socket>;
 
 // ---------------------------------------------------------------------------------------
 // Where to connect (upstream_url.cc)
@@ -58,127 +77,98 @@ Origin parse_origin(std::string_view origin);
 // Error messages from Asio, Beast and OpenSSL are one line already; this makes sure.
 std::string one_line(std::string s);
 
-// Builds the request for the upstream, or says why it cannot be sent.
+// Appends the request for the upstream, serialized (request line, header, body), to `out`, or
+// says why it cannot be sent. Serialized once, so it goes out in one write.
 std::optional<std::string> build_request(const pubsub::PushRequest& in,
                                          std::optional<std::int64_t> fence, const UpstreamUrl& url,
-                                         const Origin& origin,
-                                         http::request<http::string_body>& out);
+                                         const Origin& origin, std::string& out);
 
 // The final response's status and end-to-end headers.
 void take_head(const http::response<http::string_body>& message, pubsub::PushResponse& out);
 
 // ---------------------------------------------------------------------------------------
-// Connections and the per-thread pool (upstream_connections.cc)
+// Connections and the idle ones (upstream_connections.cc)
 
-// One connection to the upstream, plain or TLS, with the bytes read past the last response.
-class Connection {
+// One connection to the upstream, plain or TLS, with the bytes read past the last response and
+// a watchdog: a timer that closes the connection when a deadline passes, so that whatever
+// operation is pending completes at once (operation_aborted) and tells how far it got.
+class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(asio::io_context& ioc, ssl::context* tls) {
-    if (tls != nullptr) {
-      tls_.emplace(ioc, *tls);
-    } else {
-      plain_.emplace(ioc);
-    }
-  }
+  // Sockets and timer are made on `io`: a pooled connection outlives the coroutine that made it.
+  Connection(asio::io_context& io, ssl::context* tls);
 
-  beast::tcp_stream& tcp() { return tls_ ? tls_->next_layer() : *plain_; }
+  tcp::socket& socket() { return tls_ ? tls_->next_layer() : *plain_; }
   TlsStream* tls() { return tls_ ? &*tls_ : nullptr; }
 
-  // Calls f with the stream requests and responses go over.
+  // Returns f(stream) for the stream requests and responses go over (f returns one type).
   template <class F>
-  void with_stream(F&& f) {
-    if (tls_) {
-      f(*tls_);
-    } else {
-      f(*plain_);
-    }
+  auto with_stream(F&& f) {
+    return tls_ ? f(*tls_) : f(*plain_);
   }
 
   // Makes every pending operation complete at once (operation_aborted).
-  void close() { tcp().close(); }
+  void close();
 
   // still_open() says whether an idle connection can carry a request: the peer has not
   // closed it (recv would return 0) nor sent anything unasked (a late or stray response).
   bool still_open();
 
+  // Closes the connection at `deadline`, in a handler run on `executor` (the coroutine's), so
+  // it never races the coroutine. One deadline at a time: disarm() before arming again.
+  void arm(Clock::time_point deadline, const asio::any_io_executor& executor);
+  // Stops the watchdog. False when it has fired or is about to (its handler is queued): the
+  // connection is then closed, or will be, and must not be reused.
+  bool disarm();
+  // Whether the watchdog closed the connection: an operation that failed since then failed
+  // because the deadline passed.
+  [[nodiscard]] bool expired() const { return expired_; }
+
   beast::flat_buffer buffer;
+  // The last request's bytes, kept for their capacity: the next request is written into it.
+  std::string request;
   Clock::time_point idle_since{};
 
  private:
-  std::optional<beast::tcp_stream> plain_;
+  std::optional<tcp::socket> plain_;
   std::optional<TlsStream> tls_;
+  asio::steady_timer watchdog_;
+  bool armed_ = false;
+  bool expired_ = false;
 };
 
-// An idle connection in a thread's pool.
+// An idle connection, of one UpstreamPool.
 struct IdleConnection {
   std::uint64_t pool_id = 0;
   std::weak_ptr<const int> pool_alive;  // expired once the UpstreamPool is gone
-  std::unique_ptr<Connection> connection;
+  std::shared_ptr<Connection> connection;
 };
 
-// Everything a calling thread keeps: its io_context and idle connections.
-struct ThreadContext {
-  // Concurrency hint 1: only this thread ever runs it.
-  asio::io_context ioc{1};
-  // Oldest first. Declared after ioc, so these sockets close before the io_context goes.
-  std::vector<IdleConnection> idle;
+// The idle connections of one io_context, for every UpstreamPool that uses it: an Asio service,
+// so they close when the io_context is destroyed and never outlive it. forward() uses its
+// calling thread's io_context, so its connections are kept per thread; forward_async() those
+// of the io_context it is given. Mutex-guarded: uncontended when one thread runs the io_context.
+class IdleConnections : public asio::execution_context::service {
+ public:
+  static inline asio::execution_context::id id;
 
-  // Closes connections idle too long or whose pool is gone (other threads may hold theirs).
-  void evict(Clock::time_point now);
-  // The most recently used idle connection of pool `id` that is still usable, if any.
-  std::unique_ptr<Connection> take(std::uint64_t id);
-  // Keeps `connection` for pool `id`, dropping that pool's oldest beyond `max`.
-  void give_back(std::uint64_t id, const std::shared_ptr<const int>& alive,
-                 std::unique_ptr<Connection> connection, std::size_t max);
+  explicit IdleConnections(asio::execution_context& context) : service(context) {}
+
+  // The most recently used idle connection of pool `pool` that is still usable, if any; on the
+  // way, closes connections idle too long or whose pool is gone.
+  std::shared_ptr<Connection> take(std::uint64_t pool, Clock::time_point now);
+  // Keeps `connection` for pool `pool`, dropping that pool's oldest beyond `max`.
+  void give_back(std::uint64_t pool, const std::shared_ptr<const int>& alive,
+                 std::shared_ptr<Connection> connection, std::size_t max);
+
+ private:
+  void shutdown() override;
+
+  std::mutex mutex_;
+  std::vector<IdleConnection> idle_;  // oldest first
 };
 
-// The calling thread's context.
-ThreadContext& thread_context();
-
-// ---------------------------------------------------------------------------------------
-// One exchange (upstream_exchange.cc)
-
-// One step of an exchange in flight. Completion handlers own it (shared_ptr), so an operation
-// abandoned at a deadline can never touch freed memory, whenever it finally completes.
-struct Exchange : std::enable_shared_from_this<Exchange> {
-  Exchange(asio::io_context& ioc, std::unique_ptr<Connection> c)
-      : resolver(ioc), connection(std::move(c)) {}
-
-  tcp::resolver resolver;
-  std::unique_ptr<Connection> connection;
-  std::vector<tcp::endpoint> endpoints;
-  http::request<http::string_body> request;
-  std::optional<http::response_parser<http::string_body>> parser;
-
-  // The current operation's outcome.
-  bool done = false;
-  beast::error_code ec;
-  std::size_t bytes = 0;
-
-  void begin() {
-    done = false;
-    ec = {};
-    bytes = 0;
-  }
-
-  void finish(const beast::error_code& e, std::size_t n) {
-    ec = e;
-    bytes = n;
-    done = true;
-  }
-
-  auto completion() {
-    return [self = shared_from_this()](const beast::error_code& e, std::size_t n) {
-      self->finish(e, n);
-    };
-  }
-
-  // Runs the calling thread's io_context until the current operation completes or `deadline`
-  // passes. On expiry it closes the connection and runs the aborted operation's completion,
-  // which comes at once, so `bytes` says what was written; a resolve cannot be interrupted and
-  // is left to finish on its own (`settle` false). Returns false on expiry.
-  bool await(asio::io_context& ioc, Clock::time_point deadline, bool settle = true);
-};
+// The calling thread's own io_context, which forward() runs the exchange on.
+asio::io_context& thread_io();
 
 // Replies for a request that provably was not acted on, or may have been.
 UpstreamReply not_sent(std::string error);
@@ -190,7 +180,7 @@ struct UpstreamPool::Impl {
   UpstreamUrl url;
   UpstreamOptions options;
   upstream_detail::Origin origin;
-  // Keys this pool's idle connections in every thread: an id, not the address, so a pool
+  // Keys this pool's idle connections in every io_context: an id, not the address, so a pool
   // created where a destroyed one lived never inherits its connections.
   std::uint64_t id = 0;
   // Idle connections hold it weakly, so any thread can drop those of a destroyed pool.
@@ -200,20 +190,24 @@ struct UpstreamPool::Impl {
   mutable std::optional<upstream_detail::ssl::context> tls;
   std::string setup_error;  // set when no request can be sent at all
 
-  // Opens a new connection by `deadline` (upstream_connections.cc); on failure, says why (nothing
-  // was sent).
-  std::string connect(upstream_detail::asio::io_context& ioc,
-                      upstream_detail::Clock::time_point deadline,
-                      std::unique_ptr<upstream_detail::Connection>& out) const;
-  // One attempt over `connection` (upstream_exchange.cc). `retry` comes in true for an idle
-  // connection reused from the pool and goes out true when that connection was dead and the request
-  // provably never left (then `request` is handed back for a fresh connection). `maybe_sent` says
-  // whether any byte may have reached the upstream.
-  UpstreamReply exchange(
-      upstream_detail::asio::io_context& ioc,
-      std::unique_ptr<upstream_detail::Connection> connection,
-      upstream_detail::http::request<upstream_detail::http::string_body>& request,
-      upstream_detail::Clock::time_point deadline, bool& retry, bool& maybe_sent) const;
+  // What the coroutine does with std::bad_alloc: forward() lets it propagate; forward_async()
+  // cannot, so it becomes a reply.
+  enum class OnBadAlloc { kThrow, kReply };
+
+  // The exchange, from taking or opening a connection to the reply (upstream_exchange.cc): one
+  // coroutine per request, spawned on `executor`, an executor of `io` (passed in because Clang's
+  // analyzer cannot follow `co_await this_coro::executor`). Deadlines count from `start`. Never
+  // throws but std::bad_alloc (with kThrow): transport failures are a reply kind.
+  upstream_detail::asio::awaitable<UpstreamReply> exchange(
+      const pubsub::PushRequest& request, std::optional<std::int64_t> fence,
+      upstream_detail::asio::io_context& io, upstream_detail::asio::any_io_executor executor,
+      upstream_detail::Clock::time_point start, OnBadAlloc on_bad_alloc) const;
+
+  // Opens `connection` (resolve, connect, TLS handshake) by `deadline`, for the exchange running
+  // on `executor` (upstream_connections.cc). On failure, says why (nothing was sent).
+  upstream_detail::asio::awaitable<std::string> connect(
+      upstream_detail::asio::io_context& io, const upstream_detail::asio::any_io_executor& executor,
+      upstream_detail::Connection& connection, upstream_detail::Clock::time_point deadline) const;
 };
 
 }  // namespace idempotency::gateway

@@ -1,5 +1,6 @@
 // The forwarded message: which headers cross the hop (RFC 9110 §7.6.1 and whatever
-// `Connection` names), which values may be written at all, and the response's head.
+// `Connection` names), which values may be written at all, the request serialized for its one
+// write, and the response's head.
 #include <algorithm>
 #include <cctype>
 #include <set>
@@ -14,7 +15,8 @@ namespace idempotency::gateway {
 namespace upstream_detail {
 namespace {
 
-// beast::http::fields keeps name and value lengths in 16 bits and throws beyond.
+// Beast's fields (which the response is parsed into) keep name and value lengths in 16 bits;
+// longer request fields are not forwarded either.
 constexpr std::size_t kMaxFieldBytes = 65'000;
 
 bool iequals(std::string_view a, std::string_view b) {
@@ -91,31 +93,41 @@ std::string one_line(std::string s) {
 
 std::optional<std::string> build_request(const pubsub::PushRequest& in,
                                          std::optional<std::int64_t> fence, const UpstreamUrl& url,
-                                         const Origin& origin,
-                                         http::request<http::string_body>& out) {
+                                         const Origin& origin, std::string& out) {
   if (!is_token(in.method)) return "the request method is not a token";
   if (in.method == "CONNECT") return "CONNECT is not forwarded";
-  std::string target = url.base_path + (in.path.empty() ? "/" : in.path);
-  if (!is_request_target(target)) return "the request target has a space or control character";
-  out.version(11);
-  out.method_string(in.method);
-  out.target(target);
-  out.set(http::field::host, origin.authority);
+  const std::string_view path = in.path.empty() ? std::string_view("/") : in.path;
+  if (!is_request_target(path) || (!url.base_path.empty() && !is_request_target(url.base_path))) {
+    return "the request target has a space or control character";
+  }
+  if (in.method == "TRACE" && !in.body.empty()) return "a TRACE request has no body";
   const auto listed = connection_tokens(in.headers);
-  for (const auto& h : in.headers) {
+  const auto forwarded = [&](const pubsub::Header& h) {
     // The server in front rejects malformed headers; this is defense in depth, as is never
     // asking for 100-continue (the body goes with the header in one write).
-    if (is_hop_by_hop(h.name) || listed.count(lower(h.name)) != 0 ||
-        iequals(h.name, kFenceHeader) || iequals(h.name, "Expect") || !is_token(h.name) ||
-        !is_field_value(h.value) || h.name.size() > kMaxFieldBytes ||
-        h.value.size() > kMaxFieldBytes) {
-      continue;
-    }
-    out.insert(h.name, h.value);
+    return !is_hop_by_hop(h.name) && (listed.empty() || listed.count(lower(h.name)) == 0) &&
+           !iequals(h.name, kFenceHeader) && !iequals(h.name, "Expect") && is_token(h.name) &&
+           is_field_value(h.value) && h.name.size() <= kMaxFieldBytes &&
+           h.value.size() <= kMaxFieldBytes;
+  };
+  std::size_t size = 128 + in.method.size() + url.base_path.size() + path.size() +
+                     origin.authority.size() + in.body.size();
+  for (const auto& h : in.headers) size += h.name.size() + h.value.size() + 4;
+  out.reserve(out.size() + size);
+
+  // The field order is Host, the forwarded headers as they came, the fence, Content-Length.
+  out.append(in.method).append(" ").append(url.base_path).append(path).append(" HTTP/1.1\r\n");
+  out.append("Host: ").append(origin.authority).append("\r\n");
+  for (const auto& h : in.headers) {
+    if (forwarded(h)) out.append(h.name).append(": ").append(h.value).append("\r\n");
   }
-  if (fence) out.set(kFenceHeader, std::to_string(*fence));
-  out.body() = in.body;
-  out.prepare_payload();
+  if (fence) out.append(kFenceHeader).append(": ").append(std::to_string(*fence)).append("\r\n");
+  // As Beast's prepare_payload(): a length for a body, and for an empty one where the method
+  // defines a body's meaning.
+  if (!in.body.empty() || in.method == "POST" || in.method == "PUT" || in.method == "OPTIONS") {
+    out.append("Content-Length: ").append(std::to_string(in.body.size())).append("\r\n");
+  }
+  out.append("\r\n").append(in.body);
   return std::nullopt;
 }
 

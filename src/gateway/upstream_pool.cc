@@ -1,14 +1,16 @@
-// UpstreamPool: forward() ties the pieces together — build the request, take an idle
-// connection of the calling thread or open one, run the exchange, retry only a request that
-// provably never left a dead idle connection.
+// UpstreamPool: the two entry points to the one exchange coroutine. forward() runs it on the
+// calling thread's own io_context until it completes; forward_async() spawns it on a strand of
+// the caller's io_context and hands the reply to a callback.
 #include "upstream_pool.h"
 
 #include <openssl/ssl.h>
 
-#include <algorithm>
 #include <atomic>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <new>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -18,45 +20,40 @@
 namespace idempotency::gateway {
 namespace {
 
-namespace http = upstream_detail::http;
+namespace asio = upstream_detail::asio;
 namespace ssl = upstream_detail::ssl;
-using upstream_detail::build_request;
 using upstream_detail::Clock;
 using upstream_detail::no_answer;
-using upstream_detail::not_sent;
 using upstream_detail::one_line;
-using upstream_detail::thread_context;
-using upstream_detail::ThreadContext;
 
 std::atomic<std::uint64_t> next_pool_id{1};
 
 }  // namespace
 
-UpstreamPool::UpstreamPool(UpstreamUrl url, UpstreamOptions options)
-    : impl_(std::make_unique<Impl>()) {
-  impl_->id = next_pool_id.fetch_add(1, std::memory_order_relaxed);
-  impl_->url = std::move(url);
-  impl_->options = options;
-  impl_->origin = upstream_detail::parse_origin(impl_->url.origin);
-  if (!impl_->origin.valid) {
-    impl_->setup_error = "the upstream URL is not valid";
-    return;
-  }
-  if (impl_->origin.tls) {
+UpstreamPool::UpstreamPool(UpstreamUrl url, UpstreamOptions options) {
+  auto impl = std::make_shared<Impl>();
+  impl->id = next_pool_id.fetch_add(1, std::memory_order_relaxed);
+  impl->url = std::move(url);
+  impl->options = options;
+  impl->origin = upstream_detail::parse_origin(impl->url.origin);
+  if (!impl->origin.valid) {
+    impl->setup_error = "the upstream URL is not valid";
+  } else if (impl->origin.tls) {
     try {
-      auto& context = impl_->tls.emplace(ssl::context::tls_client);
+      auto& context = impl->tls.emplace(ssl::context::tls_client);
       SSL_CTX_set_min_proto_version(context.native_handle(), TLS1_2_VERSION);
       boost::system::error_code ec;
       context.set_default_verify_paths(ec);
       if (!ec) context.set_verify_mode(ssl::verify_peer, ec);
-      if (ec) impl_->setup_error = "TLS setup: " + one_line(ec.message());
+      if (ec) impl->setup_error = "TLS setup: " + one_line(ec.message());
     } catch (const std::bad_alloc&) {
       throw;
     } catch (const std::exception& e) {
-      impl_->tls.reset();
-      impl_->setup_error = std::string("TLS setup: ") + one_line(e.what());
+      impl->tls.reset();
+      impl->setup_error = std::string("TLS setup: ") + one_line(e.what());
     }
   }
+  impl_ = std::move(impl);
 }
 
 UpstreamPool::~UpstreamPool() = default;
@@ -64,43 +61,45 @@ UpstreamPool::~UpstreamPool() = default;
 UpstreamReply UpstreamPool::forward(const pubsub::PushRequest& request,
                                     std::optional<std::int64_t> fence) const {
   const auto start = Clock::now();
-  const auto deadline = start + impl_->options.timeout;
-  const auto connect_deadline =
-      start + std::min(impl_->options.connect_timeout, impl_->options.timeout);
-  bool maybe_sent = false;
-  UpstreamReply reply;
-  try {
-    http::request<http::string_body> out;
-    if (!impl_->setup_error.empty()) {
-      reply = not_sent(impl_->setup_error);
-    } else if (auto reason = build_request(request, fence, impl_->url, impl_->origin, out)) {
-      reply = not_sent(std::move(*reason));
-    } else {
-      ThreadContext& context = thread_context();
-      context.evict(start);
-      auto connection = context.take(impl_->id);
-      bool retry = connection != nullptr;
-      for (;;) {
-        if (!connection) {
-          if (auto error = impl_->connect(context.ioc, connect_deadline, connection);
-              !error.empty()) {
-            reply = not_sent(std::move(error));
-            break;
-          }
-        }
-        reply =
-            impl_->exchange(context.ioc, std::move(connection), out, deadline, retry, maybe_sent);
-        if (!retry) break;
-      }
-    }
-  } catch (const std::bad_alloc&) {
-    throw;
-  } catch (const std::exception& e) {
-    // Asio reports a failure to create its reactor (no file descriptors left) by throwing.
-    reply = maybe_sent ? no_answer(one_line(e.what())) : not_sent(one_line(e.what()));
+  asio::io_context& io = upstream_detail::thread_io();
+  std::optional<UpstreamReply> reply;
+  std::exception_ptr failure;
+  asio::co_spawn(
+      io, impl_->exchange(request, fence, io, io.get_executor(), start, Impl::OnBadAlloc::kThrow),
+      [&](std::exception_ptr e, UpstreamReply r) {
+        failure = std::move(e);
+        reply = std::move(r);
+      });
+  // Only this thread runs `io`, and only here: it runs until this exchange is over (handlers
+  // an earlier exchange left behind, such as a cancelled watchdog's, run on the way).
+  while (!reply) {
+    if (io.stopped()) io.restart();
+    io.run_one();
   }
-  reply.elapsed = Clock::now() - start;
-  return reply;
+  if (failure) std::rethrow_exception(failure);  // std::bad_alloc
+  return std::move(*reply);
+}
+
+void UpstreamPool::forward_async(std::shared_ptr<const pubsub::PushRequest> request,
+                                 std::optional<std::int64_t> fence, asio::io_context& io,
+                                 std::function<void(UpstreamReply)> done) const {
+  const auto start = Clock::now();
+  const pubsub::PushRequest& message = *request;
+  // A strand of its own: the exchange's steps and its watchdog never run at once, whichever
+  // threads run `io`. The handler holds what the coroutine refers to until it is over.
+  const auto strand = asio::make_strand(io);
+  asio::co_spawn(strand,
+                 impl_->exchange(message, fence, io, strand, start, Impl::OnBadAlloc::kReply),
+                 [impl = impl_, request = std::move(request), done = std::move(done), start](
+                     const std::exception_ptr& failure, UpstreamReply reply) {
+                   if (failure) {
+                     // Not a std::exception (those are replies already): nothing tells how far
+                     // the request got.
+                     reply = no_answer("the exchange failed");
+                     reply.elapsed = Clock::now() - start;
+                   }
+                   done(std::move(reply));
+                 });
 }
 
 }  // namespace idempotency::gateway

@@ -1,20 +1,24 @@
 // UpstreamPool: forwards a request to the upstream app over keep-alive connections, on
 // Boost.Beast.
 //
-// Each exchange runs as asynchronous Beast/Asio operations on the calling thread's own
-// io_context (thread_local), with real deadlines: a connect deadline and one for the whole
-// exchange. Idle connections are kept per calling thread, so the hot path never hands work to
-// another thread and needs no lock. The outcome says what the upstream may have done:
+// Each exchange is one C++20 coroutine (Asio awaitable), with real deadlines: a connect
+// deadline and one for the whole exchange, each a timer that closes the connection when it
+// passes. Two entry points run that same coroutine: forward() on the calling thread's own
+// io_context (thread_local), blocking until the reply; forward_async() on an io_context the
+// caller runs (the HTTP server's event loop), handing the reply to a callback, with no thread
+// hop. Idle connections are kept per io_context: per calling thread for forward(), shared by the
+// io_context's threads for forward_async(). The outcome says what the upstream may have done:
 // kNotSent (provably nothing, a retry is safe), kNoAnswer (maybe something: ambiguous) or
 // kResponse. Hop-by-hop headers (RFC 9110 §7.6.1, plus whatever `Connection` names) are not
 // forwarded either way.
 //
-// Thread safety: forward() may be called from any number of threads at once.
+// Thread safety: forward() and forward_async() may be called from any number of threads at once.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,6 +26,11 @@
 
 #include "idempotency/pubsub/message.h"
 #include "idempotency/pubsub/response.h"
+
+// Only a reference to one crosses this header, so Asio stays out of its includers.
+namespace boost::asio {
+class io_context;
+}  // namespace boost::asio
 
 namespace idempotency::gateway {
 
@@ -48,8 +57,10 @@ struct UpstreamOptions {
   /// Largest response body kept; a larger one is dropped (body empty, `truncated` set) and its
   /// connection closed, so memory stays bounded whatever the upstream sends.
   std::size_t max_response_bytes = std::size_t{1} << 20;
-  /// Idle keep-alive connections kept per calling thread.
-  std::size_t max_idle_per_thread = 4;
+  /// Idle keep-alive connections kept per io_context: per calling thread of forward(), which
+  /// needs one, and per io_context of forward_async(), which needs as many as it has requests in
+  /// flight at once (64: as an nginx `keepalive 64` upstream block).
+  std::size_t max_idle = 64;
 };
 
 /// What came back from the upstream.
@@ -70,7 +81,7 @@ struct UpstreamReply {
   bool truncated = false;
   /// A one-line reason for kNotSent, kNoAnswer or a broken body; never a URL, header or body.
   std::string error;
-  /// How long forward() took.
+  /// How long forward() took, or forward_async() from the call to `done`.
   std::chrono::steady_clock::duration elapsed{};
 };
 
@@ -87,13 +98,27 @@ class UpstreamPool {
   /// forward() sends `request` unchanged (method, path, headers minus hop-by-hop and any
   /// incoming fence header, body), plus `X-Idempotency-Fence: fence` when set. Never throws
   /// but std::bad_alloc: transport failures are a reply kind. Never retries once a byte of the
-  /// request may have reached the upstream.
+  /// request may have reached the upstream. Blocks until the reply, running the exchange on the
+  /// calling thread's own io_context.
   [[nodiscard]] UpstreamReply forward(const pubsub::PushRequest& request,
                                       std::optional<std::int64_t> fence) const;
 
+  /// forward_async() forwards `request` (not null) as forward() does, without blocking: the
+  /// exchange runs on a strand of its own on `io`, so any number of threads may run `io`, and
+  /// `done` (not empty) gets the reply exactly once, on a thread running `io`. Idle connections
+  /// are kept per `io`. Throws only std::bad_alloc, before anything starts (`done` is then never
+  /// called); later a std::bad_alloc is a reply (kNotSent or kNoAnswer, as far as the request
+  /// got). The exchange holds this pool's state and `request`, so the UpstreamPool may be
+  /// destroyed while it is in flight; `io` must keep running until `done` (an io_context
+  /// destroyed first drops the exchange and `done` uncalled).
+  void forward_async(std::shared_ptr<const pubsub::PushRequest> request,
+                     std::optional<std::int64_t> fence, boost::asio::io_context& io,
+                     std::function<void(UpstreamReply)> done) const;
+
  private:
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  // Shared with the exchanges forward_async() has in flight.
+  std::shared_ptr<const Impl> impl_;
 };
 
 /// is_hop_by_hop() says whether a header is connection-specific and so never forwarded.

@@ -1,5 +1,7 @@
 // UpstreamPool against raw-socket servers on 127.0.0.1: each test's server does exactly what
-// the case needs (answer, keep quiet, close, send garbage or far too much), byte for byte.
+// the case needs (answer, keep quiet, close, send garbage or far too much), byte for byte. The
+// behaviour tests run through both entry points, forward() and forward_async(); the latter's own
+// tests run it from several threads on an io_context two threads run.
 #include "upstream_pool.h"
 
 #include <arpa/inet.h>
@@ -11,14 +13,20 @@
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <future>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
 
 namespace idempotency::gateway {
 namespace {
@@ -191,7 +199,102 @@ std::string_view header(const pubsub::PushResponse& response, std::string_view n
   return {};
 }
 
-TEST(UpstreamPool, ForwardsTheRequestAndReturnsTheResponse) {
+// Runs io_context::run() on `threads` threads of its own until destroyed; a work guard keeps
+// them running between requests. Destruction drains the io_context: every exchange, watchdog and
+// callback still due then runs, and anything else left pending (a watchdog left armed, say)
+// fails the test instead of hanging it.
+class IoThreads {
+ public:
+  explicit IoThreads(int threads) : io_(threads), work_(io_.get_executor()), running_(threads) {
+    for (int t = 0; t < threads; ++t) {
+      threads_.emplace_back([this] {
+        io_.run();
+        if (--running_ == 0) drained_.set_value();
+      });
+    }
+  }
+  ~IoThreads() {
+    work_.reset();
+    if (drained_.get_future().wait_for(kWait) != std::future_status::ready) {
+      ADD_FAILURE() << "the io_context still had work " << kWait.count() << " s after the test";
+      io_.stop();
+    }
+    for (auto& t : threads_) t.join();
+  }
+  IoThreads(const IoThreads&) = delete;
+  IoThreads& operator=(const IoThreads&) = delete;
+
+  boost::asio::io_context& io() { return io_; }
+
+ private:
+  boost::asio::io_context io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
+  std::atomic<int> running_;
+  std::promise<void> drained_;
+  std::vector<std::thread> threads_;
+};
+
+// One forward_async() call, its reply on a future; `calls` counts how often `done` ran.
+struct AsyncCall {
+  std::shared_ptr<std::atomic<int>> calls = std::make_shared<std::atomic<int>>(0);
+  std::future<UpstreamReply> reply;
+};
+
+AsyncCall forward_async(const UpstreamPool& pool, pubsub::PushRequest request,
+                        std::optional<std::int64_t> fence, boost::asio::io_context& io) {
+  AsyncCall call;
+  auto promise = std::make_shared<std::promise<UpstreamReply>>();
+  call.reply = promise->get_future();
+  pool.forward_async(std::make_shared<const pubsub::PushRequest>(std::move(request)), fence, io,
+                     [promise, calls = call.calls](UpstreamReply reply) {
+                       if (calls->fetch_add(1) == 0) promise->set_value(std::move(reply));
+                     });
+  return call;
+}
+
+// The reply of `call`, or a failure (and a stand-in reply) when none came in time.
+UpstreamReply wait(AsyncCall& call) {
+  if (call.reply.wait_for(kWait * 2) != std::future_status::ready) {
+    ADD_FAILURE() << "forward_async() never called done";
+    UpstreamReply none;
+    none.kind = Kind::kNoAnswer;
+    none.error = "test: no reply";
+    return none;
+  }
+  return call.reply.get();
+}
+
+// The behaviour tests run through both entry points: forward(), and forward_async() on an
+// io_context a thread of the fixture runs, waited for on a future. Each `done` must run once.
+enum class Entry { kForward, kForwardAsync };
+
+class UpstreamForward : public testing::TestWithParam<Entry> {
+ protected:
+  ~UpstreamForward() override {
+    io_.reset();  // drained: every callback that will ever run has run
+    for (const auto& calls : calls_) EXPECT_EQ(calls->load(), 1) << "done ran this often";
+  }
+
+  UpstreamReply forward(const UpstreamPool& pool, const pubsub::PushRequest& request,
+                        std::optional<std::int64_t> fence) {
+    if (GetParam() == Entry::kForward) return pool.forward(request, fence);
+    auto call = forward_async(pool, request, fence, io_->io());
+    calls_.push_back(call.calls);
+    return wait(call);
+  }
+
+ private:
+  std::optional<IoThreads> io_{std::in_place, 1};
+  std::vector<std::shared_ptr<std::atomic<int>>> calls_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Entry, UpstreamForward,
+                         testing::Values(Entry::kForward, Entry::kForwardAsync),
+                         [](const testing::TestParamInfo<Entry>& info) {
+                           return info.param == Entry::kForward ? "forward" : "forward_async";
+                         });
+
+TEST_P(UpstreamForward, ForwardsTheRequestAndReturnsTheResponse) {
   std::promise<ReceivedRequest> received;
   RawServer server([&](int fd, int) {
     std::string pending;
@@ -223,7 +326,7 @@ TEST(UpstreamPool, ForwardsTheRequestAndReturnsTheResponse) {
                                           {"X-Keep", "kept\tvalue"}},
                               .body = R"({"a":1})"};
 
-  const auto reply = pool.forward(request, 42);
+  const auto reply = forward(pool, request, 42);
 
   ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
   EXPECT_EQ(reply.response.status, 201);
@@ -262,7 +365,7 @@ TEST(UpstreamPool, ForwardsTheRequestAndReturnsTheResponse) {
   EXPECT_EQ(got.first_read, text);
 }
 
-TEST(UpstreamPool, ResolvesAHostNameAndSendsItAsHost) {
+TEST_P(UpstreamForward, ResolvesAHostNameAndSendsItAsHost) {
   std::promise<std::string> received;
   RawServer server([&](int fd, int) {
     std::string pending;
@@ -273,7 +376,7 @@ TEST(UpstreamPool, ResolvesAHostNameAndSendsItAsHost) {
   const auto authority = "localhost:" + std::to_string(server.port());
   const auto pool = make_pool("http://" + authority);
 
-  const auto reply = pool.forward({.method = "GET", .path = ""}, std::nullopt);
+  const auto reply = forward(pool, {.method = "GET", .path = ""}, std::nullopt);
 
   ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
   EXPECT_EQ(reply.response.body, "ok");
@@ -285,19 +388,19 @@ TEST(UpstreamPool, ResolvesAHostNameAndSendsItAsHost) {
   EXPECT_EQ(lower(text).find("x-idempotency-fence"), std::string::npos) << text;
 }
 
-TEST(UpstreamPool, ReusesAKeepAliveConnection) {
+TEST_P(UpstreamForward, ReusesAKeepAliveConnection) {
   RawServer server(answer_each(kOk));
   const auto pool = make_pool(server.url());
 
   for (int i = 0; i < 3; ++i) {
-    const auto reply = pool.forward(post(), i);
+    const auto reply = forward(pool, post(), i);
     ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
     EXPECT_EQ(reply.response.body, "ok");
   }
   EXPECT_EQ(server.accepted(), 1);
 }
 
-TEST(UpstreamPool, ReconnectsWhenTheServerClosedTheIdleConnection) {
+TEST_P(UpstreamForward, ReconnectsWhenTheServerClosedTheIdleConnection) {
   std::promise<void> closed;
   RawServer server([&](int fd, int index) {
     if (index > 0) return answer_each(kOk)(fd, index);
@@ -310,16 +413,16 @@ TEST(UpstreamPool, ReconnectsWhenTheServerClosedTheIdleConnection) {
   });
   const auto pool = make_pool(server.url());
 
-  ASSERT_EQ(pool.forward(post(), 1).kind, Kind::kResponse);
+  ASSERT_EQ(forward(pool, post(), 1).kind, Kind::kResponse);
   ASSERT_EQ(closed.get_future().wait_for(kWait), std::future_status::ready);
-  const auto reply = pool.forward(post(), 2);
+  const auto reply = forward(pool, post(), 2);
 
   ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
   EXPECT_EQ(reply.response.body, "ok");
   EXPECT_EQ(server.accepted(), 2);
 }
 
-TEST(UpstreamPool, DoesNotPoolAConnectionTheResponseClosed) {
+TEST_P(UpstreamForward, DoesNotPoolAConnectionTheResponseClosed) {
   for (const char* response :
        {"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok",
         "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok"}) {
@@ -327,21 +430,21 @@ TEST(UpstreamPool, DoesNotPoolAConnectionTheResponseClosed) {
     RawServer server(answer_each(response));
     const auto pool = make_pool(server.url());
 
-    ASSERT_EQ(pool.forward(post(), 1).kind, Kind::kResponse);
-    const auto reply = pool.forward(post(), 2);
+    ASSERT_EQ(forward(pool, post(), 1).kind, Kind::kResponse);
+    const auto reply = forward(pool, post(), 2);
 
     ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
     EXPECT_EQ(server.accepted(), 2) << response;
   }
 }
 
-TEST(UpstreamPool, ANewPoolNeverGetsADestroyedPoolsConnection) {
+TEST_P(UpstreamForward, ANewPoolNeverGetsADestroyedPoolsConnection) {
   RawServer server(answer_each(kOk));
   for (int i = 0; i < 2; ++i) {
     // Likely at the same address each time; the pool's id tells them apart.
     const auto pool =
         std::make_unique<UpstreamPool>(parse_upstream_url(server.url()), UpstreamOptions{});
-    ASSERT_EQ(pool->forward(post(), i).kind, Kind::kResponse);
+    ASSERT_EQ(forward(*pool, post(), i).kind, Kind::kResponse);
   }
   EXPECT_EQ(server.accepted(), 2);
 }
@@ -364,25 +467,25 @@ TEST(UpstreamPool, KeepsOneConnectionPerCallingThread) {
   EXPECT_EQ(server.accepted(), kThreads);
 }
 
-TEST(UpstreamPool, SkipsInterimResponses) {
+TEST_P(UpstreamForward, SkipsInterimResponses) {
   RawServer server(
       answer_each("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 102 Processing\r\n\r\n"
                   "HTTP/1.1 202 Accepted\r\nContent-Length: 4\r\n\r\ndone"));
   const auto pool = make_pool(server.url());
 
-  const auto reply = pool.forward(post(), 1);
+  const auto reply = forward(pool, post(), 1);
 
   ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
   EXPECT_EQ(reply.response.status, 202);
   EXPECT_EQ(reply.response.body, "done");
 }
 
-TEST(UpstreamPool, ReadsNoBodyAfterAHeadResponse) {
+TEST_P(UpstreamForward, ReadsNoBodyAfterAHeadResponse) {
   RawServer server(answer_each("HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n"));
   const auto pool = make_pool(server.url(), {.timeout = 10s});
 
   for (int i = 0; i < 2; ++i) {
-    const auto reply = pool.forward({.method = "HEAD", .path = "/"}, std::nullopt);
+    const auto reply = forward(pool, {.method = "HEAD", .path = "/"}, std::nullopt);
     ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
     EXPECT_EQ(reply.response.body, "");
     EXPECT_LT(reply.elapsed, 5s);
@@ -390,7 +493,7 @@ TEST(UpstreamPool, ReadsNoBodyAfterAHeadResponse) {
   EXPECT_EQ(server.accepted(), 1);
 }
 
-TEST(UpstreamPool, RefusedConnectionIsNotSent) {
+TEST_P(UpstreamForward, RefusedConnectionIsNotSent) {
   // Bound but not listening: connects are refused, and no one else can take the port.
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
@@ -402,7 +505,7 @@ TEST(UpstreamPool, RefusedConnectionIsNotSent) {
   const auto pool = make_pool("http://127.0.0.1:" + std::to_string(ntohs(address.sin_port)),
                               {.connect_timeout = 20s, .timeout = 30s});
 
-  const auto reply = pool.forward(post(), 1);
+  const auto reply = forward(pool, post(), 1);
   ::close(fd);
 
   EXPECT_EQ(reply.kind, Kind::kNotSent);
@@ -410,7 +513,7 @@ TEST(UpstreamPool, RefusedConnectionIsNotSent) {
   EXPECT_LT(reply.elapsed, 5s);
 }
 
-TEST(UpstreamPool, ConnectTimeoutIsNotSent) {
+TEST_P(UpstreamForward, ConnectTimeoutIsNotSent) {
   // A full accept queue (backlog 0, one connection waiting) makes Linux drop further SYNs.
   RawServer server(nullptr, 0);
   const int filler = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -421,7 +524,7 @@ TEST(UpstreamPool, ConnectTimeoutIsNotSent) {
   ASSERT_EQ(::connect(filler, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
   const auto pool = make_pool(server.url(), {.connect_timeout = 300ms, .timeout = 30s});
 
-  const auto reply = pool.forward(post(), 1);
+  const auto reply = forward(pool, post(), 1);
   ::close(filler);
 
   EXPECT_EQ(reply.kind, Kind::kNotSent);
@@ -429,17 +532,17 @@ TEST(UpstreamPool, ConnectTimeoutIsNotSent) {
   EXPECT_LT(reply.elapsed, 5s);
 }
 
-TEST(UpstreamPool, UnresolvableHostIsNotSent) {
+TEST_P(UpstreamForward, UnresolvableHostIsNotSent) {
   const auto pool = make_pool("http://no-such-host.invalid:8080", {.connect_timeout = 2s});
 
-  const auto reply = pool.forward(post(), 1);
+  const auto reply = forward(pool, post(), 1);
 
   EXPECT_EQ(reply.kind, Kind::kNotSent);
   EXPECT_NE(reply.error.find("resolv"), std::string::npos) << reply.error;
   EXPECT_EQ(reply.error.find("no-such-host"), std::string::npos) << reply.error;
 }
 
-TEST(UpstreamPool, SilentServerIsNoAnswerAtTheDeadline) {
+TEST_P(UpstreamForward, SilentServerIsNoAnswerAtTheDeadline) {
   std::promise<std::string> received;
   RawServer server([&](int fd, int) {
     std::string pending;
@@ -448,7 +551,7 @@ TEST(UpstreamPool, SilentServerIsNoAnswerAtTheDeadline) {
   });
   const auto pool = make_pool(server.url(), {.timeout = 300ms});
 
-  const auto reply = pool.forward(post("payload"), 1);
+  const auto reply = forward(pool, post("payload"), 1);
 
   EXPECT_EQ(reply.kind, Kind::kNoAnswer);
   EXPECT_EQ(reply.error, "timed out waiting for the response");
@@ -458,7 +561,7 @@ TEST(UpstreamPool, SilentServerIsNoAnswerAtTheDeadline) {
   EXPECT_NE(future.get().find("\r\n\r\npayload"), std::string::npos);
 }
 
-TEST(UpstreamPool, GarbageIsNoAnswer) {
+TEST_P(UpstreamForward, GarbageIsNoAnswer) {
   RawServer server([](int fd, int) {
     std::string pending;
     read_request(fd, pending);
@@ -467,14 +570,14 @@ TEST(UpstreamPool, GarbageIsNoAnswer) {
   });
   const auto pool = make_pool(server.url(), {.timeout = 10s});
 
-  const auto reply = pool.forward(post(), 1);
+  const auto reply = forward(pool, post(), 1);
 
   EXPECT_EQ(reply.kind, Kind::kNoAnswer);
   EXPECT_NE(reply.error.find("no valid HTTP response"), std::string::npos) << reply.error;
   EXPECT_LT(reply.elapsed, 5s);
 }
 
-TEST(UpstreamPool, ClosedBeforeAnsweringIsNoAnswer) {
+TEST_P(UpstreamForward, ClosedBeforeAnsweringIsNoAnswer) {
   RawServer server([](int fd, int) {
     std::string pending;
     read_request(fd, pending);
@@ -482,7 +585,7 @@ TEST(UpstreamPool, ClosedBeforeAnsweringIsNoAnswer) {
   });
   const auto pool = make_pool(server.url(), {.timeout = 10s});
 
-  const auto reply = pool.forward(post(), 1);
+  const auto reply = forward(pool, post(), 1);
 
   EXPECT_EQ(reply.kind, Kind::kNoAnswer);
   EXPECT_LT(reply.elapsed, 5s);
@@ -504,7 +607,7 @@ RawServer::Serve huge_body(std::string head, bool chunked) {
   };
 }
 
-TEST(UpstreamPool, TooLargeBodyIsTruncatedAndTheConnectionDropped) {
+TEST_P(UpstreamForward, TooLargeBodyIsTruncatedAndTheConnectionDropped) {
   for (bool chunked : {false, true}) {
     const std::string head =
         chunked ? "HTTP/1.1 200 OK\r\nX-App: yes\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -512,7 +615,7 @@ TEST(UpstreamPool, TooLargeBodyIsTruncatedAndTheConnectionDropped) {
     RawServer server(huge_body(head, chunked));
     const auto pool = make_pool(server.url(), {.timeout = 10s});
 
-    const auto reply = pool.forward(post(), 1);
+    const auto reply = forward(pool, post(), 1);
 
     const char* variant = chunked ? "chunked" : "content-length";
     ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
@@ -523,12 +626,12 @@ TEST(UpstreamPool, TooLargeBodyIsTruncatedAndTheConnectionDropped) {
     EXPECT_EQ(header(reply.response, "X-App"), "yes");
     EXPECT_LT(reply.elapsed, 5s);
     // The rest of the body was never read: the connection is gone, the next one is new.
-    EXPECT_EQ(pool.forward(post(), 2).kind, Kind::kResponse);
+    EXPECT_EQ(forward(pool, post(), 2).kind, Kind::kResponse);
     EXPECT_EQ(server.accepted(), 2) << variant;
   }
 }
 
-TEST(UpstreamPool, BodyBrokenOffIsTruncatedWithAReason) {
+TEST_P(UpstreamForward, BodyBrokenOffIsTruncatedWithAReason) {
   RawServer server([](int fd, int) {
     std::string pending;
     read_request(fd, pending);
@@ -537,7 +640,7 @@ TEST(UpstreamPool, BodyBrokenOffIsTruncatedWithAReason) {
   });
   const auto pool = make_pool(server.url(), {.timeout = 300ms});
 
-  const auto reply = pool.forward(post(), 1);
+  const auto reply = forward(pool, post(), 1);
 
   ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
   EXPECT_EQ(reply.response.status, 200);
@@ -547,7 +650,7 @@ TEST(UpstreamPool, BodyBrokenOffIsTruncatedWithAReason) {
   EXPECT_LT(reply.elapsed, 5s);
 }
 
-TEST(UpstreamPool, FailedTlsHandshakeIsNotSent) {
+TEST_P(UpstreamForward, FailedTlsHandshakeIsNotSent) {
   RawServer server([](int fd, int) {
     char hello[4096];
     if (::recv(fd, hello, sizeof hello, 0) <= 0) return;  // the ClientHello
@@ -557,23 +660,163 @@ TEST(UpstreamPool, FailedTlsHandshakeIsNotSent) {
   const auto pool =
       make_pool("https://127.0.0.1:" + std::to_string(server.port()), {.timeout = 10s});
 
-  const auto reply = pool.forward(post(), 1);
+  const auto reply = forward(pool, post(), 1);
 
   EXPECT_EQ(reply.kind, Kind::kNotSent);
   EXPECT_EQ(reply.error.rfind("TLS handshake", 0), 0u) << reply.error;
   EXPECT_LT(reply.elapsed, 5s);
 }
 
-TEST(UpstreamPool, AnInvalidOriginOrRequestIsNotSent) {
+TEST_P(UpstreamForward, AnInvalidOriginOrRequestIsNotSent) {
   const UpstreamPool bad_url({.origin = "ftp://example.com", .base_path = ""}, {});
-  EXPECT_EQ(bad_url.forward(post(), 1).kind, Kind::kNotSent);
+  EXPECT_EQ(forward(bad_url, post(), 1).kind, Kind::kNotSent);
 
   RawServer server(answer_each(kOk));
   const auto pool = make_pool(server.url());
-  EXPECT_EQ(pool.forward({.method = "PO ST", .path = "/"}, 1).kind, Kind::kNotSent);
-  EXPECT_EQ(pool.forward({.method = "GET", .path = "/a b"}, 1).kind, Kind::kNotSent);
-  EXPECT_EQ(pool.forward({.method = "GET", .path = "/\r\nX: 1"}, 1).kind, Kind::kNotSent);
+  EXPECT_EQ(forward(pool, {.method = "PO ST", .path = "/"}, 1).kind, Kind::kNotSent);
+  EXPECT_EQ(forward(pool, {.method = "GET", .path = "/a b"}, 1).kind, Kind::kNotSent);
+  EXPECT_EQ(forward(pool, {.method = "GET", .path = "/\r\nX: 1"}, 1).kind, Kind::kNotSent);
   EXPECT_EQ(server.accepted(), 0);
+}
+
+// A handler answering every request on the connection with its own fence as the body.
+void echo_fence(int fd, int) {
+  const std::string name = "\r\nX-Idempotency-Fence: ";
+  std::string pending;
+  for (;;) {
+    const auto text = read_request(fd, pending).text;
+    if (text.empty()) return;
+    std::string fence = "none";
+    if (const auto at = text.find(name); at != std::string::npos) {
+      const auto from = at + name.size();
+      fence = text.substr(from, text.find("\r\n", from) - from);
+    }
+    if (!send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(fence.size()) +
+                          "\r\n\r\n" + fence)) {
+      return;
+    }
+  }
+}
+
+TEST(UpstreamPool, ForwardAsyncFromManyThreadsOnAnIoContextRunByTwo) {
+  RawServer server(echo_fence, 128);
+  const auto pool = make_pool(server.url());
+  std::optional<IoThreads> io(std::in_place, 2);
+  constexpr int kCallers = 4;
+  constexpr int kRounds = 25;
+  struct Result {
+    std::int64_t fence = 0;
+    UpstreamReply reply;
+    std::shared_ptr<std::atomic<int>> calls;
+  };
+  std::vector<std::vector<Result>> results(kCallers);
+  std::vector<std::thread> callers;
+  for (int c = 0; c < kCallers; ++c) {
+    callers.emplace_back([&, c] {
+      // Two at a time from each caller: connections go back to the pool and are taken up again
+      // by exchanges on other strands, run by either thread.
+      for (int round = 0; round < kRounds; ++round) {
+        const std::int64_t first = (c * kRounds + round) * 2;
+        auto a = forward_async(pool, post(), first, io->io());
+        auto b = forward_async(pool, post(), first + 1, io->io());
+        results[c].push_back({first, wait(a), a.calls});
+        results[c].push_back({first + 1, wait(b), b.calls});
+      }
+    });
+  }
+  for (auto& t : callers) t.join();
+  io.reset();  // drained: every callback that will ever run has run
+
+  for (const auto& mine : results) {
+    ASSERT_EQ(mine.size(), std::size_t{kRounds * 2});
+    for (const auto& result : mine) {
+      ASSERT_EQ(result.reply.kind, Kind::kResponse) << result.reply.error;
+      EXPECT_EQ(result.reply.response.status, 200);
+      EXPECT_EQ(result.reply.response.body, std::to_string(result.fence));
+      EXPECT_LT(result.reply.elapsed, 5s);
+      EXPECT_EQ(result.calls->load(), 1);
+    }
+  }
+  // Connections were reused: never more than the requests in flight at once.
+  EXPECT_GE(server.accepted(), 1);
+  EXPECT_LE(server.accepted(), kCallers * 2);
+}
+
+TEST(UpstreamPool, ForwardAsyncCallsDoneOnceWhateverTheOutcome) {
+  RawServer answers(answer_each(kOk));
+  RawServer silent([](int fd, int) { read_to_close(fd); });
+  RawServer breaks_off([](int fd, int) {
+    std::string pending;
+    read_request(fd, pending);
+    send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten..");
+    read_to_close(fd);
+  });
+  const UpstreamOptions quick{.connect_timeout = 200ms, .timeout = 200ms};
+  const auto ok = make_pool(answers.url(), quick);
+  const auto no_answer = make_pool(silent.url(), quick);
+  const auto truncated = make_pool(breaks_off.url(), quick);
+  const UpstreamPool invalid({.origin = "ftp://example.com", .base_path = ""}, quick);
+  std::optional<IoThreads> io(std::in_place, 2);
+
+  std::vector<AsyncCall> calls;
+  for (int i = 0; i < 4; ++i) {
+    calls.push_back(forward_async(ok, post(), i, io->io()));
+    calls.push_back(forward_async(no_answer, post(), i, io->io()));
+    calls.push_back(forward_async(truncated, post(), i, io->io()));
+    calls.push_back(forward_async(invalid, post(), i, io->io()));
+  }
+  std::vector<UpstreamReply> replies;
+  for (auto& call : calls) replies.push_back(wait(call));
+  // Past every deadline and drained: a watchdog firing late would call done again by now.
+  std::this_thread::sleep_for(300ms);
+  io.reset();
+
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(calls[i].calls->load(), 1) << i;
+    const auto& reply = replies[i];
+    switch (i % 4) {
+      case 0:
+        EXPECT_EQ(reply.kind, Kind::kResponse) << reply.error;
+        EXPECT_EQ(reply.response.body, "ok");
+        break;
+      case 1:
+        EXPECT_EQ(reply.kind, Kind::kNoAnswer);
+        EXPECT_EQ(reply.error, "timed out waiting for the response");
+        break;
+      case 2:
+        EXPECT_EQ(reply.kind, Kind::kResponse) << reply.error;
+        EXPECT_TRUE(reply.truncated);
+        EXPECT_EQ(reply.error, "timed out reading the response body");
+        break;
+      default:
+        EXPECT_EQ(reply.kind, Kind::kNotSent);
+        break;
+    }
+  }
+}
+
+TEST(UpstreamPool, ForwardAsyncOutlivesItsPool) {
+  std::promise<void> received;
+  RawServer server([&](int fd, int) {
+    std::string pending;
+    read_request(fd, pending);
+    received.set_value();
+    std::this_thread::sleep_for(100ms);  // the pool is gone by now
+    send_all(fd, kOk);
+    read_to_close(fd);
+  });
+  std::optional<IoThreads> io(std::in_place, 1);
+  auto pool = std::make_unique<UpstreamPool>(parse_upstream_url(server.url()), UpstreamOptions{});
+
+  auto call = forward_async(*pool, post(), 1, io->io());
+  ASSERT_EQ(received.get_future().wait_for(kWait), std::future_status::ready);
+  pool.reset();
+  const auto reply = wait(call);
+
+  ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+  EXPECT_EQ(reply.response.body, "ok");
+  io.reset();
+  EXPECT_EQ(call.calls->load(), 1);
 }
 
 }  // namespace
