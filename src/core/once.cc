@@ -50,6 +50,8 @@ struct Flight {
   std::thread::id owner = std::this_thread::get_id();
   std::type_index type = typeid(void);
   std::size_t waiters = 0;
+  // Joined callers without a thread to block (begin_async_flight()); told once when it ends.
+  std::vector<JoinCallback> async_waiters;
   std::exception_ptr error;
   ErasedOutcome outcome;
 };
@@ -206,18 +208,32 @@ ErasedOutcome claim_and_execute(std::string_view key, LockBackend& backend,
 void finish(const TableKey& k, const std::shared_ptr<Flight>& flight, std::exception_ptr error,
             ErasedOutcome outcome) {
   Table& table = Table::instance();
+  std::vector<JoinCallback> waiting;
   {
     std::lock_guard tl(table.mutex);
     std::lock_guard fl(flight->mutex);
     flight->outcome = std::move(outcome);
     table.retire(k, *flight, std::move(error));
+    waiting.swap(flight->async_waiters);
   }
   flight->cv.notify_all();
+  // Outside the locks: a callback may start another flight. The flight is finished, so
+  // nothing changes these fields any more.
+  ErasedOutcome joined = flight->outcome;
+  if (joined.status == Status::kExecuted) joined.status = Status::kJoined;
+  for (auto& callback : waiting) {
+    if (flight->error) {
+      callback(std::nullopt, flight->error);
+    } else {
+      callback(joined, nullptr);
+    }
+  }
 }
 
 // The owner was cancelled: one waiting joiner takes over; with none, the flight ends.
 void hand_off(const TableKey& k, const std::shared_ptr<Flight>& flight) {
   Table& table = Table::instance();
+  std::vector<JoinCallback> waiting;
   {
     std::lock_guard tl(table.mutex);
     std::lock_guard fl(flight->mutex);
@@ -227,8 +243,11 @@ void hand_off(const TableKey& k, const std::shared_ptr<Flight>& flight) {
     } else {
       table.retire(k, *flight, std::make_exception_ptr(Cancelled()));
     }
+    waiting.swap(flight->async_waiters);
   }
   flight->cv.notify_all();
+  // The owner's cancellation is not theirs: they start over (and join whoever takes over).
+  for (auto& callback : waiting) callback(std::nullopt, nullptr);
 }
 
 ErasedOutcome run_as_owner(const TableKey& k, const std::shared_ptr<Flight>& flight,
@@ -339,13 +358,20 @@ void AsyncFlight::fail(std::exception_ptr error) noexcept {
 }
 
 std::unique_ptr<AsyncFlight> begin_async_flight(std::string_view key, const LockBackend& backend,
-                                                std::type_index type) {
+                                                std::type_index type, JoinCallback on_joined) {
   validate_key(key);
   Table& table = Table::instance();
   std::lock_guard lock(table.mutex);
   TableKey k{&backend, std::string(key)};
   Entry& entry = table.entries[k];
-  if (entry.flight) return nullptr;
+  if (entry.flight) {
+    std::lock_guard fl(entry.flight->mutex);
+    if (entry.flight->type != type) {
+      throw std::logic_error("once: one key used with two different result types");
+    }
+    entry.flight->async_waiters.push_back(std::move(on_joined));
+    return nullptr;
+  }
   entry.flight = std::make_shared<Flight>();
   entry.flight->type = type;
   // No thread owns it: a thread that asks for the key meanwhile joins instead of being taken

@@ -63,15 +63,13 @@ struct Shared {
 class Delivering : public std::enable_shared_from_this<Delivering> {
  public:
   Delivering(std::shared_ptr<const Shared> shared, std::shared_ptr<const PushRequest> request,
-             Respond respond, detail::Admission admission, LockBackend& backend,
-             std::unique_ptr<AsyncFlight> flight)
+             Respond respond, detail::Admission admission, LockBackend& backend)
       : shared_(std::move(shared)),
         request_(std::move(request)),
         respond_(std::move(respond)),
         message_(std::move(*admission.message)),
         key_(std::move(admission.key)),
-        backend_(backend),
-        flight_(std::move(flight)) {}
+        backend_(backend) {}
 
   // Dropped unanswered: the handler let go of `done` without calling it (or run_blocking
   // dropped a step). Its work may have happened, so this is an unknown outcome: the key stays
@@ -86,6 +84,27 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
   Delivering(const Delivering&) = delete;
   Delivering& operator=(const Delivering&) = delete;
 
+  // Owns this process's flight for the key and claims it, or joins the flight that runs: then
+  // the callback answers with its outcome when it ends (or starts over, if it was given up).
+  void start() {
+    auto flight = idempotency::detail::begin_async_flight(
+        key_, backend_, typeid(PushResponse),
+        [self = shared_from_this()](std::optional<ErasedOutcome> outcome,
+                                    std::exception_ptr error) {
+          if (outcome) {
+            self->settle(std::move(*outcome));
+          } else if (error) {
+            self->fail(std::move(error));
+          } else {
+            self->start();
+          }
+        });
+    if (!flight) return;  // joined; and flight_ is not ours to touch now
+    flight_ = std::move(flight);
+    claim();
+  }
+
+ private:
   void claim() {
     store(
         [self = shared_from_this()] {
@@ -97,7 +116,6 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
         });
   }
 
- private:
   [[nodiscard]] const Wrapper& wrapper() const { return *shared_->blocking; }
   [[nodiscard]] Seen seen() const { return Seen{*request_, &message_}; }
 
@@ -209,7 +227,7 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
   }
 
   void settle(ErasedOutcome outcome) {
-    flight_->settle(outcome);
+    if (flight_) flight_->settle(outcome);
     const Outcome<PushResponse> typed(outcome.status,
                                       std::static_pointer_cast<const PushResponse>(outcome.value),
                                       outcome.fence, outcome.lease_expiry);
@@ -217,7 +235,7 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
   }
 
   void fail(std::exception_ptr error) {
-    flight_->fail(error);
+    if (flight_) flight_->fail(error);
     answer([&] { return wrapper().failed(error, seen(), key_); });
   }
 
@@ -301,17 +319,15 @@ AsyncPushHandler idempotent_async(IdempotentOptions options, AsyncResponseHandle
       run_blocking_path(shared, std::move(request), std::move(respond));
       return;
     }
-    LockBackend& backend = wrapper.backend->get();
-    auto flight =
-        idempotency::detail::begin_async_flight(admission.key, backend, typeid(PushResponse));
-    if (!flight) {
-      // The key is running in this process already: join it there, where waiting is allowed.
+    LockBackend* backend = wrapper.backend->ready();
+    if (backend == nullptr) {
+      // The first guarded request builds the backend through its factory, which may block.
       run_blocking_path(shared, std::move(request), std::move(respond));
       return;
     }
     std::make_shared<Delivering>(shared, std::move(request), std::move(respond),
-                                 std::move(admission), backend, std::move(flight))
-        ->claim();
+                                 std::move(admission), *backend)
+        ->start();
   };
 }
 

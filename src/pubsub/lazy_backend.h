@@ -33,6 +33,9 @@ class LazyBackend {
     }
   }
 
+  // The backend if it is built already, else null: for callers that must not block.
+  [[nodiscard]] LockBackend* ready() const { return ready_.load(std::memory_order_acquire); }
+
   LockBackend& get() {
     // Every request asks: once built, the answer is one atomic load, no lock.
     if (LockBackend* built = ready_.load(std::memory_order_acquire)) return *built;

@@ -12,9 +12,16 @@
 
 #include <gtest/gtest.h>
 
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
+
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -237,8 +244,23 @@ std::map<std::string, int> counters(const Metrics& metrics) {
   return out;
 }
 
-class PubsubModeMetrics : public ::testing::Test {
+// Parameter: with an authenticator (the blocking path: authenticating may fetch keys) or
+// without (the asynchronous path on the event loop).
+class PubsubModeMetrics : public ::testing::TestWithParam<bool> {
  protected:
+  // The event loop upstream exchanges run on, and the workers store calls may run on.
+  std::shared_ptr<boost::asio::io_context> loop_ = std::make_shared<boost::asio::io_context>(1);
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> keep_ =
+      boost::asio::make_work_guard(*loop_);
+  std::jthread loop_thread_{[loop = loop_] { loop->run(); }};
+  boost::asio::thread_pool workers_{4};
+
+  ~PubsubModeMetrics() override {
+    workers_.join();
+    keep_.reset();
+    loop_thread_.join();
+  }
+
   testing::LogCapture logs_;
   std::shared_ptr<InMemoryLock> store_ = std::make_shared<InMemoryLock>();
   std::shared_ptr<FaultyBackend> backend_ = std::make_shared<FaultyBackend>(*store_);
@@ -255,11 +277,24 @@ class PubsubModeMetrics : public ::testing::Test {
                          parse_upstream_url(upstream_url),
                          UpstreamOptions{.connect_timeout = 1s, .timeout = 300ms}),
                      .metrics = metrics_,
-                     .authenticate = [](const PushRequest& r) -> std::optional<std::string> {
-                       if (r.header("authorization") == "Bearer ok") return std::nullopt;
-                       return "token refused";
+                     .loop = loop_,
+                     .run_blocking = [this](std::function<void()> work) {
+                       boost::asio::post(workers_, std::move(work));
                      }};
-    return make_pubsub_handler(config, deps);
+    if (GetParam()) {
+      deps.authenticate = [](const PushRequest& r) -> std::optional<std::string> {
+        if (r.header("authorization") == "Bearer ok") return std::nullopt;
+        return "token refused";
+      };
+    }
+    // Each request sent and its answer awaited, as the HTTP server would write it.
+    return [async = make_pubsub_handler(config, deps)](const PushRequest& request) {
+      auto answer = std::make_shared<std::promise<pubsub::PushResponse>>();
+      auto future = answer->get_future();
+      async(std::make_shared<const PushRequest>(request),
+            [answer](pubsub::PushResponse response) { answer->set_value(std::move(response)); });
+      return future.get();
+    };
   }
   http::Handler handler(KeySpec key = {}) { return handler(upstream_.url(), std::move(key)); }
 
@@ -276,7 +311,7 @@ class PubsubModeMetrics : public ::testing::Test {
   using Moved = std::map<std::string, int>;
 };
 
-TEST_F(PubsubModeMetrics, EveryPathIsCountedOnceUnderItsOwnOutcome) {
+TEST_P(PubsubModeMetrics, EveryPathIsCountedOnceUnderItsOwnOutcome) {
   auto handle = handler();
   EXPECT_EQ(handle(push("m-1")).status, 200);
   EXPECT_EQ(counted(), (Moved{{"handled", 1}}));
@@ -307,8 +342,10 @@ TEST_F(PubsubModeMetrics, EveryPathIsCountedOnceUnderItsOwnOutcome) {
   EXPECT_EQ(handle(malformed).status, 400);
   EXPECT_EQ(counted(), (Moved{{"bad_request", 1}}));
 
-  EXPECT_EQ(handle(push("m-7", nullptr, "Bearer forged")).status, 401);
-  EXPECT_EQ(counted(), (Moved{{"unauthorized", 1}}));
+  if (GetParam()) {
+    EXPECT_EQ(handle(push("m-7", nullptr, "Bearer forged")).status, 401);
+    EXPECT_EQ(counted(), (Moved{{"unauthorized", 1}}));
+  }
 
   auto by_attribute = handler(KeySpec{.kind = KeySpec::Kind::kAttribute, .name = "po_id"});
   EXPECT_EQ(by_attribute(push("m-8")).status, 400);
@@ -322,7 +359,7 @@ TEST_F(PubsubModeMetrics, EveryPathIsCountedOnceUnderItsOwnOutcome) {
 // The old count read the answer back: a 503 without Retry-After was "backend_error". A
 // delivery that joined one whose upstream went silent gets exactly that answer, yet the store
 // never failed: counted from its typed outcome, it is what it is.
-TEST_F(PubsubModeMetrics, ADeliveryJoinedToASilentUpstreamIsCountedAsNoAnswerNotAStoreError) {
+TEST_P(PubsubModeMetrics, ADeliveryJoinedToASilentUpstreamIsCountedAsNoAnswerNotAStoreError) {
   auto handle = handler();
   upstream_.hang = true;
   std::jthread owner([&] { EXPECT_EQ(handle(push("m-10")).status, 503); });
@@ -338,7 +375,7 @@ TEST_F(PubsubModeMetrics, ADeliveryJoinedToASilentUpstreamIsCountedAsNoAnswerNot
   EXPECT_EQ(upstream_.requests.load(), 1);
 }
 
-TEST_F(PubsubModeMetrics, ADeliveryJoinedToARunningOneIsCountedJoined) {
+TEST_P(PubsubModeMetrics, ADeliveryJoinedToARunningOneIsCountedJoined) {
   auto handle = handler();
   upstream_.gate = true;
   std::jthread owner([&] { EXPECT_EQ(handle(push("m-11")).status, 200); });
@@ -353,6 +390,10 @@ TEST_F(PubsubModeMetrics, ADeliveryJoinedToARunningOneIsCountedJoined) {
   EXPECT_EQ(moved["joined"] + moved["duplicate"], 1) << "joined, or (late) a duplicate";
   EXPECT_EQ(upstream_.requests.load(), 1);
 }
+
+INSTANTIATE_TEST_SUITE_P(Paths, PubsubModeMetrics, ::testing::Bool(), [](const auto& info) {
+  return info.param ? "BlockingWithAuthenticator" : "Asynchronous";
+});
 
 }  // namespace
 }  // namespace idempotency::gateway

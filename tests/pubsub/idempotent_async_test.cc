@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <future>
 #include <memory>
@@ -324,6 +325,76 @@ TEST_P(IdempotentAsyncTest, ManyDeliveriesAtOnceEachRunOnce) {
   }
   EXPECT_EQ(runs_, 10);
   EXPECT_GE(handled, 10);
+}
+
+// Joined deliveries wait for their flight without a thread: with two workers for every store
+// call, forty deliveries of ten keys, all held by the handler at once, must still finish
+// (a joiner blocking a worker would leave the owners no worker to complete on).
+TEST(IdempotentAsync, JoinersHoldNoWorkerSoABoundedPoolCannotDeadlock) {
+  auto memory = std::make_shared<InMemoryLock>();
+  auto store = std::make_shared<MayBlock>(memory);
+  std::mutex mutex;
+  std::condition_variable ready;
+  std::deque<std::function<void()>> queue;
+  bool stopping = false;
+  std::vector<std::jthread> workers;
+  for (int i = 0; i < 2; ++i) {
+    workers.emplace_back([&] {
+      for (;;) {
+        std::function<void()> work;
+        {
+          std::unique_lock lock(mutex);
+          ready.wait(lock, [&] { return stopping || !queue.empty(); });
+          if (queue.empty()) return;
+          work = std::move(queue.front());
+          queue.pop_front();
+        }
+        work();
+      }
+    });
+  }
+  std::mutex held_mutex;
+  std::vector<HandlerDone> held;
+  std::atomic<int> runs{0};
+  auto handle = idempotent_async(
+      {.backend = store},
+      [&](const Delivery&, HandlerDone done) {
+        ++runs;
+        std::lock_guard lock(held_mutex);
+        held.push_back(std::move(done));
+      },
+      [&](std::function<void()> work) {
+        std::lock_guard lock(mutex);
+        queue.push_back(std::move(work));
+        ready.notify_one();
+      });
+  std::vector<std::future<PushResponse>> answers;
+  for (int i = 0; i < 40; ++i) {
+    auto answer = std::make_shared<std::promise<PushResponse>>();
+    answers.push_back(answer->get_future());
+    handle(std::make_shared<const PushRequest>(push("m-pool-" + std::to_string(i % 10))),
+           [answer](PushResponse r) { answer->set_value(std::move(r)); });
+  }
+  // Every key's owner reaches its handler although thirty joiners arrived meanwhile.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (runs < 10 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(runs, 10) << "the pool is stuck";
+  {
+    std::lock_guard lock(held_mutex);
+    for (auto& done : held) done(PushResponse{.status = 200});
+  }
+  for (auto& a : answers) {
+    ASSERT_EQ(a.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "deadlocked";
+    EXPECT_TRUE(is_ack(a.get().status));
+  }
+  EXPECT_EQ(runs, 10);
+  {
+    std::lock_guard lock(mutex);
+    stopping = true;
+    ready.notify_all();
+  }
 }
 
 TEST(IdempotentAsync, RefusesAnEmptyHandlerOrExecutor) {

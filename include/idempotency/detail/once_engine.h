@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -110,12 +111,20 @@ class AsyncFlight {
   std::unique_ptr<State> state_;
 };
 
-/// begin_async_flight() makes the caller this process's owner of (backend, key), or returns
-/// null when a flight for it already runs: the caller must then take run_once(), which joins
-/// it, on a thread that may block. Throws `std::invalid_argument` for a bad key.
+/// Told once, on the thread that ended the flight it joined: the owner's outcome (an execution
+/// reported as `kJoined`), or its exception, or neither when the owner gave up without either
+/// (it was cancelled): the caller then starts over.
+using JoinCallback =
+    std::function<void(std::optional<ErasedOutcome> outcome, std::exception_ptr error)>;
+
+/// begin_async_flight() makes the caller this process's owner of (backend, key); or, when a
+/// flight for it already runs, joins it without blocking: returns null, and `on_joined` is
+/// called when that flight ends. Throws `std::invalid_argument` for a bad key and
+/// `std::logic_error` when the running flight's result type is another.
 [[nodiscard]] std::unique_ptr<AsyncFlight> begin_async_flight(std::string_view key,
                                                               const LockBackend& backend,
-                                                              std::type_index type);
+                                                              std::type_index type,
+                                                              JoinCallback on_joined);
 
 /// Registers a lock/mutex guard's ownership of (backend, key) for re-entry detection; throws
 /// `ReentryError` when this thread already owns it. The returned handle unregisters on

@@ -15,10 +15,11 @@
 //   handle(std::make_shared<const PushRequest>(std::move(request)),
 //          [](PushResponse response) { /* write it */ });
 //
-// A delivery whose key is already running in this process (it joins that run), an options
-// set with `wait_for` or `authenticate` (both may block), and an unguarded delivery take the
-// blocking path on `run_blocking` instead: the code idempotent() runs, with the handler
-// awaited there.
+// A delivery whose key is already running in this process joins that run without blocking and
+// is answered with its outcome when it ends. Options with `wait_for` or `authenticate` (both
+// may block), an unguarded delivery, and the first request of a `backend_factory` (which
+// builds the backend) take the blocking path on `run_blocking` instead: the code idempotent()
+// runs, with the handler awaited there.
 //
 // Thread safety: the returned callable may be called from any number of threads.
 #pragma once

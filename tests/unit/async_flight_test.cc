@@ -1,0 +1,127 @@
+// AsyncFlight: an owner with no thread to block, joined by blocking once() callers and by
+// other asynchronous callers, who hear its outcome, its error, or (when it is dropped without
+// either) that they must start over.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <exception>
+#include <future>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "idempotency/detail/once_engine.h"
+#include "idempotency/memory_lock.h"
+#include "idempotency/once.h"
+
+namespace idempotency::detail {
+namespace {
+
+// What a joined asynchronous caller was told.
+struct Told {
+  std::optional<ErasedOutcome> outcome;
+  std::exception_ptr error;
+};
+
+JoinCallback into(std::promise<Told>& told) {
+  return [&told](std::optional<ErasedOutcome> outcome, std::exception_ptr error) {
+    told.set_value(Told{std::move(outcome), std::move(error)});
+  };
+}
+
+JoinCallback unexpected() {
+  return
+      [](std::optional<ErasedOutcome>, std::exception_ptr) { FAIL() << "no flight was running"; };
+}
+
+TEST(AsyncFlight, ASecondAsynchronousCallerJoinsAndHearsTheOutcomeAsJoined) {
+  InMemoryLock backend;
+  auto owner = begin_async_flight("k-1", backend, typeid(int), unexpected());
+  ASSERT_NE(owner, nullptr);
+  std::promise<Told> told;
+  EXPECT_EQ(begin_async_flight("k-1", backend, typeid(int), into(told)), nullptr);
+  auto heard = told.get_future();
+  EXPECT_EQ(heard.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
+  owner->settle(ErasedOutcome{Status::kExecuted, std::make_shared<const int>(7), 3, std::nullopt});
+  const Told got = heard.get();
+  ASSERT_TRUE(got.outcome.has_value());
+  EXPECT_EQ(got.outcome->status, Status::kJoined);
+  EXPECT_EQ(*std::static_pointer_cast<const int>(got.outcome->value), 7);
+  EXPECT_EQ(got.outcome->fence, 3);
+  // The flight is over: the next caller owns a new one.
+  EXPECT_NE(begin_async_flight("k-1", backend, typeid(int), unexpected()), nullptr);
+}
+
+TEST(AsyncFlight, AJoinedCallerHearsTheOwnersError) {
+  InMemoryLock backend;
+  auto owner = begin_async_flight("k-2", backend, typeid(int), unexpected());
+  std::promise<Told> told;
+  ASSERT_EQ(begin_async_flight("k-2", backend, typeid(int), into(told)), nullptr);
+  owner->fail(std::make_exception_ptr(std::runtime_error("owner failed")));
+  const Told got = told.get_future().get();
+  EXPECT_FALSE(got.outcome.has_value());
+  ASSERT_TRUE(got.error);
+  EXPECT_THROW(std::rethrow_exception(got.error), std::runtime_error);
+}
+
+TEST(AsyncFlight, AnOwnerDroppedWithoutAnOutcomeTellsItsJoinersToStartOver) {
+  InMemoryLock backend;
+  auto owner = begin_async_flight("k-3", backend, typeid(int), unexpected());
+  std::promise<Told> told;
+  ASSERT_EQ(begin_async_flight("k-3", backend, typeid(int), into(told)), nullptr);
+  owner.reset();
+  const Told got = told.get_future().get();
+  EXPECT_FALSE(got.outcome.has_value());
+  EXPECT_FALSE(got.error);
+  EXPECT_NE(begin_async_flight("k-3", backend, typeid(int), unexpected()), nullptr);
+}
+
+TEST(AsyncFlight, ABlockingOnceCallerJoinsAnAsynchronousOwner) {
+  InMemoryLock backend;
+  auto owner = begin_async_flight("k-4", backend, typeid(std::string), unexpected());
+  int runs = 0;
+  std::promise<Status> status;
+  std::jthread joiner([&] {
+    auto outcome = once("k-4", backend, [&runs] { return std::to_string(++runs); });
+    status.set_value(outcome.status());
+  });
+  // Whether the joiner is already waiting or not, it must not run while the owner runs.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  owner->settle(ErasedOutcome{Status::kExecuted, std::make_shared<const std::string>("41"), 1, std::nullopt});
+  const Status got = status.get_future().get();
+  EXPECT_TRUE(got == Status::kJoined || got == Status::kExecuted);
+  EXPECT_EQ(runs, got == Status::kJoined ? 0 : 1);
+}
+
+TEST(AsyncFlight, AnAsynchronousCallerJoinsABlockingOwner) {
+  InMemoryLock backend;
+  std::promise<void> running;
+  std::promise<void> finish;
+  std::jthread owner([&] {
+    (void)once("k-5", backend, [&] {
+      running.set_value();
+      finish.get_future().wait();
+      return std::string("5");
+    });
+  });
+  running.get_future().wait();
+  std::promise<Told> told;
+  ASSERT_EQ(begin_async_flight("k-5", backend, typeid(std::string), into(told)), nullptr);
+  finish.set_value();
+  const Told got = told.get_future().get();
+  ASSERT_TRUE(got.outcome.has_value());
+  EXPECT_EQ(got.outcome->status, Status::kJoined);
+  EXPECT_EQ(*std::static_pointer_cast<const std::string>(got.outcome->value), "5");
+}
+
+TEST(AsyncFlight, JoiningWithAnotherResultTypeIsALogicError) {
+  InMemoryLock backend;
+  auto owner = begin_async_flight("k-6", backend, typeid(int), unexpected());
+  EXPECT_THROW((void)begin_async_flight("k-6", backend, typeid(std::string), unexpected()),
+               std::logic_error);
+}
+
+}  // namespace
+}  // namespace idempotency::detail
