@@ -103,7 +103,7 @@ pubsub::AsyncPushHandler make_pubsub_handler(const Config& config, const Gateway
     // copied.
     std::shared_ptr<const pubsub::PushRequest> request(std::shared_ptr<void>(), delivery.request);
     upstream->forward_async(std::move(request), delivery.fence, *loop,
-                            [metrics, done = std::move(done)](UpstreamReply reply) {
+                            [metrics, done = std::move(done)](const UpstreamReply& reply) {
                               metrics->upstream_latency().observe(reply.elapsed);
                               try {
                                 done(answer_of(reply));

@@ -512,6 +512,44 @@ TEST(ResponseCodec, RoundTripsAndRefusesForeignBytes) {
   EXPECT_THROW((void)Codec<PushResponse>::decode("not cbor"), StoreError);
 }
 
+TEST(ResponseCodec, RoundTripsEveryLengthEncoding) {
+  // CBOR writes a length inline below 24, then in 1, 2, 4 bytes: cross each boundary.
+  for (const std::size_t n : {0UL, 23UL, 24UL, 255UL, 256UL, 65535UL, 65536UL}) {
+    SCOPED_TRACE(n);
+    PushResponse r{.status = 599, .body = std::string(n, '\xff')};
+    for (std::size_t i = 0; i < std::min<std::size_t>(n, 30); ++i) {
+      r.headers.push_back({"H" + std::to_string(i), std::string(i, 'v')});
+    }
+    const PushResponse back = Codec<PushResponse>::decode(Codec<PushResponse>::encode(r));
+    EXPECT_EQ(back.status, 599);
+    EXPECT_EQ(back.body, r.body);
+    ASSERT_EQ(back.headers.size(), r.headers.size());
+    for (std::size_t i = 0; i < r.headers.size(); ++i) {
+      EXPECT_EQ(back.headers[i].name, r.headers[i].name);
+      EXPECT_EQ(back.headers[i].value, r.headers[i].value);
+    }
+  }
+}
+
+TEST(ResponseCodec, DecodesWhatEarlierVersionsStored) {
+  // Records written before the encoder was hand-written: nlohmann-json's to_cbor of the document.
+  const auto bin = [](std::string_view s) {
+    return nlohmann::json::binary_t(std::vector<std::uint8_t>(s.begin(), s.end()));
+  };
+  const nlohmann::json doc = {
+      {"v", 1},
+      {"status", 202},
+      {"headers",
+       nlohmann::json::array({nlohmann::json::array({bin("Content-Type"), bin("text/plain")})})},
+      {"body", bin("stored")}};
+  const auto cbor = nlohmann::json::to_cbor(doc);
+  const PushResponse back = Codec<PushResponse>::decode(std::string(cbor.begin(), cbor.end()));
+  EXPECT_EQ(back.status, 202);
+  ASSERT_EQ(back.headers.size(), 1U);
+  EXPECT_EQ(back.headers[0].value, "text/plain");
+  EXPECT_EQ(back.body, "stored");
+}
+
 TEST_F(IdempotentTest, NoLogLineContainsTheKey) {
   auto faulty = std::make_shared<FaultyBackend>(*store_);
   auto handle = idempotent({.backend = faulty,
