@@ -56,12 +56,49 @@ class BoundsCheck {
   JsonFailure failure_ = JsonFailure::kSyntax;
 };
 
+// The bounds check in front of nlohmann-json's own document builder: one pass over the text
+// both refuses what crosses a bound and builds the document (a push is parsed on every
+// delivery; checking first and parsing again cost a second pass).
+class BoundedDocument {
+ public:
+  explicit BoundedDocument(json& doc) : build_(doc, /*allow_exceptions_=*/false) {}
+
+  bool null() { return check_.null() && build_.null(); }
+  bool boolean(bool v) { return check_.boolean(v) && build_.boolean(v); }
+  bool number_integer(json::number_integer_t v) {
+    return check_.number_integer(v) && build_.number_integer(v);
+  }
+  bool number_unsigned(json::number_unsigned_t v) {
+    return check_.number_unsigned(v) && build_.number_unsigned(v);
+  }
+  bool number_float(json::number_float_t v, const json::string_t& s) {
+    return check_.number_float(v, s) && build_.number_float(v, s);
+  }
+  bool string(json::string_t& s) { return check_.string(s) && build_.string(s); }
+  bool binary(json::binary_t& b) { return check_.binary(b) && build_.binary(b); }
+  bool start_object(std::size_t n) { return check_.start_object(n) && build_.start_object(n); }
+  bool key(json::string_t& k) { return check_.key(k) && build_.key(k); }
+  bool end_object() { return check_.end_object() && build_.end_object(); }
+  bool start_array(std::size_t n) { return check_.start_array(n) && build_.start_array(n); }
+  bool end_array() { return check_.end_array() && build_.end_array(); }
+  bool parse_error(std::size_t pos, const std::string& token, const json::exception& e) {
+    (void)build_.parse_error(pos, token, e);
+    return check_.parse_error(pos, token, e);
+  }
+
+  [[nodiscard]] JsonFailure failure() const { return check_.failure(); }
+
+ private:
+  BoundsCheck check_;
+  nlohmann::detail::json_sax_dom_parser<json> build_;
+};
+
 }  // namespace
 
 std::variant<json, JsonFailure> parse_bounded_json(std::string_view text) {
-  BoundsCheck check;
-  if (!json::sax_parse(text, &check)) return check.failure();
-  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  json doc;
+  BoundedDocument parse(doc);
+  if (!json::sax_parse(text, &parse)) return parse.failure();
   if (doc.is_discarded()) return JsonFailure::kSyntax;
   return doc;
 }
