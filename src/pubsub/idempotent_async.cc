@@ -92,7 +92,7 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
         [self = shared_from_this()](std::optional<ErasedOutcome> outcome,
                                     std::exception_ptr error) {
           if (outcome) {
-            self->settle(std::move(*outcome));
+            self->settle(*outcome);
           } else if (error) {
             self->fail(std::move(error));
           } else {
@@ -154,7 +154,7 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
       outcome = ErasedOutcome{Status::kInProgress, nullptr, 0,
                               std::get<HeldByOther>(result).lease_expiry};
     }
-    settle(std::move(outcome));
+    settle(outcome);
   }
 
   void run_handler(Claim claim) {
@@ -226,7 +226,7 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
         [error](const std::shared_ptr<Delivering>& self, bool) { self->fail(error); });
   }
 
-  void settle(ErasedOutcome outcome) {
+  void settle(const ErasedOutcome& outcome) {
     if (flight_) flight_->settle(outcome);
     const Outcome<PushResponse> typed(outcome.status,
                                       std::static_pointer_cast<const PushResponse>(outcome.value),
