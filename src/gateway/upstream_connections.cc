@@ -1,6 +1,8 @@
 // Connections to the upstream: opening one (resolve, connect, TLS) by a deadline on the exchange
 // coroutine's executor, the watchdog timer that enforces deadlines by closing the connection,
 // and an io_context's idle connections, kept for reuse only while surely usable.
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -35,6 +37,12 @@ Connection::Connection(asio::io_context& io, ssl::context* tls) : watchdog_(io) 
 void Connection::close() {
   boost::system::error_code ignored;
   socket().close(ignored);
+}
+
+void Connection::ack_now() {
+  const int on = 1;
+  // Best effort: where the option is missing, the ACK just comes when the kernel sends it.
+  (void)::setsockopt(socket().native_handle(), IPPROTO_TCP, TCP_QUICKACK, &on, sizeof on);
 }
 
 bool Connection::still_open() {

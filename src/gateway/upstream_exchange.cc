@@ -199,6 +199,7 @@ asio::awaitable<UpstreamReply> UpstreamPool::Impl::exchange(
           if (parser->is_done() && status / 100 == 1 && status != 101) {
             interim = true;  // the final response follows
           } else if (!parser->is_done()) {
+            connection->ack_now();
             // Chunked and close-delimited bodies are held to body_limit as they arrive.
             co_await connection->with_stream([&](auto& stream) {
               return http::async_read(stream, connection->buffer, *parser, token(ec));

@@ -400,6 +400,30 @@ TEST_P(UpstreamForward, ReusesAKeepAliveConnection) {
   EXPECT_EQ(server.accepted(), 1);
 }
 
+// An app server that writes the header and the body in two sends without TCP_NODELAY (as
+// cpp-httplib does) holds the body back (Nagle) until its header is acknowledged; a delayed ACK
+// stalled every keep-alive request ~40 ms. Not a benchmark: a bound twenty times the normal
+// time, far below twenty stalls.
+TEST_P(UpstreamForward, ABodySentAfterItsHeaderIsNotHeldByADelayedAck) {
+  RawServer server([](int fd, int) {
+    std::string pending;
+    while (!read_request(fd, pending).text.empty()) {
+      send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n");
+      send_all(fd, "ok");
+    }
+  });
+  const auto pool = make_pool(server.url());
+  ASSERT_EQ(forward(pool, post(), 0).kind, Kind::kResponse);  // connected; the rest reuse it
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 1; i <= 20; ++i) {
+    const auto reply = forward(pool, post(), i);
+    ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+    EXPECT_EQ(reply.response.body, "ok");
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
+  EXPECT_EQ(server.accepted(), 1);
+}
+
 TEST_P(UpstreamForward, ReconnectsWhenTheServerClosedTheIdleConnection) {
   std::promise<void> closed;
   RawServer server([&](int fd, int index) {
