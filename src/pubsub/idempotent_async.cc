@@ -161,7 +161,8 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
     claim_ = std::move(claim);
     keeper_.emplace(backend_, *claim_, wrapper().options.lease, shared_->heartbeat);
     auto self = shared_from_this();
-    auto done = [self, called = std::make_shared<std::atomic<bool>>(false)](HandlerResult r) {
+    auto called = std::make_shared<std::atomic<bool>>(false);
+    auto done = [self, called](HandlerResult r) {
       if (called->exchange(true)) return;  // a handler bug; the first answer stands
       self->on_handler_done(std::move(r));
     };
@@ -169,9 +170,9 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
       shared_->handler(Delivery{.message = message_, .fence = claim_->fence, .request = &*request_},
                        std::move(done));
     } catch (...) {
-      // Thrown before the handler could call `done`: a failure like any other. A handler that
-      // throws after calling `done` breaks its contract; the first answer stands.
-      on_handler_done(std::current_exception());
+      // Thrown before the handler called `done`: a failure like any other. Thrown after it
+      // (a handler bug), the first answer stands.
+      if (!called->exchange(true)) on_handler_done(std::current_exception());
     }
   }
 

@@ -268,6 +268,27 @@ TEST_P(IdempotentAsyncTest, OnlyTheFirstCallOfDoneCounts) {
   EXPECT_EQ(send(handle, push("m-twice")).status, 204);
 }
 
+TEST_P(IdempotentAsyncTest, AHandlerThatThrowsAfterAnsweringKeepsItsAnswer) {
+  std::atomic<int> answers{0};
+  auto handle = idempotent_async(
+      {.backend = store_},
+      [](const Delivery&, const HandlerDone& done) {
+        done(PushResponse{.status = 200});
+        throw std::runtime_error("after the answer");
+      },
+      [this](std::function<void()> work) { threads_.run(std::move(work)); });
+  auto answer = std::make_shared<std::promise<PushResponse>>();
+  handle(std::make_shared<const PushRequest>(push("m-late-throw")),
+         [answer, &answers](PushResponse r) {
+           if (++answers == 1) answer->set_value(std::move(r));
+         });
+  EXPECT_EQ(answer->get_future().get().status, 200);
+  threads_.join();
+  EXPECT_EQ(answers, 1) << "answered once";
+  EXPECT_EQ(faulty_->releases, 0) << "the completed key is not released";
+  EXPECT_EQ(send(handle, push("m-late-throw")).status, 204);
+}
+
 TEST_P(IdempotentAsyncTest, AFailedClaimIsAStoreErrorAndTheHandlerNeverRuns) {
   faulty_->fail_claim = true;
   auto handle = wrap();

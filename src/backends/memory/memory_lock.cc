@@ -17,9 +17,16 @@ struct InMemoryLock::State {
   // round the whole shard faster than it can grow: the shard stays within about twice its
   // live records with no thread of its own.
   static constexpr std::size_t kSweepBuckets = 2;
+  // Looks records up by string_view, so a lookup builds no std::string.
+  struct KeyHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view key) const noexcept {
+      return std::hash<std::string_view>{}(key);
+    }
+  };
   struct Shard {
     mutable std::mutex mutex;
-    std::unordered_map<std::string, Record> records;
+    std::unordered_map<std::string, Record, KeyHash, std::equal_to<>> records;
     std::size_t sweep_cursor = 0;  // the next bucket to inspect
   };
   std::array<Shard, kShards> shards;
@@ -37,7 +44,7 @@ struct InMemoryLock::State {
   Transition apply(std::string_view key, const Operation& op) {
     Shard& shard = shard_for(key);
     std::lock_guard lock(shard.mutex);
-    auto it = shard.records.find(std::string(key));
+    auto it = shard.records.find(key);
     const Millis at = now();
     // An expired record is absent, exactly as if the sweep below had reached it already (and
     // as on Redis, which deletes at expires_at): so when the sweep runs changes no answer.
@@ -45,8 +52,10 @@ struct InMemoryLock::State {
     if (it != shard.records.end() && at < it->second.expires_at) current = it->second;
     Transition t = transition(current, op, at);
     if (t.changed) {
-      if (t.record) {
-        shard.records.insert_or_assign(std::string(key), *t.record);
+      if (t.record && it != shard.records.end()) {
+        it->second = *t.record;
+      } else if (t.record) {
+        shard.records.emplace(std::string(key), *t.record);
       } else if (it != shard.records.end()) {
         shard.records.erase(it);
       }
@@ -134,7 +143,7 @@ std::size_t InMemoryLock::entry_count() {
 std::optional<Record> InMemoryLock::do_inspect(std::string_view key) {
   const auto& shard = state_->shard_for(key);
   std::lock_guard lock(shard.mutex);
-  auto it = shard.records.find(std::string(key));
+  auto it = shard.records.find(key);
   if (it == shard.records.end()) return std::nullopt;
   return it->second;
 }
