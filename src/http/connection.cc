@@ -4,6 +4,7 @@
 #include <sys/uio.h>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/buffer.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/buffers_range.hpp>
@@ -155,7 +156,7 @@ void Connection::on_header() {
     return;
   }
   if (!continue_expected) {
-    read_body();
+    take_buffered_body();
     return;
   }
   // The body is acceptable (an oversized Content-Length was refused above), so invite it.
@@ -170,6 +171,34 @@ void Connection::on_header() {
                      }
                      self->read_body();
                    });
+}
+
+// The body usually came in the same read as the header: parsed here, a whole one is handed on
+// at once instead of through a read that completes immediately (a pass of the event loop, a
+// syscall, per request). The header was accepted, so its Content-Length is within the limit.
+void Connection::take_buffered_body() {
+  if (buffer_.size() == 0) {
+    read_body();
+    return;
+  }
+  parser_->eager(true);
+  beast::error_code ec;
+  const std::size_t used = parser_->put(buffer_.data(), ec);
+  buffer_.consume(used);
+  if (ec == beast_http::error::need_more) ec = {};
+  if (ec == beast_http::error::body_limit) {
+    refuse(413, "the request body is larger than the limit");
+    return;
+  }
+  if (ec) {
+    refuse(400, "malformed request body: " + ec.message());
+    return;
+  }
+  if (parser_->is_done()) {
+    dispatch();
+    return;
+  }
+  read_body();
 }
 
 void Connection::read_body() {
@@ -231,11 +260,13 @@ void Connection::dispatch_async(BeastRequest request, bool keep_alive) {
       Responder(std::make_shared<Responder::State>(shared_from_this(), keep_alive, version, head));
   auto push = to_push_request(std::move(request));
   const std::string method = push.method;
+  in_handler_ = true;
   try {
     state_->async_handler(std::move(push), respond);
   } catch (...) {
     respond(answer_to_throw(std::current_exception(), method));
   }
+  in_handler_ = false;
 }
 
 void Connection::answer(pubsub::PushResponse&& response, bool keep_alive, unsigned version,
@@ -368,12 +399,22 @@ void Responder::operator()(pubsub::PushResponse response) const {
 
 void Responder::State::send(pubsub::PushResponse&& response) {
   if (answered.exchange(true)) return;
-  // Always posted, even from the strand: an answer given inside the handler call would
-  // otherwise start the next pipelined request one stack frame deeper each time.
+  // Dispatched: from the event loop's own thread (an upstream exchange that completed there) it
+  // runs at once, without another pass of the loop (each pass is a syscall). An answer given
+  // inside the handler call is posted instead, or the next pipelined request would start one
+  // stack frame deeper each time.
   auto& c = *connection;
-  net::post(c.executor(), [connection = connection, response = std::move(response),
-                           keep_alive = keep_alive, version = version, head = head]() mutable {
-    connection->answer(std::move(response), keep_alive, version, head);
+  net::dispatch(c.executor(), [connection = connection, response = std::move(response),
+                               keep_alive = keep_alive, version = version, head = head]() mutable {
+    if (!connection->in_handler()) {
+      connection->answer(std::move(response), keep_alive, version, head);
+      return;
+    }
+    auto& later = *connection;
+    net::post(later.executor(), [connection = std::move(connection), response = std::move(response),
+                                 keep_alive, version, head]() mutable {
+      connection->answer(std::move(response), keep_alive, version, head);
+    });
   });
 }
 

@@ -49,6 +49,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void close_if_idle();
   /// answer() sends an AsyncHandler's response; runs on the strand.
   void answer(pubsub::PushResponse&& response, bool keep_alive, unsigned version, bool head);
+  /// in_handler() says whether the AsyncHandler call is still on the stack; on the strand.
+  [[nodiscard]] bool in_handler() const { return in_handler_; }
 
  private:
   enum class Phase { kReading, kHandling, kWriting, kClosing };
@@ -57,6 +59,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void read_header();
   void on_header_bytes(boost::beast::error_code ec, std::size_t bytes);
   void on_header();
+  void take_buffered_body();
   void read_body();
   void on_body(boost::beast::error_code ec);
   enum class InlineWrite { kDone, kPending, kFailed };
@@ -83,6 +86,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::size_t served_ = 0;
   std::size_t lingered_ = 0;
   bool registered_ = false;
+  bool in_handler_ = false;  // the AsyncHandler call is running (on this strand)
 };
 
 }  // namespace idempotency::http::detail
