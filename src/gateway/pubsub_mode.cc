@@ -67,23 +67,24 @@ pubsub::KeyFunction make_key_function(const KeySpec& spec, const std::string& pr
 namespace {
 
 // The forward step's answer to what the upstream did, or the exception that nacks it: the
-// exception's type tells the outcome observer how the upstream failed.
-pubsub::PushResponse answer_of(const UpstreamReply& reply) {
+// exception's type tells the outcome observer how the upstream failed. Made, not thrown: the
+// exception is handed to whichever thread answers, and this one keeps no reference to it.
+pubsub::HandlerResult result_of(const UpstreamReply& reply) {
   switch (reply.kind) {
     case UpstreamReply::Kind::kNotSent:
       // Provably not acted on: release at once, the redelivery may run straight away.
-      throw UpstreamNack(UpstreamFailure::kUnreachable, 503,
-                         "upstream unreachable: " + reply.error);
+      return std::make_exception_ptr(
+          UpstreamNack(UpstreamFailure::kUnreachable, 503, "upstream unreachable: " + reply.error));
     case UpstreamReply::Kind::kNoAnswer:
       // Sent and gone silent: the app may still be acting on it, so the key stays held.
-      throw OutcomeUnknown("upstream did not answer: " + reply.error);
+      return std::make_exception_ptr(OutcomeUnknown("upstream did not answer: " + reply.error));
     case UpstreamReply::Kind::kResponse:
       break;
   }
   const int status = reply.response.status;
   if (status < 200 || status > 299) {
-    throw UpstreamNack(UpstreamFailure::kRejected, 500,
-                       "upstream answered " + std::to_string(status));
+    return std::make_exception_ptr(UpstreamNack(UpstreamFailure::kRejected, 500,
+                                                "upstream answered " + std::to_string(status)));
   }
   // Pub/Sub reads only the status, so that is all that is answered and stored; a 2xx it
   // would nack (203/205/206) becomes a 200.
@@ -105,11 +106,7 @@ pubsub::AsyncPushHandler make_pubsub_handler(const Config& config, const Gateway
     upstream->forward_async(std::move(request), delivery.fence, *loop,
                             [metrics, done = std::move(done)](const UpstreamReply& reply) {
                               metrics->upstream_latency().observe(reply.elapsed);
-                              try {
-                                done(answer_of(reply));
-                              } catch (...) {
-                                done(std::current_exception());
-                              }
+                              done(result_of(reply));
                             });
   };
 

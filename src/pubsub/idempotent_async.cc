@@ -224,7 +224,10 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
           idempotency::detail::release_after_failure(self->backend_, *self->claim_);
           return true;
         },
-        [error](const std::shared_ptr<Delivering>& self, bool) { self->fail(error); });
+        // Moved, not copied: the exception object's only owner goes where the answer is made.
+        [error = std::move(error)](const std::shared_ptr<Delivering>& self, bool) {
+          self->fail(error);
+        });
   }
 
   void settle(const ErasedOutcome& outcome) {
