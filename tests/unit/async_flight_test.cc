@@ -89,7 +89,8 @@ TEST(AsyncFlight, ABlockingOnceCallerJoinsAnAsynchronousOwner) {
   });
   // Whether the joiner is already waiting or not, it must not run while the owner runs.
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  owner->settle(ErasedOutcome{Status::kExecuted, std::make_shared<const std::string>("41"), 1, std::nullopt});
+  owner->settle(
+      ErasedOutcome{Status::kExecuted, std::make_shared<const std::string>("41"), 1, std::nullopt});
   const Status got = status.get_future().get();
   EXPECT_TRUE(got == Status::kJoined || got == Status::kExecuted);
   EXPECT_EQ(runs, got == Status::kJoined ? 0 : 1);
