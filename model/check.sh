@@ -3,7 +3,8 @@
 # and every mutant at least one. Prints one summary line; exits non-zero on any failure.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-command -v spin >/dev/null || { echo "model check: spin not found (apt-get install spin)" >&2; exit 1; }
+SPIN=${SPIN:-spin}
+command -v "$SPIN" >/dev/null || { echo "model check: spin not found (apt-get install spin)" >&2; exit 1; }
 CC=${CC:-gcc}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -14,7 +15,7 @@ run() {
   local dir="$work/$name"
   mkdir -p "$dir"
   cp "$here/record.pml" "$dir/"
-  (cd "$dir" && spin "$@" -a record.pml >spin.out 2>&1) || { cat "$dir/spin.out" >&2; return 1; }
+  (cd "$dir" && "$SPIN" "$@" -a record.pml >spin.out 2>&1) || { cat "$dir/spin.out" >&2; return 1; }
   (cd "$dir" && "$CC" -O2 -w -DSAFETY -o pan pan.c) || return 1
   # -m: search depth; -E is not given, so invalid end states count as errors.
   (cd "$dir" && ./pan -m100000 >pan.out 2>&1) || true
