@@ -192,7 +192,7 @@ active [N] proctype worker() {
   byte id = _pid;
   byte tok = _pid + 1;     /* this claim call's token */
   byte deadline, fence, epoch, ans;
-  bool retried;
+  bool retried, releasing;
 
   assert(_pid < N);
   deadline = now + LIFE;
@@ -224,13 +224,7 @@ claim_call:
   }
   if
   :: goto gone                    /* crash after the effect, before complete: the window */
-  :: atomic {
-       if
-       :: now >= deadline -> goto gone
-       :: else -> release(id, fence, epoch, ans)   /* the work failed: nack */
-       fi
-     };
-     goto gone
+  :: releasing = 1                /* the work failed: release (and nack) instead */
   :: skip
   fi;
   ans = 0; retried = 0;
@@ -238,7 +232,8 @@ complete_call:
   atomic {
     if
     :: now >= deadline -> goto gone
-    :: else -> complete(id, fence, epoch, ans)
+    :: now < deadline && releasing -> release(id, fence, epoch, ans); goto gone
+    :: now < deadline && !releasing -> complete(id, fence, epoch, ans)
     fi
   }
   if
