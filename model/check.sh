@@ -75,5 +75,20 @@ for m in "${mutants[@]}"; do
   fi
 done
 
-echo "model check: record.pml $(IFS=';'; echo "${summary[*]}" | sed 's/;/, /g'); mutants caught $caught/${#mutants[@]}"
+# Witnesses: an assertion that a scenario never happens must fail, proving it is searched.
+witnesses=("COVER_RESTART:-DREDIS" "COVER_ZOMBIE:")
+reached=0
+for w in "${witnesses[@]}"; do
+  name=${w%%:*}; extra=${w#*:}
+  # shellcheck disable=SC2086
+  run "$name" "-D$name" $extra || { failed=1; continue; }
+  if [ "$errors" -ge 1 ]; then
+    reached=$((reached + 1))
+  else
+    echo "model check: witness $name never happened: the model no longer searches it" >&2
+    failed=1
+  fi
+done
+
+echo "model check: record.pml $(IFS=';'; echo "${summary[*]}" | sed 's/;/, /g'); mutants caught $caught/${#mutants[@]}; scenarios reached $reached/${#witnesses[@]}"
 exit "$failed"

@@ -15,6 +15,7 @@
  *                               expires_at at any moment: purge_expired, Redis, the sweep)
  * Mutants that must fail: MUTANT_NO_FENCE_CHECK, MUTANT_EARLY_RECLAIM,
  *                         MUTANT_TTL_FROM_CLAIM, MUTANT_HOLDER_OUTLIVES_RECORD
+ * Witnesses that must fail too (the scenario is in the search): COVER_RESTART, COVER_ZOMBIE
  */
 
 #ifndef N
@@ -79,6 +80,9 @@ inline load() {
 
 /* fresh(fence) in apply_claim: a new CLAIMED record for this caller. */
 inline write_claim(id, tok, f, ans, fence, epoch) {
+#ifdef COVER_RESTART
+  assert(f != 1 || g_epoch == 0);  /* witness: a fence restarts at 1 after a record went */
+#endif
   g_epoch++;
   r_exists = 1; r_state = CLAIMED; r_fence = f; r_lease = now + LEASE;
   r_exp = now + LEASE + TTL; r_token = tok; r_epoch = g_epoch;
@@ -115,6 +119,9 @@ inline claim(id, tok, ans, fence, epoch) {
 /* apply_complete: no lease guard, an exact fence match. */
 inline complete(id, fence, epoch, ans) {
   load();
+#ifdef COVER_ZOMBIE
+  assert(!(r_exists && now < r_exp && r_fence != fence));  /* witness: a stale complete */
+#endif
 #ifdef MUTANT_NO_FENCE_CHECK
   if
   :: !r_exists || now >= r_exp -> ans = REFUSED
