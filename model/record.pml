@@ -40,7 +40,6 @@
 #define HELD 3
 #define OK 4
 #define REFUSED 5
-#define KILLED 6
 
 byte now;
 
