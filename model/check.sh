@@ -55,40 +55,39 @@ for variant in "base:" "redis:-DREDIS" "no_purge:-DNO_PURGE"; do
   summary+=("$name $errors errors ($states states)")
 done
 
-# Mutants: each breaks one rule of transition() (or invariant 2) and must be caught.
+# must_fail NOUN WHY NAME:FLAGS...: each variant is built with -DNAME (plus FLAGS) and must
+# report an error; sets `found` to how many did. Mutants break a rule of transition() (or
+# invariant 2) and must be caught; witnesses assert that a scenario never happens, so their
+# failing proves the scenario is searched.
+must_fail() {
+  local noun=$1 why=$2 entry name extra
+  shift 2
+  found=0
+  for entry in "$@"; do
+    name=${entry%%:*}; extra=${entry#*:}
+    # shellcheck disable=SC2086
+    run "$name" "-D$name" $extra || { failed=1; continue; }
+    if [ "$errors" -ge 1 ]; then
+      found=$((found + 1))
+    else
+      echo "model check: $noun $name $why" >&2
+      failed=1
+    fi
+  done
+}
+
 mutants=(
   "MUTANT_NO_FENCE_CHECK:"
   "MUTANT_EARLY_RECLAIM:"
   "MUTANT_TTL_FROM_CLAIM:"
   "MUTANT_HOLDER_OUTLIVES_RECORD:-DREDIS"
 )
-caught=0
-for m in "${mutants[@]}"; do
-  name=${m%%:*}; extra=${m#*:}
-  # shellcheck disable=SC2086
-  run "$name" "-D$name" $extra || { failed=1; continue; }
-  if [ "$errors" -ge 1 ]; then
-    caught=$((caught + 1))
-  else
-    echo "model check: mutant $name was NOT caught (errors: 0)" >&2
-    failed=1
-  fi
-done
+must_fail mutant "was NOT caught (errors: 0)" "${mutants[@]}"
+caught=$found
 
-# Witnesses: an assertion that a scenario never happens must fail, proving it is searched.
 witnesses=("COVER_RESTART:-DREDIS" "COVER_ZOMBIE:")
-reached=0
-for w in "${witnesses[@]}"; do
-  name=${w%%:*}; extra=${w#*:}
-  # shellcheck disable=SC2086
-  run "$name" "-D$name" $extra || { failed=1; continue; }
-  if [ "$errors" -ge 1 ]; then
-    reached=$((reached + 1))
-  else
-    echo "model check: witness $name never happened: the model no longer searches it" >&2
-    failed=1
-  fi
-done
+must_fail witness "never happened: the model no longer searches it" "${witnesses[@]}"
+reached=$found
 
 echo "model check: record.pml $(IFS=';'; echo "${summary[*]}" | sed 's/;/, /g'); mutants caught $caught/${#mutants[@]}; scenarios reached $reached/${#witnesses[@]}"
 exit "$failed"

@@ -204,6 +204,12 @@ ErasedOutcome claim_and_execute(std::string_view key, LockBackend& backend,
   }
 }
 
+// What a joined caller receives of the owner's outcome: an execution is, for it, a join.
+ErasedOutcome as_joined(ErasedOutcome outcome) {
+  if (outcome.status == Status::kExecuted) outcome.status = Status::kJoined;
+  return outcome;
+}
+
 // Publishes the owner's outcome to the joined callers and retires the flight.
 void finish(const TableKey& k, const std::shared_ptr<Flight>& flight, std::exception_ptr error,
             ErasedOutcome outcome) {
@@ -219,8 +225,7 @@ void finish(const TableKey& k, const std::shared_ptr<Flight>& flight, std::excep
   flight->cv.notify_all();
   // Outside the locks: a callback may start another flight. The flight is finished, so
   // nothing changes these fields any more.
-  ErasedOutcome joined = flight->outcome;
-  if (joined.status == Status::kExecuted) joined.status = Status::kJoined;
+  const ErasedOutcome joined = as_joined(flight->outcome);
   for (auto& callback : waiting) {
     if (flight->error) {
       callback(std::nullopt, flight->error);
@@ -312,9 +317,7 @@ ErasedOutcome run_once(std::string_view key, LockBackend& backend, const OnceOpt
         if (flight->phase == Flight::Phase::kFinished) {
           --flight->waiters;
           if (flight->error) std::rethrow_exception(flight->error);
-          ErasedOutcome joined = flight->outcome;
-          if (joined.status == Status::kExecuted) joined.status = Status::kJoined;
-          return joined;
+          return as_joined(flight->outcome);
         }
         if (flight->phase == Flight::Phase::kHandoff) {
           --flight->waiters;

@@ -271,6 +271,14 @@ void Connection::dispatch_async(BeastRequest request, bool keep_alive) {
 
 void Connection::answer(pubsub::PushResponse&& response, bool keep_alive, unsigned version,
                         bool head) {
+  if (in_handler_) {
+    // Answered inside the handler call: sent once it returns, or the next pipelined request
+    // would start one stack frame deeper each time.
+    net::post(executor(),
+              [self = shared_from_this(), response = std::move(response), keep_alive, version,
+               head]() mutable { self->answer(std::move(response), keep_alive, version, head); });
+    return;
+  }
   response_.emplace(to_beast_response(std::move(response), version, head));
   response_->keep_alive(keep_alive);
   after_inline_write(write_inline(), keep_alive);
@@ -400,21 +408,11 @@ void Responder::operator()(pubsub::PushResponse response) const {
 void Responder::State::send(pubsub::PushResponse&& response) {
   if (answered.exchange(true)) return;
   // Dispatched: from the event loop's own thread (an upstream exchange that completed there) it
-  // runs at once, without another pass of the loop (each pass is a syscall). An answer given
-  // inside the handler call is posted instead, or the next pipelined request would start one
-  // stack frame deeper each time.
+  // runs at once, without another pass of the loop (each pass is a syscall).
   auto& c = *connection;
   net::dispatch(c.executor(), [connection = connection, response = std::move(response),
                                keep_alive = keep_alive, version = version, head = head]() mutable {
-    if (!connection->in_handler()) {
-      connection->answer(std::move(response), keep_alive, version, head);
-      return;
-    }
-    auto& later = *connection;
-    net::post(later.executor(), [connection = std::move(connection), response = std::move(response),
-                                 keep_alive, version, head]() mutable {
-      connection->answer(std::move(response), keep_alive, version, head);
-    });
+    connection->answer(std::move(response), keep_alive, version, head);
   });
 }
 

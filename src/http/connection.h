@@ -47,10 +47,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   /// close_if_idle() is posted at stop(): a connection waiting for (or reading) a request
   /// closes now; one whose request is being handled or answered finishes it first.
   void close_if_idle();
-  /// answer() sends an AsyncHandler's response; runs on the strand.
+  /// answer() sends an AsyncHandler's response (after the handler call returns, when given
+  /// inside it); runs on the strand.
   void answer(pubsub::PushResponse&& response, bool keep_alive, unsigned version, bool head);
-  /// in_handler() says whether the AsyncHandler call is still on the stack; on the strand.
-  [[nodiscard]] bool in_handler() const { return in_handler_; }
 
  private:
   enum class Phase { kReading, kHandling, kWriting, kClosing };

@@ -56,7 +56,6 @@ struct Shared {
   AsyncResponseHandler handler;
   RunBlocking run_blocking;
   idempotency::detail::OnceHooks hooks;  // the PushResponse type and decoder, for replays
-  std::chrono::milliseconds heartbeat;
 };
 
 // One guarded delivery in flight; every step holds it alive until it is answered.
@@ -159,7 +158,9 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
 
   void run_handler(Claim claim) {
     claim_ = std::move(claim);
-    keeper_.emplace(backend_, *claim_, wrapper().options.lease, shared_->heartbeat);
+    const auto& options = wrapper().options;
+    keeper_.emplace(backend_, *claim_, options.lease,
+                    resolved_heartbeat(options.lease, options.heartbeat));
     auto self = shared_from_this();
     auto called = std::make_shared<std::atomic<bool>>(false);
     auto done = [self, called](HandlerResult r) {
@@ -295,7 +296,6 @@ AsyncPushHandler idempotent_async(IdempotentOptions options, AsyncResponseHandle
                                   RunBlocking run_blocking) {
   if (!handler) throw std::invalid_argument("idempotent_async: the handler is empty");
   if (!run_blocking) throw std::invalid_argument("idempotent_async: run_blocking is empty");
-  const auto heartbeat = resolved_heartbeat(options.lease, options.heartbeat);
   auto shared = std::make_shared<Shared>();
   shared->blocking = detail::make_wrapper(std::move(options), awaited(handler));
   shared->handler = std::move(handler);
@@ -304,7 +304,6 @@ AsyncPushHandler idempotent_async(IdempotentOptions options, AsyncResponseHandle
   shared->hooks.decode = [](const std::string& bytes) -> std::shared_ptr<const void> {
     return std::make_shared<const PushResponse>(Codec<PushResponse>{}.decode(bytes));
   };
-  shared->heartbeat = heartbeat;
   return [shared = std::shared_ptr<const Shared>(std::move(shared))](
              std::shared_ptr<const PushRequest> request, Respond respond) {
     const Wrapper& wrapper = *shared->blocking;
