@@ -97,17 +97,20 @@ pubsub::AsyncPushHandler make_pubsub_handler(const Config& config, const Gateway
   auto upstream = deps.upstream;
   auto metrics = deps.metrics;
   auto loop = deps.loop;
+  const auto threads = config.io_threads == 1 ? LoopThreads::kOne : LoopThreads::kMany;
   // Sent on the server's event loop: the exchange never holds a thread while the app works.
-  auto forward = [upstream, metrics, loop](const pubsub::Delivery& delivery,
-                                           pubsub::HandlerDone done) {
+  auto forward = [upstream, metrics, loop, threads](const pubsub::Delivery& delivery,
+                                                    pubsub::HandlerDone done) {
     // The request lives until `done` is called (idempotent_async's promise): borrowed, not
     // copied.
     std::shared_ptr<const pubsub::PushRequest> request(std::shared_ptr<void>(), delivery.request);
-    upstream->forward_async(std::move(request), delivery.fence, *loop,
-                            [metrics, done = std::move(done)](const UpstreamReply& reply) {
-                              metrics->upstream_latency().observe(reply.elapsed);
-                              done(result_of(reply));
-                            });
+    upstream->forward_async(
+        std::move(request), delivery.fence, *loop,
+        [metrics, done = std::move(done)](const UpstreamReply& reply) {
+          metrics->upstream_latency().observe(reply.elapsed);
+          done(result_of(reply));
+        },
+        threads);
   };
 
   pubsub::IdempotentOptions options{

@@ -2,12 +2,12 @@
 // `Connection` names), which values may be written at all, the request serialized for its one
 // write, and the response's head.
 #include <algorithm>
-#include <cctype>
 #include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "idempotency/detail/ascii.h"
 #include "upstream_internal.h"
 
 namespace idempotency::gateway {
@@ -19,18 +19,8 @@ namespace {
 // longer request fields are not forwarded either.
 constexpr std::size_t kMaxFieldBytes = 65'000;
 
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
+using idempotency::detail::ascii_lowered;
+using idempotency::detail::iequals_ascii;
 
 std::string trim(std::string_view s) {
   const auto first = s.find_first_not_of(" \t");
@@ -43,13 +33,13 @@ std::string trim(std::string_view s) {
 std::set<std::string> connection_tokens(const std::vector<pubsub::Header>& headers) {
   std::set<std::string> tokens;
   for (const auto& h : headers) {
-    if (!iequals(h.name, "Connection")) continue;
+    if (!iequals_ascii(h.name, "Connection")) continue;
     std::size_t start = 0;
     while (start <= h.value.size()) {
       const auto comma = h.value.find(',', start);
       const auto end = comma == std::string::npos ? h.value.size() : comma;
       if (auto token = trim(std::string_view(h.value).substr(start, end - start)); !token.empty()) {
-        tokens.insert(lower(token));
+        tokens.insert(ascii_lowered(token));
       }
       start = end + 1;
     }
@@ -105,9 +95,9 @@ std::optional<std::string> build_request(const pubsub::PushRequest& in,
   const auto forwarded = [&](const pubsub::Header& h) {
     // The server in front rejects malformed headers; this is defense in depth, as is never
     // asking for 100-continue (the body goes with the header in one write).
-    return !is_hop_by_hop(h.name) && (listed.empty() || listed.count(lower(h.name)) == 0) &&
-           !iequals(h.name, kFenceHeader) && !iequals(h.name, "Expect") && is_token(h.name) &&
-           is_field_value(h.value) && h.name.size() <= kMaxFieldBytes &&
+    return !is_hop_by_hop(h.name) && (listed.empty() || listed.count(ascii_lowered(h.name)) == 0) &&
+           !iequals_ascii(h.name, kFenceHeader) && !iequals_ascii(h.name, "Expect") &&
+           is_token(h.name) && is_field_value(h.value) && h.name.size() <= kMaxFieldBytes &&
            h.value.size() <= kMaxFieldBytes;
   };
   std::size_t size = 128 + in.method.size() + url.base_path.size() + path.size() +
@@ -139,7 +129,8 @@ void take_head(const http::response<http::string_body>& message, pubsub::PushRes
   }
   const auto listed = connection_tokens(all);
   for (auto& h : all) {
-    if (is_hop_by_hop(h.name) || listed.count(lower(h.name)) != 0) continue;
+    if (is_hop_by_hop(h.name) || (!listed.empty() && listed.count(ascii_lowered(h.name)) != 0))
+      continue;
     out.headers.push_back(std::move(h));
   }
 }
@@ -151,7 +142,7 @@ bool is_hop_by_hop(std::string_view name) {
   for (std::string_view h :
        {"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection",
         "TE", "Trailer", "Transfer-Encoding", "Upgrade", "Host", "Content-Length"}) {
-    if (upstream_detail::iequals(name, h)) return true;
+    if (idempotency::detail::iequals_ascii(name, h)) return true;
   }
   return false;
 }

@@ -82,14 +82,18 @@ UpstreamReply UpstreamPool::forward(const pubsub::PushRequest& request,
 
 void UpstreamPool::forward_async(std::shared_ptr<const pubsub::PushRequest> request,
                                  std::optional<std::int64_t> fence, asio::io_context& io,
-                                 std::function<void(UpstreamReply)> done) const {
+                                 std::function<void(UpstreamReply)> done,
+                                 LoopThreads threads) const {
   const auto start = Clock::now();
   const pubsub::PushRequest& message = *request;
-  // A strand of its own: the exchange's steps and its watchdog never run at once, whichever
-  // threads run `io`. The handler holds what the coroutine refers to until it is over.
-  const auto strand = asio::make_strand(io);
-  asio::co_spawn(strand,
-                 impl_->exchange(message, fence, io, strand, start, Impl::OnBadAlloc::kReply),
+  // The exchange's steps and its watchdog must never run at once: a strand of its own when
+  // several threads run `io` (a strand is an allocation and a lock per exchange, so not when
+  // one does). The handler holds what the coroutine refers to until it is over.
+  const asio::any_io_executor executor = threads == LoopThreads::kOne
+                                             ? asio::any_io_executor(io.get_executor())
+                                             : asio::any_io_executor(asio::make_strand(io));
+  asio::co_spawn(executor,
+                 impl_->exchange(message, fence, io, executor, start, Impl::OnBadAlloc::kReply),
                  [impl = impl_, request = std::move(request), done = std::move(done), start](
                      const std::exception_ptr& failure, UpstreamReply reply) {
                    if (failure) {

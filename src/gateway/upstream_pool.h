@@ -85,6 +85,10 @@ struct UpstreamReply {
   std::chrono::steady_clock::duration elapsed{};
 };
 
+/// How many threads run the io_context given to UpstreamPool::forward_async(). With one, the
+/// exchange needs no strand: its handlers cannot overlap.
+enum class LoopThreads { kOne, kMany };
+
 /// UpstreamPool forwards requests to one upstream.
 class UpstreamPool {
  public:
@@ -104,7 +108,8 @@ class UpstreamPool {
                                       std::optional<std::int64_t> fence) const;
 
   /// forward_async() forwards `request` (not null) as forward() does, without blocking: the
-  /// exchange runs on a strand of its own on `io`, so any number of threads may run `io`, and
+  /// exchange runs on a strand of its own on `io`, so any number of threads may run `io` (or,
+  /// with LoopThreads::kOne, directly on `io`, which one thread alone must run), and
   /// `done` (not empty) gets the reply exactly once, on a thread running `io`. Idle connections
   /// are kept per `io`. Throws only std::bad_alloc, before anything starts (`done` is then never
   /// called); later a std::bad_alloc is a reply (kNotSent or kNoAnswer, as far as the request
@@ -113,7 +118,8 @@ class UpstreamPool {
   /// destroyed first drops the exchange and `done` uncalled).
   void forward_async(std::shared_ptr<const pubsub::PushRequest> request,
                      std::optional<std::int64_t> fence, boost::asio::io_context& io,
-                     std::function<void(UpstreamReply)> done) const;
+                     std::function<void(UpstreamReply)> done,
+                     LoopThreads threads = LoopThreads::kMany) const;
 
  private:
   struct Impl;

@@ -7,21 +7,19 @@
 #include <utility>
 
 #include "field_syntax.h"
+#include "idempotency/detail/ascii.h"
 #include "idempotency/log.h"
 
 namespace idempotency::http::detail {
 namespace beast_http = boost::beast::http;
 namespace {
 
-bool iequals(std::string_view a, std::string_view b) {
-  return boost::beast::iequals(boost::beast::string_view(a.data(), a.size()),
-                               boost::beast::string_view(b.data(), b.size()));
-}
+using idempotency::detail::iequals_ascii;
 
 // The server frames every message itself.
 bool is_framing(std::string_view name) {
-  return iequals(name, "Content-Length") || iequals(name, "Transfer-Encoding") ||
-         iequals(name, "Connection") || iequals(name, "Keep-Alive");
+  return iequals_ascii(name, "Content-Length") || iequals_ascii(name, "Transfer-Encoding") ||
+         iequals_ascii(name, "Connection") || iequals_ascii(name, "Keep-Alive");
 }
 
 // Log fields are one line and short: an exception message is cut at its first line break.

@@ -7,7 +7,8 @@
 // `write_timeout`. Only the handler call leaves the event loop, so a client that trickles
 // bytes holds a socket and a buffer, never a thread.
 //
-// Thread safety: every member runs on the connection's strand, except the handler call and the
+// Thread safety: every member runs on the connection's executor (a strand, or the event loop
+// itself when one thread runs it), except the handler call and the
 // first attempt to send its answer, which run on a worker while the strand has nothing pending
 // on this connection, and post the outcome back to the strand. An AsyncHandler is called on
 // the strand, and its Responder posts the answer back to it.

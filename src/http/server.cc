@@ -49,8 +49,8 @@ bool is_transient(const boost::system::error_code& ec) {
 
 void accept_next(const std::shared_ptr<detail::ServerState>& state) {
   if (state->stopping.load() || !state->acceptor) return;
-  state->acceptor->async_accept(net::make_strand(state->io), [state](boost::system::error_code ec,
-                                                                     tcp::socket socket) {
+  state->acceptor->async_accept(state->connection_executor(), [state](boost::system::error_code ec,
+                                                                      tcp::socket socket) {
     if (state->stopping.load()) return;
     if (ec) {
       if (!is_transient(ec)) {

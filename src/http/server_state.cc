@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
 #include <utility>
 
 namespace idempotency::http::detail {
@@ -70,6 +71,13 @@ bool ServerState::pause_if_full() {
   if (open_connections < std::max<std::size_t>(options.max_connections, 1)) return false;
   accept_paused = true;
   return true;
+}
+
+// A strand costs an allocation, a lock and a dispatch per handler; with one thread running the
+// loop (options.event_loop must not be run elsewhere) nothing can overlap without it.
+boost::asio::any_io_executor ServerState::connection_executor() {
+  if (options.io_threads <= 1) return io.get_executor();
+  return boost::asio::make_strand(io);
 }
 
 }  // namespace idempotency::http::detail

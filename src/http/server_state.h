@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -69,6 +70,9 @@ struct ServerState {
   bool pause_if_full();
   /// resume_accept is set by the acceptor: it posts the next accept.
   std::function<void()> resume_accept;
+  /// connection_executor() is where a new connection runs: the event loop itself when one
+  /// thread runs it (its handlers never overlap), else a strand of its own.
+  boost::asio::any_io_executor connection_executor();
 };
 
 }  // namespace idempotency::http::detail

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fetch.h"
+#include "idempotency/detail/ascii.h"
 #include "idempotency/oidc.h"
 #include "jwks.h"
 #include "jwt.h"
@@ -26,7 +27,7 @@ using oidc::internal::PublicKey;
 
 constexpr std::string_view kIssuers[] = {"https://accounts.google.com", "accounts.google.com"};
 
-char ascii_lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+using detail::ascii_lower;
 
 bool is_space(char c) { return c == ' ' || c == '\t'; }
 

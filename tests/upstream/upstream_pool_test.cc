@@ -241,14 +241,17 @@ struct AsyncCall {
 };
 
 AsyncCall forward_async(const UpstreamPool& pool, pubsub::PushRequest request,
-                        std::optional<std::int64_t> fence, boost::asio::io_context& io) {
+                        std::optional<std::int64_t> fence, boost::asio::io_context& io,
+                        LoopThreads threads = LoopThreads::kMany) {
   AsyncCall call;
   auto promise = std::make_shared<std::promise<UpstreamReply>>();
   call.reply = promise->get_future();
-  pool.forward_async(std::make_shared<const pubsub::PushRequest>(std::move(request)), fence, io,
-                     [promise, calls = call.calls](UpstreamReply reply) {
-                       if (calls->fetch_add(1) == 0) promise->set_value(std::move(reply));
-                     });
+  pool.forward_async(
+      std::make_shared<const pubsub::PushRequest>(std::move(request)), fence, io,
+      [promise, calls = call.calls](UpstreamReply reply) {
+        if (calls->fetch_add(1) == 0) promise->set_value(std::move(reply));
+      },
+      threads);
   return call;
 }
 
@@ -265,8 +268,9 @@ UpstreamReply wait(AsyncCall& call) {
 }
 
 // The behaviour tests run through both entry points: forward(), and forward_async() on an
-// io_context a thread of the fixture runs, waited for on a future. Each `done` must run once.
-enum class Entry { kForward, kForwardAsync };
+// io_context a thread of the fixture runs, waited for on a future, once on a strand and once
+// directly on the io_context (LoopThreads::kOne). Each `done` must run once.
+enum class Entry { kForward, kForwardAsync, kForwardAsyncOneThread };
 
 class UpstreamForward : public testing::TestWithParam<Entry> {
  protected:
@@ -278,7 +282,9 @@ class UpstreamForward : public testing::TestWithParam<Entry> {
   UpstreamReply forward(const UpstreamPool& pool, const pubsub::PushRequest& request,
                         std::optional<std::int64_t> fence) {
     if (GetParam() == Entry::kForward) return pool.forward(request, fence);
-    auto call = forward_async(pool, request, fence, io_->io());
+    auto call = forward_async(
+        pool, request, fence, io_->io(),
+        GetParam() == Entry::kForwardAsyncOneThread ? LoopThreads::kOne : LoopThreads::kMany);
     calls_.push_back(call.calls);
     return wait(call);
   }
@@ -289,9 +295,18 @@ class UpstreamForward : public testing::TestWithParam<Entry> {
 };
 
 INSTANTIATE_TEST_SUITE_P(Entry, UpstreamForward,
-                         testing::Values(Entry::kForward, Entry::kForwardAsync),
+                         testing::Values(Entry::kForward, Entry::kForwardAsync,
+                                         Entry::kForwardAsyncOneThread),
                          [](const testing::TestParamInfo<Entry>& info) {
-                           return info.param == Entry::kForward ? "forward" : "forward_async";
+                           switch (info.param) {
+                             case Entry::kForward:
+                               return "forward";
+                             case Entry::kForwardAsync:
+                               return "forward_async";
+                             case Entry::kForwardAsyncOneThread:
+                               return "forward_async_one_thread";
+                           }
+                           return "unknown";
                          });
 
 TEST_P(UpstreamForward, ForwardsTheRequestAndReturnsTheResponse) {
