@@ -42,6 +42,8 @@ def machine(root, gateway):
     head = sh("git", "-C", root, "rev-parse", "--short", "HEAD") or "?"
     dirty = sh("git", "-C", root, "status", "--porcelain", "--", "src", "include", "CMakeLists.txt")
     tree = head + (" + uncommitted changes under src/" if dirty else "")
+    if not os.path.isfile(gateway):  # the store part alone runs without a gateway
+        return f"{os.cpu_count()} × {model}, Linux {platform.release()}; tree {tree}"
     return (f"{os.cpu_count()} × {model}, Linux {platform.release()}, {nginx}, {wrk}; "
             f"gateway `{os.path.relpath(gateway, root)}` built from {tree}")
 
