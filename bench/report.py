@@ -42,6 +42,8 @@ def machine(root, gateway):
     head = sh("git", "-C", root, "rev-parse", "--short", "HEAD") or "?"
     dirty = sh("git", "-C", root, "status", "--porcelain", "--", "src", "include", "CMakeLists.txt")
     tree = head + (" + uncommitted changes under src/" if dirty else "")
+    if not os.path.isfile(gateway):  # the store part alone runs without a gateway
+        return f"{os.cpu_count()} × {model}, Linux {platform.release()}; tree {tree}"
     return (f"{os.cpu_count()} × {model}, Linux {platform.release()}, {nginx}, {wrk}; "
             f"gateway `{os.path.relpath(gateway, root)}` built from {tree}")
 
@@ -69,6 +71,156 @@ def verdict(ok):
     return "PASS" if ok else "**FAIL**"
 
 
+# ---------------------------------------------------------------------------------------------
+# The store part (bench/store_bench + redis-benchmark + pgbench).
+
+STORE_RATIO_MIN = 0.9           # Redis and PostgreSQL: ours ÷ the store's limit (issue 15)
+STORE_TARGETED = ("redis", "postgres")
+STORE_ORDER = ("memory", "sqlite", "redis", "postgres")
+
+
+def median(xs):
+    xs = sorted(xs)
+    if not xs:
+        return None
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def num(v, digits=0):
+    return "—" if v is None else f"{v:,.{digits}f}"
+
+
+def store_report(recs, p):
+    setup = next((r for r in recs if r["kind"] == "store_setup"), None)
+    ours = [r for r in recs if r["kind"] == "store"]
+    limits = [r for r in recs if r["kind"] == "limit"]
+    if not setup and not ours:
+        return
+    p("#### Stores: the library against each store's own limit")
+    p("")
+    if setup:
+        p(f"- servers: {setup['redis']} ({setup['redis_persistence']}); {setup['postgres']} "
+          f"({setup['pg_durability']}); SQLite {setup['sqlite']} (WAL, synchronous=FULL); "
+          f"each measurement {setup['seconds']} s after 0.5 s unrecorded, {setup['rounds']} "
+          "round(s); a number is the median over rounds, a ratio the median of each round's "
+          "back-to-back ratio")
+    p("- pair = claim (Won) + complete (true) of a fresh key; latency per store call; limit: "
+      "Redis `redis-benchmark` EVALSHA of the library's claim script ÷ 2, PostgreSQL `pgbench "
+      "-M prepared` of the library's claim + complete statements, SQLite the same statements "
+      "in a raw C loop at the same durability")
+    p("")
+
+    def key(r):
+        return (r["backend"], r["path"], r["threads"])
+
+    groups, lim = {}, {}
+    for r in ours:
+        groups.setdefault(key(r), []).append(r)
+    for r in limits:
+        lim.setdefault(key(r), []).append(r)
+
+    p("| backend | threads | pool | pairs/s | p50 µs | p99 µs | limit pairs/s | ours ÷ limit | target | |")
+    p("|---|---:|---|---:|---:|---:|---:|---:|---|---|")
+    for b in STORE_ORDER:
+        for (kb, path, t), rs in sorted(groups.items(), key=lambda kv: kv[0][2]):
+            if kb != b or path != "pair":
+                continue
+            bad = sum(r["unexpected"] for r in rs)
+            pool = rs[0].get("pool")
+            pool_txt = "—" if pool is None else (f"{pool} (limits {t} threads)"
+                                                 if rs[0].get("pool_limited") else str(pool))
+            rate = median([r["rate"] for r in rs])
+            ls = lim.get((b, "pair", t), [])
+            lrate = median([r["rate"] for r in ls]) if ls else None
+            by_round = {r["round"]: r["rate"] for r in ls}
+            ratios = [r["rate"] / by_round[r["round"]] for r in rs
+                      if by_round.get(r["round"])]
+            ratio = median(ratios)
+            targeted = b in STORE_TARGETED
+            if bad:
+                verdict_txt = f"INVALID ({bad} unexpected answers or errors)"
+            elif ratio is None:
+                verdict_txt = ""
+            elif targeted:
+                verdict_txt = verdict(ratio >= STORE_RATIO_MIN)
+            else:
+                verdict_txt = "info"
+            p(f"| {b} | {t} | {pool_txt} | {num(rate)} | {num(median([r['p50_us'] for r in rs]), 1)} "
+              f"| {num(median([r['p99_us'] for r in rs]), 1)} | {num(lrate)} "
+              f"| {'—' if ratio is None else f'{ratio:.2f}×'} "
+              f"| {f'≥ {STORE_RATIO_MIN}×' if targeted else '— (info)'} | {verdict_txt} |")
+    p("")
+
+    floors = [r for r in recs if r["kind"] == "floor"]
+    if floors or limits:
+        p("| store's own rate, same run | threads | statements/s | p50 µs | p99 µs |")
+        p("|---|---:|---:|---:|---:|")
+        rows = {}
+        for r in limits + floors:
+            label = r.get("tool", r["kind"])
+            rows.setdefault((r["backend"], label, r["threads"]), []).append(r)
+        for (b, label, t), rs in sorted(rows.items()):
+            rate = median([r["statement_rate"] if "statement_rate" in r else r["rate"] * 2 for r in rs])
+            p50 = median([r["p50_us"] for r in rs if r.get("p50_us") is not None])
+            p99 = median([r["p99_us"] for r in rs if r.get("p99_us") is not None])
+            if p50 is None and rs[0].get("latency_avg_ms") is not None:
+                p50txt = f"avg {median([r['latency_avg_ms'] for r in rs]) * 1000:,.0f} (per pair)"
+            else:
+                p50txt = num(p50, 1)
+            p(f"| {b}: {label} | {t} | {num(rate)} | {p50txt} | {num(p99, 1)} |")
+        p("")
+
+    other = {k: v for k, v in groups.items() if k[1] in ("dup", "hot")}
+    if other:
+        p("| backend | threads | duplicate claims/s (AlreadyDone) | p50 µs | p99 µs "
+          "| one hot key claims/s (HeldByOther) | p50 µs | p99 µs |")
+        p("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for b in STORE_ORDER:
+            for t in sorted({k[2] for k in other if k[0] == b}):
+                cells = []
+                for path in ("dup", "hot"):
+                    rs = other.get((b, path, t))
+                    if not rs:
+                        cells += ["—"] * 3
+                        continue
+                    bad = sum(r["unexpected"] for r in rs)
+                    cells += [num(median([r["rate"] for r in rs])) + (f" ({bad} unexpected)" if bad else ""),
+                              num(median([r["p50_us"] for r in rs]), 1),
+                              num(median([r["p99_us"] for r in rs]), 1)]
+                p(f"| {b} | {t} | " + " | ".join(cells) + " |")
+        p("")
+
+    scale = [r for r in recs if r["kind"] == "scale"]
+    if scale:
+        p("| backend | live records | claim p50 µs | claim p99 µs | bytes per record | fill s |")
+        p("|---|---:|---:|---:|---:|---:|")
+        for b in STORE_ORDER:
+            for r in (r for r in scale if r["backend"] == b):
+                bad = f" ({r['unexpected']} unexpected)" if r["unexpected"] else ""
+                p(f"| {b} | {r['records']:,} | {r['p50_us']}{bad} | {r['p99_us']} "
+                  f"| {r['bytes_per_record']:,.0f} | {r['fill_seconds']} |")
+        p("")
+        p("Bytes per record: growth of the store since before the first fill ÷ records (memory: "
+          "the process's RSS; SQLite: the file after a WAL checkpoint; Redis: `used_memory`; "
+          "PostgreSQL: `pg_total_relation_size`, table + indexes). Records are written in bulk "
+          "in each store's own format; the claims are of fresh keys, each then completed.")
+        p("")
+
+    purge = [r for r in recs if r["kind"] == "store_purge"]
+    if purge:
+        p("| backend | expired records | purged | purge_expired() s | records/s |")
+        p("|---|---:|---:|---:|---:|")
+        for b in STORE_ORDER:
+            for r in (r for r in purge if r["backend"] == b):
+                rate = r["purged"] / r["seconds"] if r["seconds"] else 0
+                p(f"| {b} | {r['expired']:,} | {r['purged']:,} | {r['seconds']:.3f} | {rate:,.0f} |")
+        p("")
+        p("Redis has no row: it deletes each record itself at its `expires_at` (PEXPIREAT), and "
+          "`purge_expired()` returns 0 without a call.")
+        p("")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("records")
@@ -78,6 +230,7 @@ def main():
     ap.add_argument("--gateway", default="?")
     ap.add_argument("--root", default=".")
     ap.add_argument("--load", default="?", help="load averages before the bench started")
+    ap.add_argument("--store-bench", default=None, help="the store part's driver")
     a = ap.parse_args()
     recs = [json.loads(line) for line in open(a.records) if line.strip()]
     runs = [r for r in recs if r["kind"] == "wrk"]
@@ -86,15 +239,21 @@ def main():
     p = out.append
 
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    with open("/proc/loadavg") as f:
+        end_load = " ".join(f.read().split()[:3])
     p(f"### `./dev bench` — {now}")
     p("")
     p(f"- machine: {machine(a.root, a.gateway)}")
-    p(f"- wrk, the nginx processes and the gateway share these {os.cpu_count()} cores "
-      "(nothing pinned): ratios from the same run are the result, absolute numbers are not; "
-      f"load average (1/5/15 min) just before the bench: {a.load}")
-    p(f"- each run: {a.warmup} s warm-up (not recorded), then {a.duration} s measured; POST of a "
-      "Pub/Sub push envelope (~170 B) with a unique messageId per request; upstream: nginx "
-      f"`return 200`; the bench took {a.elapsed} s")
+    if a.store_bench and any(r["kind"] == "store" for r in recs):
+        p(f"- store driver: `{os.path.relpath(a.store_bench, a.root)}` (same tree)")
+    p(f"- the load generators, the servers and the code measured share these {os.cpu_count()} "
+      "cores (nothing pinned): ratios from the same run are the result, absolute numbers are "
+      f"not; load average (1/5/15 min) just before the bench: {a.load}, at its end: {end_load}")
+    if runs:
+        p(f"- each wrk run: {a.warmup} s warm-up (not recorded), then {a.duration} s measured; POST "
+          "of a Pub/Sub push envelope (~170 B) with a unique messageId per request; upstream: "
+          "nginx `return 200`")
+    p(f"- the bench took {a.elapsed} s")
     p("")
 
     if runs:
@@ -227,6 +386,7 @@ def main():
           f"1 s tick); "
           f"{c['refused']} connects refused. Gateway p99 at -c1 without them: {base_txt}.")
         p("")
+    store_report(recs, p)
     print("\n".join(out))
 
 

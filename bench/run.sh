@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# bench/run.sh GATEWAY_BINARY [throughput|rss|slowloris ...] — the benchmark behind `./dev bench`.
+# bench/run.sh GATEWAY_BINARY [throughput|rss|slowloris|purge|store ...] — the benchmark behind
+# `./dev bench`.
 #
 # Everything runs in one go on this machine, on 127.0.0.1, so the numbers that matter are the
 # RATIOS between targets measured minutes apart under the same conditions (gateway vs an nginx
@@ -10,28 +11,41 @@
 #   rss         the gateway on sqlite:// under the 16-connection load: VmRSS / VmHWM
 #   slowloris   the gateway holding BENCH_SLOW_CONNS never-finished requests while wrk -c1 runs
 #   purge       the gateway on sqlite:// (1 s ttl) under -c16, without and with a purge every 1 s
+#   store       every store path through the library (bench/store_bench) at 1, 8 and 64 threads,
+#               each right beside the store's own limit for the same statements (redis-benchmark
+#               EVALSHA, pgbench -M prepared, raw SQLite), on private servers; then scale, purge
 #
-# No part given: all three. Knobs (environment): BENCH_DURATION (10, seconds), BENCH_WARMUP (2),
-# BENCH_SLOW_CONNS (200), BENCH_HEADER_TIMEOUT (5s). Output: the markdown table on stdout and in
+# No part given: all five. Knobs (environment): BENCH_DURATION (10, seconds), BENCH_WARMUP (2),
+# BENCH_SLOW_CONNS (200), BENCH_HEADER_TIMEOUT (5s); for store: STORE_BENCH (the driver,
+# build/bench/store_bench), BENCH_STORE_SECONDS (3), BENCH_STORE_ROUNDS (3),
+# BENCH_STORE_THREADS (1,8,64), BENCH_STORE_SCALE (1000,100000,1000000),
+# BENCH_STORE_PURGE (1000,10000,100000). Output: the markdown table on stdout and in
 # bench/results/latest.md (a full run) or bench/results/last-PART.md (a partial one), with the
 # raw records beside it as .jsonl.
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$BENCH_DIR")
-[ $# -ge 1 ] || { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 GATEWAY=$(realpath "$1"); shift
-[ -x "$GATEWAY" ] || { echo "no gateway binary at $GATEWAY" >&2; exit 2; }
 PARTS=("$@")
-[ ${#PARTS[@]} -eq 0 ] && PARTS=(throughput rss slowloris purge)
+[ ${#PARTS[@]} -eq 0 ] && PARTS=(throughput rss slowloris purge store)
 for p in "${PARTS[@]}"; do
-  case "$p" in throughput | rss | slowloris | purge) ;; *) echo "unknown part: $p" >&2; exit 2 ;; esac
+  case "$p" in throughput | rss | slowloris | purge | store) ;; *) echo "unknown part: $p" >&2; exit 2 ;; esac
 done
+# The store part alone needs no gateway (bench/run.sh - store).
+[ "${PARTS[*]}" = store ] || [ -x "$GATEWAY" ] || { echo "no gateway binary at $GATEWAY" >&2; exit 2; }
 
 DURATION=${BENCH_DURATION:-10} # seconds, each measured wrk run
 WARMUP=${BENCH_WARMUP:-2}     # seconds, an unrecorded wrk run just before each measured one
 SLOW_CONNS=${BENCH_SLOW_CONNS:-200}
 HEADER_TIMEOUT=${BENCH_HEADER_TIMEOUT:-5s}
+STORE_BENCH=${STORE_BENCH:-$ROOT/build/bench/store_bench}
+STORE_SECONDS=${BENCH_STORE_SECONDS:-3}
+STORE_ROUNDS=${BENCH_STORE_ROUNDS:-3}
+STORE_THREADS=${BENCH_STORE_THREADS:-1,8,64}
+STORE_SCALE=${BENCH_STORE_SCALE:-1000,100000,1000000}
+STORE_PURGE=${BENCH_STORE_PURGE:-1000,10000,100000}
 
 TMP=$(mktemp -d /tmp/idem-bench.XXXXXX)
 RECORDS=$TMP/records.jsonl # one JSON object per measurement; bench/report.py renders them
@@ -60,6 +74,7 @@ cleanup() {
   [ "$BASHPID" = "$$" ] || return 0
   local pid
   for pid in "${PIDS[@]}"; do stop "$pid"; done
+  stop_postgres
   rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -306,24 +321,182 @@ part_purge() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# The store part: private servers, the library against each store's own limit, back to back.
+
+PG_DATA="" PG_CTL=""
+
+# as_postgres CMD...: initdb and postgres refuse to run as root; the cluster then belongs to
+# the `postgres` system user (as in tests/support/servers/postgres.sh).
+as_postgres() {
+  if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+pg_bin() { echo "$(find /usr/lib/postgresql -mindepth 2 -maxdepth 2 -name bin | sort -V | tail -n 1)/$1"; }
+
+stop_postgres() {
+  [ -n "$PG_DATA" ] && [ -f "$PG_DATA/postmaster.pid" ] || return 0
+  as_postgres "$PG_CTL" -D "$PG_DATA" -m fast -w -t 30 stop >/dev/null 2>&1 || true
+  rm -rf "$(dirname "$PG_DATA")"
+}
+
+# start_postgres: a throwaway cluster on a free port with PostgreSQL's durable defaults
+# (fsync, synchronous_commit, full_page_writes all on); trust auth, loopback only.
+start_postgres() {
+  local dir port
+  dir=$(mktemp -d /tmp/idem-bench-pg.XXXXXX) # outside $TMP: the postgres user must reach it
+  port=$(free_port)
+  PG_CTL=$(pg_bin pg_ctl) PG_DATA=$dir/data
+  if [ "$(id -u)" -eq 0 ]; then chown postgres: "$dir"; fi
+  as_postgres "$(pg_bin initdb)" -D "$PG_DATA" -U postgres --auth=trust -E UTF8 --no-locale \
+    >"$TMP/initdb.log" 2>&1 || { cat "$TMP/initdb.log" >&2; die "initdb failed"; }
+  printf "listen_addresses = '127.0.0.1'\nport = %s\nunix_socket_directories = '%s'\nmax_connections = 120\n" \
+    "$port" "$dir" >>"$PG_DATA/postgresql.conf"
+  as_postgres "$PG_CTL" -D "$PG_DATA" -l "$dir/postgres.log" -w -t 60 start >/dev/null ||
+    { cat "$dir/postgres.log" >&2; die "postgres did not start"; }
+  STARTED_PORT=$port
+}
+
+# start_redis: redis-server on a free port, no persistence (no RDB snapshots, no AOF).
+start_redis() {
+  local port dir=$TMP/redis pid
+  port=$(free_port)
+  mkdir -p "$dir"
+  redis-server --bind 127.0.0.1 --port "$port" --save "" --appendonly no --dir "$dir" \
+    --daemonize no >"$dir/redis.log" 2>&1 &
+  pid=$!
+  PIDS+=("$pid")
+  wait_port "$port" "$pid" "$dir/redis.log"
+  STARTED_PORT=$port
+}
+
+# store_run ROUND ARGS...: one store_bench invocation, its JSON lines recorded with the round.
+store_run() {
+  local round=$1 line
+  shift
+  while IFS= read -r line; do
+    record "${line%\}},\"round\":$round}"
+    say "round $round $line"
+  done < <("$STORE_BENCH" "$@")
+}
+
+us() { awk -v v="$1" 'BEGIN { print v * 1000 }'; } # ms → µs
+
+# redis_limit ROUND THREADS PORT SHA CLAIMS_PER_S: redis-benchmark -c THREADS of EVALSHA of the
+# library's script (the claim operation, on fresh random keys), and of SET NX PX (the least a
+# claim can be). -n is sized from the library's rate just measured, for about STORE_SECONDS.
+redis_limit() {
+  local round=$1 c=$2 port=$3 sha=$4 rate=$5 n csv rps p50 p99 what args
+  n=$(awk -v r="$rate" -v s="$STORE_SECONDS" 'BEGIN { n = int(r * s * 1.5); print (n < 20000 ? 20000 : n) }')
+  for what in evalsha setnx; do
+    if [ "$what" = evalsha ]; then
+      args=(EVALSHA "$sha" 1 "idempotency:rb-$round-$c-__rand_int__" claim ""
+        0123456789abcdef0123456789abcdef 60000 3600000 -)
+    else
+      args=(SET "idempotency:rs-$round-$c-__rand_int__" 0123456789abcdef0123456789abcdef NX PX 60000)
+    fi
+    csv=$(redis-benchmark -h 127.0.0.1 -p "$port" -c "$c" -n "$n" -r 1000000000000 --csv \
+      --precision 3 "${args[@]}" | tail -n 1)
+    rps=$(cut -d, -f2 <<<"$csv" | tr -d '"')
+    p50=$(cut -d, -f5 <<<"$csv" | tr -d '"')
+    p99=$(cut -d, -f7 <<<"$csv" | tr -d '"')
+    [ -n "$rps" ] || die "redis-benchmark printed no result"
+    if [ "$what" = evalsha ]; then
+      record "{\"kind\":\"limit\",\"backend\":\"redis\",\"path\":\"pair\",\"threads\":$c,\"rate\":$(awk -v r="$rps" 'BEGIN { print r / 2 }'),\"statement_rate\":$rps,\"p50_us\":$(us "$p50"),\"p99_us\":$(us "$p99"),\"requests\":$n,\"round\":$round,\"tool\":\"redis-benchmark EVALSHA claim; pairs/s = claims/s / 2\"}"
+    else
+      record "{\"kind\":\"floor\",\"backend\":\"redis\",\"path\":\"set-nx\",\"threads\":$c,\"statement_rate\":$rps,\"p50_us\":$(us "$p50"),\"p99_us\":$(us "$p99"),\"round\":$round,\"tool\":\"redis-benchmark SET NX PX\"}"
+    fi
+    say "round $round redis-benchmark $what -c $c: $rps/s"
+  done
+}
+
+# pg_limit ROUND THREADS PORT SCRIPT: pgbench -M prepared of the library's claim + complete
+# statements (one script run = one pair, two autocommit round trips).
+pg_limit() {
+  local round=$1 c=$2 port=$3 script=$4 j=1 out tps lat
+  [ "$c" -ge 2 ] && j=2
+  out=$(pgbench -n -M prepared -h 127.0.0.1 -p "$port" -U postgres -c "$c" -j "$j" \
+    -T "$STORE_SECONDS" -f "$script" postgres 2>&1) || { echo "$out" >&2; die "pgbench failed"; }
+  tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$out" | tail -n 1)
+  lat=$(sed -n 's/^latency average = \([0-9.]*\) ms$/\1/p' <<<"$out")
+  [ -n "$tps" ] || { echo "$out" >&2; die "pgbench printed no tps"; }
+  record "{\"kind\":\"limit\",\"backend\":\"postgres\",\"path\":\"pair\",\"threads\":$c,\"rate\":$tps,\"latency_avg_ms\":${lat:-null},\"round\":$round,\"tool\":\"pgbench -M prepared, the claim + complete statements\"}"
+  say "round $round pgbench -c $c: $tps pairs/s"
+}
+
+last_rate() { sed -n 's/.*"rate":\([0-9.]*\).*/\1/p' "$RECORDS" | tail -n 1; }
+
+part_store() {
+  [ -x "$STORE_BENCH" ] || die "no store driver at $STORE_BENCH (./dev bench builds it)"
+  local redis_port pg_port sha round c threads script=$TMP/claim_complete.pgbench
+  local sqlite_dir=$TMP/sqlite psql_=(psql -h 127.0.0.1 -U postgres -d postgres -qAt)
+  mkdir -p "$sqlite_dir"
+  start_redis
+  redis_port=$STARTED_PORT
+  start_postgres
+  pg_port=$STARTED_PORT
+  psql_+=(-p "$pg_port")
+  local redis_url="redis://127.0.0.1:$redis_port"
+  local pg_url="postgres://postgres@127.0.0.1:$pg_port/postgres"
+  sha=$(redis-cli -p "$redis_port" SCRIPT LOAD "$(cat "$ROOT/src/backends/redis/redis_script.lua")")
+  "$STORE_BENCH" pgbench-script >"$script"
+  record "{\"kind\":\"store_setup\",\"redis\":\"$(redis-server --version | sed 's/ sha=.*//')\",\"postgres\":\"$("$(pg_bin postgres)" --version)\",\"sqlite\":\"$(sqlite3 --version | cut -d' ' -f1)\",\"seconds\":$STORE_SECONDS,\"rounds\":$STORE_ROUNDS,\"pg_durability\":\"fsync=$("${psql_[@]}" -c 'SHOW fsync') synchronous_commit=$("${psql_[@]}" -c 'SHOW synchronous_commit') full_page_writes=$("${psql_[@]}" -c 'SHOW full_page_writes')\",\"redis_persistence\":\"save='$(redis-cli -p "$redis_port" CONFIG GET save | tail -n 1)' appendonly=$(redis-cli -p "$redis_port" CONFIG GET appendonly | tail -n 1)\"}"
+  say "store: redis on $redis_port, postgres on $pg_port (durable defaults), sqlite in $sqlite_dir"
+
+  IFS=, read -r -a threads <<<"$STORE_THREADS"
+  for ((round = 1; round <= STORE_ROUNDS; round++)); do
+    for c in "${threads[@]}"; do
+      store_run "$round" run memory:// memory "$c" "$STORE_SECONDS" pair
+      store_run "$round" run "sqlite://$sqlite_dir/ours.db" sqlite "$c" "$STORE_SECONDS" pair
+      store_run "$round" sqlite-limit "$sqlite_dir/raw.db" "$c" "$STORE_SECONDS"
+      store_run "$round" run "$redis_url" redis "$c" "$STORE_SECONDS" pair
+      redis_limit "$round" "$c" "$redis_port" "$sha" "$(awk -v r="$(last_rate)" 'BEGIN { print r * 2 }')"
+      store_run "$round" run "$pg_url" postgres "$c" "$STORE_SECONDS" pair
+      pg_limit "$round" "$c" "$pg_port" "$script"
+    done
+  done
+  say "store: the duplicate and one-hot-key paths (one round)"
+  store_run 1 run memory:// memory "$STORE_THREADS" "$STORE_SECONDS" dup,hot
+  store_run 1 run "sqlite://$sqlite_dir/ours.db" sqlite "$STORE_THREADS" "$STORE_SECONDS" dup,hot
+  store_run 1 run "$redis_url" redis "$STORE_THREADS" "$STORE_SECONDS" dup,hot
+  store_run 1 run "$pg_url" postgres "$STORE_THREADS" "$STORE_SECONDS" dup,hot
+
+  say "store: claim latency against live records, and purge_expired against expired records"
+  redis-cli -p "$redis_port" FLUSHALL >/dev/null
+  "${psql_[@]}" -c 'TRUNCATE idempotency_records'
+  store_run 1 scale memory memory:// "$STORE_SCALE"
+  store_run 1 scale sqlite "sqlite://$sqlite_dir/scale.db" "$STORE_SCALE"
+  store_run 1 scale redis "$redis_url" "$STORE_SCALE"
+  store_run 1 scale postgres "$pg_url" "$STORE_SCALE"
+  "${psql_[@]}" -c 'TRUNCATE idempotency_records'
+  store_run 1 purge memory memory:// "$STORE_PURGE"
+  store_run 1 purge sqlite "sqlite://$sqlite_dir/purge.db" "$STORE_PURGE"
+  store_run 1 purge postgres "$pg_url" "$STORE_PURGE"
+  stop_postgres
+}
+
+# ---------------------------------------------------------------------------------------------
 
 main() {
   local started p up_pid name=latest load_start
   started=$(date +%s)
   # Other work on the machine skews the ratios: the load before we add ours goes into the report.
   load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-  start_upstream
-  UP_PORT=$STARTED_PORT up_pid=$STARTED_PID
-  say "upstream nginx (return 200) on 127.0.0.1:$UP_PORT; gateway: $GATEWAY"
+  # The store part needs no upstream; every other part does.
+  UP_PORT="" up_pid=""
+  if [ "${PARTS[*]}" != store ]; then
+    start_upstream
+    UP_PORT=$STARTED_PORT up_pid=$STARTED_PID
+    say "upstream nginx (return 200) on 127.0.0.1:$UP_PORT; gateway: $GATEWAY"
+  fi
   for p in "${PARTS[@]}"; do "part_$p" "$UP_PORT"; done
-  stop "$up_pid"
+  [ -z "$up_pid" ] || stop "$up_pid"
 
-  [ "${PARTS[*]}" = "throughput rss slowloris purge" ] || name="last-$(tr ' ' '-' <<<"${PARTS[*]}")"
+  [ "${PARTS[*]}" = "throughput rss slowloris purge store" ] || name="last-$(tr ' ' '-' <<<"${PARTS[*]}")"
   mkdir -p "$BENCH_DIR/results"
   cp "$RECORDS" "$BENCH_DIR/results/$name.jsonl"
   python3 "$BENCH_DIR/report.py" "$RECORDS" --duration "$DURATION" --warmup "$WARMUP" \
     --elapsed $(($(date +%s) - started)) --gateway "$GATEWAY" --root "$ROOT" \
-    --load "$load_start" |
+    --load "$load_start" --store-bench "$STORE_BENCH" |
     tee "$BENCH_DIR/results/$name.md"
   say "written: bench/results/$name.md (raw records: $name.jsonl)"
 }

@@ -1,0 +1,674 @@
+// store_bench: the driver behind `./dev bench store` (bench/run.sh). It measures every store
+// path through the public API (open_backend + LockBackend), and the raw SQLite limit the same
+// statements reach without the library; bench/run.sh measures the Redis and PostgreSQL limits
+// with redis-benchmark and pgbench, back to back with these runs. One JSON object a line.
+//
+//   store_bench run URL NAME THREADS SECONDS PATHS  paths: pair,dup,hot (comma-separated)
+//   store_bench sqlite-limit PATH THREADS SECONDS   raw BEGIN IMMEDIATE / SELECT / UPSERT /
+//                                                   COMMIT pairs, synchronous=FULL, WAL
+//   store_bench pgbench-script [TABLE]              the claim + complete statements as a
+//                                                   pgbench script (-M prepared)
+//   store_bench scale NAME URL COUNTS               claim p50/p99 at each count of live
+//                                                   records, and bytes per record
+//   store_bench purge NAME URL COUNTS               purge_expired() time against expired count
+//
+// A pair is claim (must be Won) then complete (must be true) of a key no run used before. The
+// duplicate path is claim of a DONE key (must be AlreadyDone); the hot path is every thread
+// claiming one key that one earlier claim holds (must be HeldByOther).
+#include <hiredis/hiredis.h>
+#include <libpq-fe.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <latch>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "idempotency/backend.h"
+#include "idempotency/clock.h"
+#include "idempotency/memory_lock.h"
+#include "idempotency/open_backend.h"
+#include "idempotency/postgres_lock.h"
+#include "idempotency/redis_lock.h"
+#include "idempotency/sqlite_lock.h"
+#include "postgres/postgres_internal.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using idempotency::AlreadyDone;
+using idempotency::ClaimResult;
+using idempotency::HeldByOther;
+using idempotency::LockBackend;
+using idempotency::Won;
+
+constexpr std::chrono::milliseconds kLease{60'000};
+constexpr std::int64_t kTtlMs = 3'600'000;  // the default ttl, which every backend here uses
+constexpr double kWarmupSeconds = 0.5;
+
+std::string nonce() {
+  std::random_device rd;
+  std::ostringstream s;
+  s << std::hex << rd() << rd();
+  return s.str();
+}
+
+// Percentile of sorted nanoseconds, in microseconds.
+double pct_us(const std::vector<std::int64_t>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  const auto i = static_cast<std::size_t>(p * static_cast<double>(sorted.size() - 1));
+  return static_cast<double>(sorted[i]) / 1000.0;
+}
+
+std::string fmt(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f", v);
+  return buf;
+}
+
+struct Tally {
+  std::vector<std::int64_t> call_ns;  // every store call in the measured window
+  std::uint64_t ops = 0;              // pairs (pair path) or claims (dup, hot)
+  std::uint64_t unexpected = 0;       // an answer the path does not expect
+};
+
+// Runs body(thread, tally, record) on `threads` threads: kWarmupSeconds unrecorded, then
+// `seconds` recorded. body performs one operation and adds its calls' latencies when
+// `record` is set. Returns the merged tally and the measured wall time.
+template <typename Body>
+std::pair<Tally, double> drive(int threads, double seconds, Body body) {
+  std::vector<Tally> tallies(static_cast<std::size_t>(threads));
+  std::latch ready(threads + 1);
+  std::atomic<int> phase{0};  // 0 warm-up, 1 measured, 2 stop
+  std::atomic<std::uint64_t> errors{0};
+  std::vector<std::thread> pool;
+  pool.reserve(static_cast<std::size_t>(threads));
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      Tally& tally = tallies[static_cast<std::size_t>(t)];
+      tally.call_ns.reserve(1 << 16);
+      ready.arrive_and_wait();
+      for (int p = phase.load(std::memory_order_relaxed); p != 2;
+           p = phase.load(std::memory_order_relaxed)) {
+        try {
+          body(t, tally, p == 1);
+        } catch (const std::exception& e) {
+          if (errors.fetch_add(1) < 3) std::fprintf(stderr, "store_bench: %s\n", e.what());
+          ++tally.unexpected;
+        }
+      }
+    });
+  }
+  ready.arrive_and_wait();
+  std::this_thread::sleep_for(std::chrono::duration<double>(kWarmupSeconds));
+  const auto start = Clock::now();
+  phase = 1;
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  phase = 2;
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  for (auto& th : pool) th.join();
+  Tally all;
+  for (auto& t : tallies) {
+    all.ops += t.ops;
+    all.unexpected += t.unexpected;
+    all.call_ns.insert(all.call_ns.end(), t.call_ns.begin(), t.call_ns.end());
+  }
+  std::sort(all.call_ns.begin(), all.call_ns.end());
+  return {std::move(all), elapsed};
+}
+
+// Times one call, adding it to the tally when recording.
+template <typename F>
+auto timed(Tally& tally, bool record, F f) {
+  const auto t0 = Clock::now();
+  auto r = f();
+  if (record) tally.call_ns.push_back((Clock::now() - t0).count());
+  return r;
+}
+
+void emit(const std::string& kind, const std::string& name, const std::string& path, int threads,
+          const Tally& t, double elapsed, const std::string& extra) {
+  std::printf(
+      "{\"kind\":\"%s\",\"backend\":\"%s\",\"path\":\"%s\",\"threads\":%d,\"ops\":%llu,"
+      "\"seconds\":%.3f,\"rate\":%.1f,\"calls\":%zu,\"p50_us\":%s,\"p99_us\":%s,"
+      "\"unexpected\":%llu%s}\n",
+      kind.c_str(), name.c_str(), path.c_str(), threads, static_cast<unsigned long long>(t.ops),
+      elapsed, static_cast<double>(t.ops) / elapsed, t.call_ns.size(),
+      fmt(pct_us(t.call_ns, 0.50)).c_str(), fmt(pct_us(t.call_ns, 0.99)).c_str(),
+      static_cast<unsigned long long>(t.unexpected), extra.c_str());
+  std::fflush(stdout);
+}
+
+// The default pool of the backend a URL names, as the library builds it (open_backend passes
+// no pool size), and whether `threads` callers outnumber it.
+std::string pool_info(std::string_view url, int threads) {
+  std::size_t pool = 0;
+  if (url.starts_with("redis")) pool = idempotency::RedisOptions{}.pool_size;
+  if (url.starts_with("postgres")) pool = idempotency::PostgresOptions{}.pool_size;
+  if (url.starts_with("sqlite")) pool = 1;  // one connection, serialized (DECISIONS.md)
+  if (pool == 0) return ",\"pool\":null,\"pool_limited\":false";
+  return ",\"pool\":" + std::to_string(pool) +
+         ",\"pool_limited\":" + (static_cast<std::size_t>(threads) > pool ? "true" : "false");
+}
+
+int cmd_run(const std::string& url, const std::string& name, const std::vector<int>& counts,
+            double seconds, const std::string& paths) {
+  std::unique_ptr<LockBackend> backend = idempotency::open_backend(url);
+  const std::string run = nonce();
+  std::uint64_t serial = 0;  // keys of the set-up steps
+  auto fresh = [&] { return "bench-" + run + "-setup-" + std::to_string(serial++); };
+  for (int threads : counts) {
+    const std::string extra = pool_info(url, threads);
+    if (paths.find("pair") != std::string::npos) {
+      std::vector<std::uint64_t> next(static_cast<std::size_t>(threads), 0);
+      const std::string prefix = "bench-" + run + "-pair-" + std::to_string(threads) + "-";
+      auto [t, s] = drive(threads, seconds, [&](int th, Tally& tally, bool record) {
+        const std::string key = prefix + std::to_string(th) + "-" +
+                                std::to_string(next[static_cast<std::size_t>(th)]++);
+        ClaimResult r = timed(tally, record, [&] { return backend->claim(key, kLease); });
+        const Won* won = std::get_if<Won>(&r);
+        if (won == nullptr) {
+          if (record) ++tally.unexpected;
+          return;
+        }
+        const bool ok = timed(tally, record, [&] { return backend->complete(won->claim); });
+        if (!record) return;
+        if (ok) {
+          ++tally.ops;
+        } else {
+          ++tally.unexpected;
+        }
+      });
+      emit("store", name, "pair", threads, t, s, extra);
+    }
+    if (paths.find("dup") != std::string::npos) {
+      // 256 DONE keys, claimed again at random: spread so that rows are not all one hot row.
+      std::vector<std::string> done;
+      for (int i = 0; i < 256; ++i) {
+        std::string k = fresh();
+        ClaimResult r = backend->claim(k, kLease);
+        if (const Won* w = std::get_if<Won>(&r)) (void)backend->complete(w->claim, "result");
+        done.push_back(std::move(k));
+      }
+      auto [t, s] = drive(threads, seconds, [&](int th, Tally& tally, bool record) {
+        thread_local std::minstd_rand rng(static_cast<unsigned>(th) + 1);
+        const std::string& key = done[rng() % done.size()];
+        ClaimResult r = timed(tally, record, [&] { return backend->claim(key, kLease); });
+        if (!record) return;
+        if (std::holds_alternative<AlreadyDone>(r)) {
+          ++tally.ops;
+        } else {
+          ++tally.unexpected;
+        }
+      });
+      emit("store", name, "dup", threads, t, s, extra);
+    }
+    if (paths.find("hot") != std::string::npos) {
+      const std::string hot = fresh();
+      ClaimResult owner = backend->claim(hot, kLease);  // held for the whole run
+      if (!std::holds_alternative<Won>(owner)) throw std::runtime_error("hot key not won");
+      auto [t, s] = drive(threads, seconds, [&](int, Tally& tally, bool record) {
+        ClaimResult r = timed(tally, record, [&] { return backend->claim(hot, kLease); });
+        if (!record) return;
+        if (std::holds_alternative<HeldByOther>(r)) {
+          ++tally.ops;
+        } else {
+          ++tally.unexpected;
+        }
+      });
+      emit("store", name, "hot", threads, t, s, extra);
+    }
+  }
+  return 0;
+}
+
+// ------------------------------------------------------------------------------------------
+// Raw SQLite: what SqliteLock's file setup and statements cost without the library.
+
+void sqlite_ok(sqlite3* db, int rc, const char* what) {
+  if (rc != SQLITE_OK && rc != SQLITE_DONE && rc != SQLITE_ROW) {
+    throw std::runtime_error(std::string("sqlite ") + what + ": " + sqlite3_errmsg(db));
+  }
+}
+
+void sqlite_exec(sqlite3* db, const std::string& sql) {
+  sqlite_ok(db, sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), sql.c_str());
+}
+
+struct SqliteDeleter {
+  void operator()(sqlite3* db) const noexcept { sqlite3_close_v2(db); }
+};
+struct StmtDeleter {
+  void operator()(sqlite3_stmt* s) const noexcept { sqlite3_finalize(s); }
+};
+using SqlitePtr = std::unique_ptr<sqlite3, SqliteDeleter>;
+using StmtPtr = std::unique_ptr<sqlite3_stmt, StmtDeleter>;
+
+// Opens `path` exactly as SqliteLock does (src/backends/sqlite/sqlite_lock.cc).
+SqlitePtr sqlite_open(const std::string& path) {
+  sqlite3* raw = nullptr;
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &raw,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  SqlitePtr db(raw);
+  sqlite_ok(raw, rc, "open");
+  sqlite3_busy_timeout(raw, 5000);
+  sqlite_exec(raw, "PRAGMA auto_vacuum=INCREMENTAL");
+  sqlite_exec(raw, "PRAGMA journal_mode=WAL");
+  sqlite_exec(raw, "PRAGMA synchronous=FULL");
+  sqlite_exec(raw, "PRAGMA journal_size_limit=67108864");
+  sqlite_exec(raw, idempotency::SqliteLock::schema());
+  return db;
+}
+
+StmtPtr sqlite_prepare(sqlite3* db, const std::string& sql) {
+  sqlite3_stmt* s = nullptr;
+  sqlite_ok(db, sqlite3_prepare_v3(db, sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &s, nullptr),
+            "prepare");
+  return StmtPtr(s);
+}
+
+const char* const kSqliteSelect =
+    "SELECT state, fence, lease_expiry_ms, expires_at_ms, claim_token, result, fingerprint "
+    "FROM \"idempotency_records\" WHERE key = ?1";
+const char* const kSqliteUpsert =
+    "INSERT OR REPLACE INTO \"idempotency_records\" (key, state, fence, lease_expiry_ms, "
+    "expires_at_ms, claim_token, result, fingerprint) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+
+std::int64_t epoch_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+int cmd_sqlite_limit(const std::string& path, const std::vector<int>& counts, double seconds) {
+  SqlitePtr db = sqlite_open(path);
+  StmtPtr select = sqlite_prepare(db.get(), kSqliteSelect);
+  StmtPtr upsert = sqlite_prepare(db.get(), kSqliteUpsert);
+  std::mutex mutex;  // one connection, one transaction at a time, as SqliteLock
+  const std::string token(32, 't');
+  // One operation: BEGIN IMMEDIATE, read the key, write its record, COMMIT.
+  auto op = [&](const std::string& key, int state) {
+    const std::lock_guard lock(mutex);
+    sqlite_exec(db.get(), "BEGIN IMMEDIATE");
+    sqlite3_stmt* s = select.get();
+    sqlite3_reset(s);
+    sqlite3_bind_blob(s, 1, key.data(), static_cast<int>(key.size()), SQLITE_STATIC);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+    }
+    sqlite3_reset(s);
+    const std::int64_t now = epoch_ms();
+    sqlite3_stmt* u = upsert.get();
+    sqlite3_reset(u);
+    sqlite3_bind_blob(u, 1, key.data(), static_cast<int>(key.size()), SQLITE_STATIC);
+    sqlite3_bind_int(u, 2, state);
+    sqlite3_bind_int64(u, 3, 1);
+    sqlite3_bind_int64(u, 4, now + kLease.count());
+    sqlite3_bind_int64(u, 5, now + kLease.count() + kTtlMs);
+    sqlite3_bind_blob(u, 6, token.data(), static_cast<int>(token.size()), SQLITE_STATIC);
+    sqlite3_bind_null(u, 7);
+    sqlite3_bind_null(u, 8);
+    sqlite_ok(db.get(), sqlite3_step(u), "upsert");
+    sqlite3_reset(u);
+    sqlite_exec(db.get(), "COMMIT");
+    return 0;
+  };
+  const std::string run = nonce();
+  for (int threads : counts) {
+    std::vector<std::uint64_t> next(static_cast<std::size_t>(threads), 0);
+    auto [t, s] = drive(threads, seconds, [&](int th, Tally& tally, bool record) {
+      const std::string key = "raw-" + run + "-" + std::to_string(threads) + "-" +
+                              std::to_string(th) + "-" +
+                              std::to_string(next[static_cast<std::size_t>(th)]++);
+      timed(tally, record, [&] { return op(key, 1); });
+      timed(tally, record, [&] { return op(key, 2); });
+      if (record) ++tally.ops;
+    });
+    emit("limit", "sqlite", "pair", threads, t, s,
+         ",\"tool\":\"raw SQLite C API: the same pragmas, table and statements, one connection\"");
+  }
+  return 0;
+}
+
+// ------------------------------------------------------------------------------------------
+// pgbench: PostgresLock's own claim and complete statements, parameters made pgbench variables.
+
+std::string pg_substitute(const std::string& sql, const std::vector<std::string>& params) {
+  std::string out;
+  for (std::size_t i = 0; i < sql.size(); ++i) {
+    if (sql[i] == '$' && i + 1 < sql.size() && sql[i + 1] >= '1' && sql[i + 1] <= '9') {
+      std::size_t j = i + 1;
+      std::size_t n = 0;
+      while (j < sql.size() && sql[j] >= '0' && sql[j] <= '9') n = n * 10 + (sql[j++] - '0');
+      out += params.at(n - 1);
+      i = j - 1;
+    } else {
+      out += sql[i];
+    }
+  }
+  return out;
+}
+
+int cmd_pgbench_script(const std::string& table) {
+  namespace pg = idempotency::postgres_detail;
+  const pg::Statements st = pg::statements(pg::parse_table(table));
+  // claim: $1 key, $2 now (NULL: the server's clock), $3 lease, $4 ttl, $5 token, $6 fingerprint
+  const std::string claim = pg_substitute(
+      st.claim.sql,
+      {":k::bytea", "NULL", ":lease::bigint", ":ttl::bigint", ":tok::bytea", "NULL::bytea"});
+  // complete: $1 key, $2 now, $3 fence (1: a fresh key), $4 result (none), $5 ttl
+  const std::string complete = pg_substitute(
+      st.complete.sql, {":k::bytea", "NULL", ":fence::bigint", "NULL::bytea", ":ttl::bigint"});
+  std::printf("\\set k random(1, 1000000000000)\n\\set tok random(1, 1000000000000)\n");
+  std::printf("\\set lease %lld\n\\set ttl %lld\n\\set fence 1\n",
+              static_cast<long long>(kLease.count()), static_cast<long long>(kTtlMs));
+  std::printf("%s;\n%s;\n", claim.c_str(), complete.c_str());
+  return 0;
+}
+
+// ------------------------------------------------------------------------------------------
+// Scale: live records in bulk (written straight into the store, in the backend's own format,
+// as the benchmark cannot wait for 10^6 durable claims), then claim latency of fresh keys.
+
+std::string url_after(std::string_view url, std::string_view scheme) {
+  return std::string(url.substr(scheme.size()));
+}
+
+struct PgConnDeleter {
+  void operator()(PGconn* c) const noexcept { PQfinish(c); }
+};
+struct RedisDeleter {
+  void operator()(redisContext* c) const noexcept { redisFree(c); }
+};
+
+class Populator {
+ public:
+  virtual ~Populator() = default;
+  // add(): `n` more records, live (DONE within their ttl) or already expired.
+  virtual void add(std::int64_t from, std::int64_t n, bool expired) = 0;
+  // bytes(): what the store holds for its records now, or -1.
+  virtual double bytes() = 0;
+};
+
+class SqlitePopulator final : public Populator {
+ public:
+  explicit SqlitePopulator(std::string path) : path_(std::move(path)), db_(sqlite_open(path_)) {}
+  void add(std::int64_t from, std::int64_t n, bool expired) override {
+    StmtPtr u = sqlite_prepare(db_.get(), kSqliteUpsert);
+    const std::int64_t now = epoch_ms();
+    const std::int64_t exp = expired ? now - 1000 : now + kTtlMs;
+    const std::string token(32, 't');
+    sqlite_exec(db_.get(), "BEGIN IMMEDIATE");
+    for (std::int64_t i = from; i < from + n; ++i) {
+      const std::string key = "pop-" + std::to_string(i);
+      sqlite3_reset(u.get());
+      sqlite3_bind_blob(u.get(), 1, key.data(), static_cast<int>(key.size()), SQLITE_TRANSIENT);
+      sqlite3_bind_int(u.get(), 2, 2);
+      sqlite3_bind_int64(u.get(), 3, 1);
+      sqlite3_bind_int64(u.get(), 4, exp - kTtlMs);
+      sqlite3_bind_int64(u.get(), 5, exp);
+      sqlite3_bind_blob(u.get(), 6, token.data(), static_cast<int>(token.size()), SQLITE_STATIC);
+      sqlite3_bind_null(u.get(), 7);
+      sqlite3_bind_null(u.get(), 8);
+      sqlite_ok(db_.get(), sqlite3_step(u.get()), "populate");
+    }
+    sqlite_exec(db_.get(), "COMMIT");
+  }
+  double bytes() override {
+    sqlite_exec(db_.get(), "PRAGMA wal_checkpoint(TRUNCATE)");
+    std::ifstream f(path_, std::ios::binary | std::ios::ate);
+    return static_cast<double>(f.tellg());
+  }
+
+ private:
+  std::string path_;
+  SqlitePtr db_;
+};
+
+class PgPopulator final : public Populator {
+ public:
+  explicit PgPopulator(const std::string& url) : conn_(PQconnectdb(url.c_str())) {
+    if (PQstatus(conn_.get()) != CONNECTION_OK) throw std::runtime_error("pg connect failed");
+  }
+  void add(std::int64_t from, std::int64_t n, bool expired) override {
+    const std::string now = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+    const std::string exp = expired ? now + " - 1000" : now + " + " + std::to_string(kTtlMs);
+    exec(
+        "INSERT INTO idempotency_records (key, state, fence, lease_expiry, expires_at, "
+        "claim_token, result, fingerprint) SELECT convert_to('pop-' || i, 'UTF8'), 2, 1, " +
+        exp + " - " + std::to_string(kTtlMs) + ", " + exp +
+        ", convert_to(repeat('t', 32), 'UTF8'), NULL, NULL FROM generate_series(" +
+        std::to_string(from) + ", " + std::to_string(from + n - 1) + ") AS i");
+    exec("VACUUM ANALYZE idempotency_records");
+  }
+  double bytes() override {
+    PGresult* r = PQexec(conn_.get(), "SELECT pg_total_relation_size('idempotency_records')");
+    const double b = PQresultStatus(r) == PGRES_TUPLES_OK ? std::atof(PQgetvalue(r, 0, 0)) : -1;
+    PQclear(r);
+    return b;
+  }
+
+ private:
+  void exec(const std::string& sql) {
+    PGresult* r = PQexec(conn_.get(), sql.c_str());
+    const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
+    const std::string err = PQresultErrorMessage(r);
+    PQclear(r);
+    if (!ok) throw std::runtime_error("pg populate: " + err);
+  }
+  std::unique_ptr<PGconn, PgConnDeleter> conn_;
+};
+
+class RedisPopulator final : public Populator {
+ public:
+  explicit RedisPopulator(const std::string& url) {
+    const idempotency::RedisEndpoint ep = idempotency::parse_redis_url(url);
+    ctx_.reset(redisConnect(ep.host.c_str(), ep.port));
+    if (!ctx_ || ctx_->err != 0) throw std::runtime_error("redis connect failed");
+  }
+  void add(std::int64_t from, std::int64_t n, bool expired) override {
+    // Records as the script writes them (src/backends/redis/redis_script.lua: store()).
+    static const char* const kLua =
+        "local t = redis.call('TIME') local now = t[1] * 1000 "
+        "local exp = now + tonumber(ARGV[3]) "
+        "for i = tonumber(ARGV[1]), tonumber(ARGV[2]) do "
+        "local k = 'idempotency:pop-' .. i "
+        "redis.call('HSET', k, 'state', 'DONE', 'fence', '1', 'lease_expiry', "
+        "string.format('%d', exp - 3600000), 'expires_at', string.format('%d', exp), "
+        "'claim_token', string.rep('t', 32)) "
+        "redis.call('PEXPIREAT', k, string.format('%d', exp)) end return 0";
+    if (expired) return;  // Redis expires records itself: nothing for purge_expired() to do
+    constexpr std::int64_t kChunk = 100'000;
+    for (std::int64_t i = from; i < from + n; i += kChunk) {
+      const std::int64_t last = std::min(from + n, i + kChunk) - 1;
+      auto* r = static_cast<redisReply*>(
+          redisCommand(ctx_.get(), "EVAL %s 0 %lld %lld %lld", kLua, static_cast<long long>(i),
+                       static_cast<long long>(last), static_cast<long long>(kTtlMs)));
+      const bool ok = r != nullptr && r->type != REDIS_REPLY_ERROR;
+      const std::string err = r != nullptr && r->str != nullptr ? r->str : "no reply";
+      freeReplyObject(r);
+      if (!ok) throw std::runtime_error("redis populate: " + err);
+    }
+  }
+  double bytes() override {
+    auto* r = static_cast<redisReply*>(redisCommand(ctx_.get(), "INFO memory"));
+    double b = -1;
+    if (r != nullptr && r->type == REDIS_REPLY_STRING) {
+      const std::string info(r->str, r->len);
+      const auto at = info.find("used_memory:");
+      if (at != std::string::npos) b = std::atof(info.c_str() + at + 12);
+    }
+    freeReplyObject(r);
+    return b;
+  }
+
+ private:
+  std::unique_ptr<redisContext, RedisDeleter> ctx_;
+};
+
+long rss_bytes() {
+  std::ifstream f("/proc/self/statm");
+  long pages = 0;
+  long resident = 0;
+  f >> pages >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+// The memory store is populated through its own API (claim + complete are cheap there).
+class MemoryPopulator final : public Populator {
+ public:
+  explicit MemoryPopulator(LockBackend& b) : b_(b) {}
+  void add(std::int64_t from, std::int64_t n, bool) override {
+    for (std::int64_t i = from; i < from + n; ++i) {
+      ClaimResult r = b_.claim("pop-" + std::to_string(i), kLease);
+      if (const Won* w = std::get_if<Won>(&r)) (void)b_.complete(w->claim);
+    }
+  }
+  double bytes() override { return static_cast<double>(rss_bytes()); }
+
+ private:
+  LockBackend& b_;
+};
+
+std::unique_ptr<Populator> populator(const std::string& url, LockBackend& backend) {
+  if (url.starts_with("sqlite://")) {
+    return std::make_unique<SqlitePopulator>(url_after(url, "sqlite://"));
+  }
+  if (url.starts_with("postgres")) return std::make_unique<PgPopulator>(url);
+  if (url.starts_with("redis://")) return std::make_unique<RedisPopulator>(url);
+  return std::make_unique<MemoryPopulator>(backend);
+}
+
+// Claim latency over `calls` claims of fresh keys (each completed, untimed, so the store keeps
+// its count of live records plus these few).
+Tally claim_latency(LockBackend& b, const std::string& prefix, int calls) {
+  Tally t;
+  for (int i = 0; i < calls; ++i) {
+    const std::string key = prefix + std::to_string(i);
+    ClaimResult r = timed(t, true, [&] { return b.claim(key, kLease); });
+    if (const Won* w = std::get_if<Won>(&r)) {
+      (void)b.complete(w->claim);
+      ++t.ops;
+    } else {
+      ++t.unexpected;
+    }
+  }
+  std::sort(t.call_ns.begin(), t.call_ns.end());
+  return t;
+}
+
+int cmd_scale(const std::string& name, const std::string& url, const std::vector<int>& counts) {
+  std::unique_ptr<LockBackend> backend = idempotency::open_backend(url);
+  std::unique_ptr<Populator> pop = populator(url, *backend);
+  const int calls = (name == "memory" || name == "redis") ? 5000 : 500;
+  const double base = pop->bytes();
+  std::int64_t have = 0;
+  const std::string run = nonce();
+  for (int count : counts) {
+    const auto t0 = Clock::now();
+    pop->add(have, count - have, false);
+    const double fill_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    have = count;
+    const double bytes = pop->bytes();
+    const Tally t =
+        claim_latency(*backend, "scale-" + run + "-" + std::to_string(count) + "-", calls);
+    std::printf(
+        "{\"kind\":\"scale\",\"backend\":\"%s\",\"records\":%d,\"claims\":%d,\"p50_us\":%s,"
+        "\"p99_us\":%s,\"unexpected\":%llu,\"bytes\":%.0f,\"bytes_per_record\":%.1f,"
+        "\"fill_seconds\":%.2f}\n",
+        name.c_str(), count, calls, fmt(pct_us(t.call_ns, 0.5)).c_str(),
+        fmt(pct_us(t.call_ns, 0.99)).c_str(), static_cast<unsigned long long>(t.unexpected), bytes,
+        (bytes - base) / count, fill_s);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+int cmd_purge(const std::string& name, const std::string& url, const std::vector<int>& counts) {
+  std::int64_t from = 0;
+  for (int count : counts) {
+    std::unique_ptr<LockBackend> backend;
+    std::shared_ptr<idempotency::ManualClock> clock;
+    if (name == "memory") {
+      // Claims at a standing clock, which then jumps past their expiry.
+      clock = std::make_shared<idempotency::ManualClock>();
+      backend = std::make_unique<idempotency::InMemoryLock>(
+          idempotency::BackendOptions{.ttl = std::chrono::seconds(1), .clock = clock});
+      for (int i = 0; i < count; ++i) {
+        ClaimResult r = backend->claim("exp-" + std::to_string(i), std::chrono::seconds(1));
+        if (const Won* w = std::get_if<Won>(&r)) (void)backend->complete(w->claim);
+      }
+      clock->advance(std::chrono::seconds(10));
+    } else {
+      backend = idempotency::open_backend(url);
+      populator(url, *backend)->add(from, count, true);
+      from += count;
+    }
+    const auto t0 = Clock::now();
+    const std::size_t purged = backend->purge_expired();
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    std::printf(
+        "{\"kind\":\"store_purge\",\"backend\":\"%s\",\"expired\":%d,\"purged\":%zu,\"seconds\":%."
+        "4f}\n",
+        name.c_str(), count, purged, s);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+std::vector<int> int_list(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) out.push_back(std::stoi(item));
+  return out;
+}
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: store_bench run URL NAME THREADS SECONDS PATHS\n"
+               "       store_bench sqlite-limit PATH THREADS SECONDS\n"
+               "       store_bench pgbench-script [TABLE]\n"
+               "       store_bench scale|purge NAME URL COUNTS\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> a(argv + 1, argv + argc);
+  try {
+    if (a.size() == 6 && a[0] == "run") {
+      return cmd_run(a[1], a[2], int_list(a[3]), std::stod(a[4]), a[5]);
+    }
+    if (a.size() == 4 && a[0] == "sqlite-limit") {
+      return cmd_sqlite_limit(a[1], int_list(a[2]), std::stod(a[3]));
+    }
+    if ((a.size() == 1 || a.size() == 2) && a[0] == "pgbench-script") {
+      return cmd_pgbench_script(a.size() == 2 ? a[1] : "idempotency_records");
+    }
+    if (a.size() == 4 && a[0] == "scale") return cmd_scale(a[1], a[2], int_list(a[3]));
+    if (a.size() == 4 && a[0] == "purge") return cmd_purge(a[1], a[2], int_list(a[3]));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "store_bench: %s\n", e.what());
+    return 1;
+  }
+  return usage();
+}
