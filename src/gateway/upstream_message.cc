@@ -2,7 +2,6 @@
 // `Connection` names), which values may be written at all, the request serialized for its one
 // write, and the response's head.
 #include <algorithm>
-#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,32 +18,35 @@ namespace {
 // longer request fields are not forwarded either.
 constexpr std::size_t kMaxFieldBytes = 65'000;
 
-using idempotency::detail::ascii_lowered;
 using idempotency::detail::iequals_ascii;
 
-std::string trim(std::string_view s) {
+std::string_view trim(std::string_view s) {
   const auto first = s.find_first_not_of(" \t");
   if (first == std::string_view::npos) return {};
   const auto last = s.find_last_not_of(" \t");
-  return std::string(s.substr(first, last - first + 1));
+  return s.substr(first, last - first + 1);
 }
 
-// The header names a `Connection` header lists are hop-by-hop for this message too.
-std::set<std::string> connection_tokens(const std::vector<pubsub::Header>& headers) {
-  std::set<std::string> tokens;
-  for (const auto& h : headers) {
-    if (!iequals_ascii(h.name, "Connection")) continue;
-    std::size_t start = 0;
-    while (start <= h.value.size()) {
-      const auto comma = h.value.find(',', start);
-      const auto end = comma == std::string::npos ? h.value.size() : comma;
-      if (auto token = trim(std::string_view(h.value).substr(start, end - start)); !token.empty()) {
-        tokens.insert(ascii_lowered(token));
-      }
-      start = end + 1;
+// The header names a `Connection` header lists are hop-by-hop for this message too. Views into
+// the header values, which outlive every use: a message lists one or two, so no set and no copy.
+using Tokens = std::vector<std::string_view>;
+
+void add_connection_tokens(std::string_view name, std::string_view value, Tokens& tokens) {
+  if (!iequals_ascii(name, "Connection")) return;
+  std::size_t start = 0;
+  while (start <= value.size()) {
+    const auto comma = value.find(',', start);
+    const auto end = comma == std::string_view::npos ? value.size() : comma;
+    if (auto token = trim(value.substr(start, end - start)); !token.empty()) {
+      tokens.push_back(token);
     }
+    start = end + 1;
   }
-  return tokens;
+}
+
+bool is_listed(const Tokens& tokens, std::string_view name) {
+  return std::any_of(tokens.begin(), tokens.end(),
+                     [&](std::string_view token) { return iequals_ascii(token, name); });
 }
 
 // RFC 9110 §5.6.2: token = 1*tchar.
@@ -91,11 +93,12 @@ std::optional<std::string> build_request(const pubsub::PushRequest& in,
     return "the request target has a space or control character";
   }
   if (in.method == "TRACE" && !in.body.empty()) return "a TRACE request has no body";
-  const auto listed = connection_tokens(in.headers);
+  Tokens listed;
+  for (const auto& h : in.headers) add_connection_tokens(h.name, h.value, listed);
   const auto forwarded = [&](const pubsub::Header& h) {
     // The server in front rejects malformed headers; this is defense in depth, as is never
     // asking for 100-continue (the body goes with the header in one write).
-    return !is_hop_by_hop(h.name) && (listed.empty() || listed.count(ascii_lowered(h.name)) == 0) &&
+    return !is_hop_by_hop(h.name) && !is_listed(listed, h.name) &&
            !iequals_ascii(h.name, kFenceHeader) && !iequals_ascii(h.name, "Expect") &&
            is_token(h.name) && is_field_value(h.value) && h.name.size() <= kMaxFieldBytes &&
            h.value.size() <= kMaxFieldBytes;
@@ -123,15 +126,18 @@ std::optional<std::string> build_request(const pubsub::PushRequest& in,
 
 void take_head(const http::response<http::string_body>& message, pubsub::PushResponse& out) {
   out.status = static_cast<int>(message.result_int());
-  std::vector<pubsub::Header> all;
+  // Beast's string_view is Boost's; the helpers here take the standard one.
+  const auto view = [](boost::beast::string_view s) {
+    return std::string_view(s.data(), s.size());
+  };
+  Tokens listed;
   for (const auto& field : message) {
-    all.push_back({std::string(field.name_string()), std::string(field.value())});
+    add_connection_tokens(view(field.name_string()), view(field.value()), listed);
   }
-  const auto listed = connection_tokens(all);
-  for (auto& h : all) {
-    if (is_hop_by_hop(h.name) || (!listed.empty() && listed.count(ascii_lowered(h.name)) != 0))
-      continue;
-    out.headers.push_back(std::move(h));
+  for (const auto& field : message) {
+    const std::string_view name = view(field.name_string());
+    if (is_hop_by_hop(name) || is_listed(listed, name)) continue;
+    out.headers.push_back({std::string(name), std::string(view(field.value()))});
   }
 }
 
@@ -139,12 +145,30 @@ void take_head(const http::response<http::string_body>& message, pubsub::PushRes
 
 bool is_hop_by_hop(std::string_view name) {
   // Host and Content-Length are not hop-by-hop, but the client writes its own for the new hop.
-  for (std::string_view h :
-       {"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection",
-        "TE", "Trailer", "Transfer-Encoding", "Upgrade", "Host", "Content-Length"}) {
-    if (idempotency::detail::iequals_ascii(name, h)) return true;
+  // Matched by length first: this runs for every field of every request and response.
+  const auto is = [&](std::string_view h) { return idempotency::detail::iequals_ascii(name, h); };
+  switch (name.size()) {
+    case 2:
+      return is("TE");
+    case 4:
+      return is("Host");
+    case 7:
+      return is("Trailer") || is("Upgrade");
+    case 10:
+      return is("Connection") || is("Keep-Alive");
+    case 14:
+      return is("Content-Length");
+    case 16:
+      return is("Proxy-Connection");
+    case 17:
+      return is("Transfer-Encoding");
+    case 18:
+      return is("Proxy-Authenticate");
+    case 19:
+      return is("Proxy-Authorization");
+    default:
+      return false;
   }
-  return false;
 }
 
 }  // namespace idempotency::gateway

@@ -860,3 +860,19 @@ TEST(UpstreamPool, ForwardAsyncOutlivesItsPool) {
 
 }  // namespace
 }  // namespace idempotency::gateway
+
+// Every hop-by-hop name of RFC 9110 §7.6.1 (plus Host and Content-Length, which the client
+// writes for the new hop) in any case, and nothing of the same lengths that is not one.
+TEST(UpstreamPool, HopByHopNamesAreMatchedInAnyCase) {
+  for (std::string_view name :
+       {"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection",
+        "TE", "Trailer", "Transfer-Encoding", "Upgrade", "Host", "Content-Length", "connection",
+        "KEEP-ALIVE", "proxy-authorization", "te", "tRANSFER-eNCODING", "host", "content-length"}) {
+    EXPECT_TRUE(idempotency::gateway::is_hop_by_hop(name)) << name;
+  }
+  for (std::string_view name : {"", "T", "TF", "Hose", "Trailers", "Upgrades", "Connexion",
+                                "Content-Type", "Content-Lengths", "Proxy-Connections", "X-Te",
+                                "Transfer-Encodinh", "Proxy-Authenticat", "Proxy-Authorizatio"}) {
+    EXPECT_FALSE(idempotency::gateway::is_hop_by_hop(name)) << name;
+  }
+}
