@@ -5,13 +5,16 @@
 // seed corpus is the fixtures, and any crash reproduces as a readable fixture.
 //
 // Besides the sanitizers' checks it asserts the parser's promises: a ParseError reason is one
-// non-empty short line, and parsing is deterministic.
+// non-empty short line, parsing is deterministic, and no body is taken for JSON that
+// nlohmann-json refuses.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <string_view>
 #include <variant>
+
+#include <nlohmann/json.hpp>
 
 #include "http_text.h"
 #include "idempotency/pubsub/message.h"
@@ -21,6 +24,7 @@ namespace {
 using idempotency::pubsub::DeliveryForm;
 using idempotency::pubsub::Message;
 using idempotency::pubsub::ParseError;
+using idempotency::pubsub::ParseErrorKind;
 using idempotency::pubsub::ParseOptions;
 
 void check(bool ok) {
@@ -69,6 +73,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (const auto* message = std::get_if<Message>(&detected)) {
     (void)idempotency::pubsub::default_key(*message);
     check(message->headers.size() == request.headers.size());
+  }
+
+  // Differential: the envelope parser (simdjson) is never laxer than nlohmann-json, the
+  // reference the parser replaced. A body it takes for JSON, nlohmann-json accepts too.
+  if (request.method == "POST") {
+    const auto wrapped = idempotency::pubsub::parse_push(request, {.form = DeliveryForm::kWrapped});
+    const auto* error = std::get_if<ParseError>(&wrapped);
+    const bool took_json = error == nullptr || (error->kind != ParseErrorKind::kMalformedJson &&
+                                                error->kind != ParseErrorKind::kBodyTooLarge);
+    if (took_json) check(nlohmann::json::accept(request.body));
   }
   return 0;
 }

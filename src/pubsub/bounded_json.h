@@ -1,18 +1,21 @@
 // JSON parsing with bounds on nesting depth and value count (internal to idempotency::pubsub).
 //
-// nlohmann-json builds one node per value, so a hostile body within the size limit could still
-// cost many times its size in memory. A first SAX pass (no allocation beyond its own state)
-// rejects bodies that nest too deep or hold too many values; only then is the tree built.
+// On simdjson: a push envelope is parsed on every delivery, and nlohmann-json's lexer and
+// document were a quarter of the gateway's instructions per request (DECISIONS.md, "Push
+// envelopes are parsed with simdjson"). simdjson validates the whole document (grammar, UTF-8,
+// escapes) before anything reads it, and keeps it as a flat tape: no allocation per value.
 //
-// Thread safety: pure function.
+// Thread safety: a JsonDocument belongs to one thread. Small documents share a parser per
+// thread, so a thread must not hold two JsonDocuments' results at once.
 #pragma once
 
+#include <simdjson.h>
+
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <variant>
-
-#include <nlohmann/json.hpp>
 
 namespace idempotency::pubsub::internal {
 
@@ -24,9 +27,25 @@ inline constexpr std::size_t kMaxJsonValues = 100'000;
 /// Why a body was not accepted as JSON.
 enum class JsonFailure { kSyntax, kTooDeep, kTooManyValues };
 
-/// parse_bounded_json() parses `text` strictly (one value, no comments, valid UTF-8) within
-/// `kMaxJsonDepth` and `kMaxJsonValues`. It never throws.
-[[nodiscard]] std::variant<nlohmann::json, JsonFailure> parse_bounded_json(std::string_view text);
+/// JsonDocument parses one JSON text and keeps what its root refers to.
+class JsonDocument {
+ public:
+  JsonDocument() = default;
+  ~JsonDocument();
+  JsonDocument(const JsonDocument&) = delete;
+  JsonDocument& operator=(const JsonDocument&) = delete;
+
+  /// parse() parses `text` strictly (one value, no comments, valid UTF-8; a leading UTF-8 byte
+  /// order mark is skipped; an integer beyond 64 bits is refused) within `kMaxJsonDepth` levels
+  /// and `kMaxJsonValues` values, counting keys. The root stays valid until the next parse()
+  /// or the end of this object. Throws only std::bad_alloc.
+  [[nodiscard]] std::variant<simdjson::dom::element, JsonFailure> parse(std::string_view text);
+
+ private:
+  // A body larger than a thread's shared parser gets one of its own, freed with this object:
+  // a 13 MB envelope must not leave its buffers behind on every thread that ever parsed one.
+  std::unique_ptr<simdjson::dom::parser> own_;
+};
 
 /// json_failure_reason() is the one-line reason for a failure, naming `what` ("body", "data").
 [[nodiscard]] std::string json_failure_reason(JsonFailure failure, std::string_view what);

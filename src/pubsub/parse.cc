@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,7 +20,10 @@
 namespace idempotency::pubsub {
 namespace {
 
-using nlohmann::json;
+using simdjson::dom::element;
+using simdjson::dom::element_type;
+using simdjson::dom::key_value_pair;
+using simdjson::dom::object;
 
 constexpr std::string_view kStructuredContentType = "application/cloudevents+json";
 constexpr std::string_view kMessageIdHeader = "x-goog-pubsub-message-id";
@@ -70,74 +74,102 @@ bool may_be_json_object(std::string_view body) {
 }
 
 // The member spelled `camel` or else `snake` (pass the same twice for one spelling), with the
-// spelling found; JSON null counts as absent.
+// spelling found; JSON null counts as absent. A name given twice means its last value, as in
+// nlohmann-json and the parsers an app behind the gateway is likely to use: the key read here
+// must be the one the app reads.
 struct Member {
-  const json* value = nullptr;
+  std::optional<element> value;
   std::string_view name;
 };
 
-Member member(const json& object, std::string_view camel, std::string_view snake) {
-  for (std::string_view name : {camel, snake}) {
-    auto it = object.find(name);
-    if (it != object.end() && !it->is_null()) return {&*it, name};
+Member member(object fields, std::string_view camel, std::string_view snake) {
+  std::optional<element> camel_value;
+  std::optional<element> snake_value;
+  for (key_value_pair field : fields) {
+    if (field.key == camel) {
+      camel_value = field.value;
+    } else if (field.key == snake) {
+      snake_value = field.value;
+    }
   }
-  return {nullptr, camel};
+  if (camel_value && !camel_value->is_null()) return {camel_value, camel};
+  if (snake_value && !snake_value->is_null()) return {snake_value, snake};
+  return {std::nullopt, camel};
+}
+
+bool has_member(object fields, std::string_view name) {
+  return std::any_of(fields.begin(), fields.end(),
+                     [&](key_value_pair field) { return field.key == name; });
 }
 
 std::string path(std::string_view prefix, std::string_view name) {
   return std::string(prefix) + std::string(name);
 }
 
-std::optional<ParseError> read_string(const json& object, std::string_view camel,
-                                      std::string_view snake, std::string_view prefix,
-                                      std::optional<std::string>& out) {
-  Member m = member(object, camel, snake);
+std::optional<ParseError> read_string(object fields, std::string_view camel, std::string_view snake,
+                                      std::string_view prefix, std::optional<std::string>& out) {
+  Member m = member(fields, camel, snake);
   if (!m.value) return std::nullopt;
-  if (!m.value->is_string()) {
+  std::string_view text;
+  if (m.value->get_string().get(text) != simdjson::SUCCESS) {
     return fail(ParseErrorKind::kWrongType, path(prefix, m.name) + " must be a string");
   }
-  out = m.value->get_ref<const std::string&>();
+  out = std::string(text);
   return std::nullopt;
 }
 
-std::optional<ParseError> read_delivery_attempt(const json& object, std::string_view prefix,
+std::optional<ParseError> read_delivery_attempt(object fields, std::string_view prefix,
                                                 std::optional<int>& out) {
-  Member m = member(object, "deliveryAttempt", "delivery_attempt");
+  Member m = member(fields, "deliveryAttempt", "delivery_attempt");
   if (!m.value) return std::nullopt;
   constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<int>::max());
-  if (m.value->is_number_unsigned() && m.value->get<std::uint64_t>() <= kMax) {
-    out = static_cast<int>(m.value->get<std::uint64_t>());
+  // A non-negative integer (1.0 is a double and refused; -0 is the integer 0).
+  std::uint64_t attempt = 0;
+  const auto type = m.value->type();
+  if ((type == element_type::INT64 || type == element_type::UINT64) &&
+      m.value->get_uint64().get(attempt) == simdjson::SUCCESS && attempt <= kMax) {
+    out = static_cast<int>(attempt);
     return std::nullopt;
   }
   return fail(ParseErrorKind::kWrongType,
               path(prefix, m.name) + " must be a non-negative integer that fits an int");
 }
 
-std::optional<ParseError> read_attributes(const json& message, std::string_view prefix,
+std::optional<ParseError> read_attributes(object message, std::string_view prefix,
                                           const ParseOptions& options, Message& out) {
   Member m = member(message, "attributes", "attributes");
   if (!m.value) return std::nullopt;
   const std::string name = path(prefix, "message.attributes");
-  if (!m.value->is_object()) return fail(ParseErrorKind::kWrongType, name + " must be an object");
-  if (m.value->size() > options.max_attributes) {
+  object attributes;
+  if (m.value->get_object().get(attributes) != simdjson::SUCCESS) {
+    return fail(ParseErrorKind::kWrongType, name + " must be an object");
+  }
+  // Each name once, its last value, in name order: what a JSON object means.
+  std::map<std::string_view, element> last;
+  for (key_value_pair field : attributes) last.insert_or_assign(field.key, field.value);
+  if (last.size() > options.max_attributes) {
     return fail(ParseErrorKind::kTooManyAttributes,
                 name + " has more than " + std::to_string(options.max_attributes) + " entries");
   }
-  for (const auto& [key, value] : m.value->items()) {
-    if (!value.is_string()) {
+  for (const auto& [key, value] : last) {
+    std::string_view text;
+    if (value.get_string().get(text) != simdjson::SUCCESS) {
       return fail(ParseErrorKind::kWrongType, name + " values must be strings");
     }
-    out.attributes.emplace(key, value.get_ref<const std::string&>());
+    out.attributes.emplace(std::string(key), std::string(text));
   }
   return std::nullopt;
 }
 
-std::optional<ParseError> read_data(const json& message, std::string_view prefix, Message& out) {
+std::optional<ParseError> read_data(object message, std::string_view prefix, Message& out) {
   Member m = member(message, "data", "data");
   if (!m.value) return std::nullopt;
   const std::string name = path(prefix, "message.data");
-  if (!m.value->is_string()) return fail(ParseErrorKind::kWrongType, name + " must be a string");
-  auto decoded = internal::base64_decode(m.value->get_ref<const std::string&>());
+  std::string_view text;
+  if (m.value->get_string().get(text) != simdjson::SUCCESS) {
+    return fail(ParseErrorKind::kWrongType, name + " must be a string");
+  }
+  auto decoded = internal::base64_decode(text);
   if (!decoded) return fail(ParseErrorKind::kBadBase64, name + " is not valid base64");
   out.data = std::move(*decoded);
   return std::nullopt;
@@ -146,22 +178,23 @@ std::optional<ParseError> read_data(const json& message, std::string_view prefix
 // Reads MessagePublishedData, `{"message": {...}, "subscription": ..., "deliveryAttempt": N}`:
 // the wrapped envelope, a binary CloudEvent's body, a structured CloudEvent's `data`. `prefix`
 // places field names in reasons ("" for a body, "data." inside a structured CloudEvent).
-std::optional<ParseError> read_message_published_data(const json& doc, std::string_view prefix,
+std::optional<ParseError> read_message_published_data(element doc, std::string_view prefix,
                                                       const ParseOptions& options, Message& out) {
-  if (!doc.is_object()) {
+  object root;
+  if (doc.get_object().get(root) != simdjson::SUCCESS) {
     const std::string what =
         prefix.empty() ? "body" : std::string(prefix.substr(0, prefix.size() - 1));
     return fail(ParseErrorKind::kWrongType, what + " must be a JSON object");
   }
-  Member message = member(doc, "message", "message");
+  Member message = member(root, "message", "message");
   if (!message.value) {
     return fail(ParseErrorKind::kMissingField, path(prefix, "message is missing"));
   }
-  if (!message.value->is_object()) {
+  object m;
+  if (message.value->get_object().get(m) != simdjson::SUCCESS) {
     return fail(ParseErrorKind::kWrongType, path(prefix, "message must be an object"));
   }
   const std::string in_message = path(prefix, "message.");
-  const json& m = *message.value;
   if (auto e = read_string(m, "messageId", "message_id", in_message, out.message_id)) return e;
   if (auto e = read_string(m, "publishTime", "publish_time", in_message, out.publish_time)) {
     return e;
@@ -171,27 +204,30 @@ std::optional<ParseError> read_message_published_data(const json& doc, std::stri
   }
   if (auto e = read_attributes(m, prefix, options, out)) return e;
   if (auto e = read_data(m, prefix, out)) return e;
-  if (auto e = read_string(doc, "subscription", "subscription", prefix, out.subscription)) {
+  if (auto e = read_string(root, "subscription", "subscription", prefix, out.subscription)) {
     return e;
   }
-  return read_delivery_attempt(doc, prefix, out.delivery_attempt);
+  return read_delivery_attempt(root, prefix, out.delivery_attempt);
 }
 
-std::variant<json, ParseError> parse_json(std::string_view text, std::string_view what) {
-  auto parsed = internal::parse_bounded_json(text);
+std::variant<element, ParseError> parse_json(internal::JsonDocument& json, std::string_view text,
+                                             std::string_view what) {
+  auto parsed = json.parse(text);
   if (auto* failure = std::get_if<internal::JsonFailure>(&parsed)) {
     return fail(ParseErrorKind::kMalformedJson, internal::json_failure_reason(*failure, what));
   }
-  return std::move(std::get<json>(parsed));
+  return std::get<element>(parsed);
 }
 
-std::optional<ParseError> read_structured(const json& doc, const ParseOptions& options,
-                                          Message& out) {
-  if (!doc.is_object()) return fail(ParseErrorKind::kWrongType, "body must be a JSON object");
-  if (auto e = read_string(doc, "id", "id", "", out.cloud_event_id)) return e;
-  Member data = member(doc, "data", "data");
+std::optional<ParseError> read_structured(element doc, const ParseOptions& options, Message& out) {
+  object root;
+  if (doc.get_object().get(root) != simdjson::SUCCESS) {
+    return fail(ParseErrorKind::kWrongType, "body must be a JSON object");
+  }
+  if (auto e = read_string(root, "id", "id", "", out.cloud_event_id)) return e;
+  Member data = member(root, "data", "data");
   if (!data.value) {
-    if (doc.contains("data_base64")) {
+    if (has_member(root, "data_base64")) {
       return fail(ParseErrorKind::kWrongType,
                   "data_base64 is not supported, data must be an object");
     }
@@ -202,7 +238,8 @@ std::optional<ParseError> read_structured(const json& doc, const ParseOptions& o
 
 // Tells the forms apart in the order the header documents. `doc` receives the parsed body
 // when detection had to parse it, so it is parsed once.
-DeliveryForm detect(const PushRequest& request, std::optional<json>& doc) {
+DeliveryForm detect(const PushRequest& request, internal::JsonDocument& json,
+                    std::optional<element>& doc) {
   // First: Eventarc never sends x-goog-pubsub-* headers, while an unwrapped delivery carries
   // its message's attributes as bare headers, which may look like CloudEvents (ce-id, or a
   // Content-Type attribute of application/cloudevents+json).
@@ -212,11 +249,18 @@ DeliveryForm detect(const PushRequest& request, std::optional<json>& doc) {
     return DeliveryForm::kCloudEventBinary;
   }
   if (may_be_json_object(request.body)) {
-    auto parsed = internal::parse_bounded_json(request.body);
-    if (auto* j = std::get_if<json>(&parsed)) {
-      auto it = j->find("message");
-      if (j->is_object() && it != j->end() && it->is_object()) {
-        doc = std::move(*j);
+    auto parsed = json.parse(request.body);
+    object root;
+    if (auto* j = std::get_if<element>(&parsed);
+        j && j->get_object().get(root) == simdjson::SUCCESS) {
+      // The last "message", as member() reads it, without member()'s null-is-absent rule: a
+      // null message is a wrapped envelope that lacks one.
+      std::optional<element> message;
+      for (key_value_pair field : root) {
+        if (field.key == "message") message = field.value;
+      }
+      if (message && message->is_object()) {
+        doc = *j;
         return DeliveryForm::kWrapped;
       }
     }
@@ -257,9 +301,10 @@ std::variant<Message, ParseError> parse_push(const PushRequest& request,
                 "body is larger than " + std::to_string(options.max_body_bytes) + " bytes");
   }
 
-  std::optional<json> doc;
+  internal::JsonDocument json;
+  std::optional<element> doc;
   Message out;
-  out.form = options.form ? *options.form : detect(request, doc);
+  out.form = options.form ? *options.form : detect(request, json, doc);
 
   if (out.form == DeliveryForm::kUnwrapped) {
     out.data = request.body;
@@ -269,9 +314,9 @@ std::variant<Message, ParseError> parse_push(const PushRequest& request,
     out.ordering_key = header_value(request, kOrderingKeyHeader);
   } else {
     if (!doc) {
-      auto parsed = parse_json(request.body, "body");
+      auto parsed = parse_json(json, request.body, "body");
       if (auto* error = std::get_if<ParseError>(&parsed)) return std::move(*error);
-      doc = std::move(std::get<json>(parsed));
+      doc = std::get<element>(parsed);
     }
     std::optional<ParseError> error;
     switch (out.form) {
