@@ -10,7 +10,7 @@ namespace {
 using simdjson::dom::element;
 
 // What a thread's shared parser keeps between calls; larger bodies get a parser of their own.
-constexpr std::size_t kSharedCapacity = 64 * 1024;
+constexpr std::size_t kSharedCapacity = std::size_t{64} * 1024;
 constexpr std::string_view kByteOrderMark = "\xEF\xBB\xBF";
 
 // Counts values as nlohmann-json's SAX events did (every value, container and key), stopping
