@@ -54,10 +54,17 @@ Options validate(Options o, const std::vector<std::string>& endpoints,
                  const std::string& retry, const std::string& ack_deadline,
                  const std::string& min_backoff, const std::string& max_backoff,
                  const std::string& run_timeout, const std::vector<std::string>& attributes) {
-  for (std::size_t i = 0; i < endpoints.size(); ++i) {
-    check_url("--endpoint", endpoints[i]);
+  for (const auto& url : endpoints) check_url("--endpoint", url);
+  if (o.balance) {
+    if (endpoints.empty() || !named.empty()) {
+      throw BadFlag("--balance: give the instances as --endpoint URLs (and no --subscription)");
+    }
     o.subscriptions.push_back(
-        {full_subscription_name("sub-" + std::to_string(i + 1), o.project), endpoints[i]});
+        {full_subscription_name("sub-1", o.project), endpoints.front(), endpoints});
+  }
+  for (std::size_t i = 0; i < endpoints.size() && !o.balance; ++i) {
+    o.subscriptions.push_back(
+        {full_subscription_name("sub-" + std::to_string(i + 1), o.project), endpoints[i], {}});
   }
   for (const auto& spec : named) {
     const auto eq = spec.find('=');
@@ -66,7 +73,7 @@ Options validate(Options o, const std::vector<std::string>& endpoints,
     }
     const std::string url = spec.substr(eq + 1);
     check_url("--subscription", url);
-    o.subscriptions.push_back({full_subscription_name(spec.substr(0, eq), o.project), url});
+    o.subscriptions.push_back({full_subscription_name(spec.substr(0, eq), o.project), url, {}});
   }
   if (o.subscriptions.empty()) {
     throw BadFlag("--endpoint or --subscription: give at least one push endpoint");
@@ -167,6 +174,9 @@ std::variant<Options, OptionsExit> parse_options(int argc, const char* const* ar
 
   app.add_option("--endpoint", endpoints,
                  "push endpoint URL (repeatable: one subscription each, sub-1, sub-2, ...)");
+  app.add_flag("--balance", o.balance,
+               "the --endpoint URLs are instances behind one subscription (sub-1): each attempt "
+               "goes to one at random, as a load balancer in front of Cloud Run instances");
   app.add_option("--subscription", named,
                  "NAME=URL: a named subscription and its push endpoint (repeatable)");
   app.add_option("--form", form, "wrapped | unwrapped | cloudevent (Eventarc, binary mode)")

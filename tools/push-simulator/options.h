@@ -33,11 +33,15 @@ struct RetryPolicy {
 struct Subscription {
   std::string name;  ///< The full name, projects/P/subscriptions/S.
   std::string url;   ///< The push endpoint.
+  /// With --balance: the instances behind the push endpoint (`url` is the first); each attempt
+  /// goes to one of them at random, as a load balancer in front of Cloud Run instances does.
+  std::vector<std::string> instances;
 };
 
 /// Options is one run, as the flags describe it (see parse_options() for the defaults).
 struct Options {
   std::vector<Subscription> subscriptions;
+  bool balance = false;  ///< Every --endpoint is an instance of one subscription.
   Form form = Form::kWrapped;
   int messages = 10;
   std::string input;  ///< A JSON-lines file of messages instead of generated ones.

@@ -38,14 +38,17 @@ Scheduler::Scheduler(asio::io_context& io, const Options& options, std::vector<S
   // as a push request does when the handler outlives its ack deadline.
   const auto connect = std::min<std::chrono::milliseconds>(deadline, std::chrono::seconds(5));
   for (const auto& spec : options.subscriptions) {
-    try {
-      subs_.push_back(Sub{
-          .spec = spec,
-          .endpoint = std::make_unique<Endpoint>(spec.url, connect, options.run_timeout,
-                                                 static_cast<std::size_t>(options.concurrency))});
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument("endpoint '" + spec.url + "': " + e.what());
+    Sub sub{.spec = spec};
+    const auto urls = spec.instances.empty() ? std::vector<std::string>{spec.url} : spec.instances;
+    for (const auto& url : urls) {
+      try {
+        sub.instances.push_back(std::make_shared<Endpoint>(
+            url, connect, options.run_timeout, static_cast<std::size_t>(options.concurrency)));
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument("endpoint '" + url + "': " + e.what());
+      }
     }
+    subs_.push_back(std::move(sub));
   }
 }
 
@@ -143,8 +146,15 @@ void Scheduler::start_attempt(std::size_t chain) {
   const SimMessage& message = messages_[track.message];
   ++track.attempts;
   ++stats_.deliveries;
+  // Behind a balanced subscription, each attempt meets whichever instance the balancer picks
+  // (drawn only then, so that an unbalanced run's seed replays as before).
+  const std::size_t instance =
+      sub.instances.size() == 1
+          ? 0
+          : std::uniform_int_distribution<std::size_t>(0, sub.instances.size() - 1)(random_);
+  const Endpoint& endpoint = *sub.instances[instance];
   DeliveryContext context{
-      .subscription = sub.spec.name, .topic = topic_name(options_), .path = sub.endpoint->target()};
+      .subscription = sub.spec.name, .topic = topic_name(options_), .path = endpoint.target()};
   if (options_.max_delivery_attempts > 0) context.delivery_attempt = track.attempts;
   if (signer_ != nullptr) context.bearer = signer_->token(std::chrono::system_clock::now());
   auto request =
@@ -163,7 +173,7 @@ void Scheduler::start_attempt(std::size_t chain) {
   attempt->deadline->async_wait([this, attempt](boost::system::error_code ec) {
     if (!ec && !attempt->done && !stopped_) on_deadline(attempt);
   });
-  sub.endpoint->send(std::move(request), io_, [this, attempt](AttemptResult result) {
+  endpoint.send(std::move(request), io_, [this, attempt](AttemptResult result) {
     if (!stopped_) on_answer(attempt, result);
   });
 }

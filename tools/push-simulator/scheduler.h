@@ -85,7 +85,7 @@ class Scheduler {
   };
   struct Sub {
     Subscription spec;
-    std::unique_ptr<Endpoint> endpoint;
+    std::vector<std::shared_ptr<Endpoint>> instances;  ///< One, or --balance's several.
     int in_flight = 0;
     std::deque<std::size_t> ready;
     std::map<std::string, KeyQueue> keys;
