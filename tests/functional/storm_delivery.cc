@@ -1,91 +1,113 @@
-// Interim: a minimal in-process push delivery, until the push simulator can spread one
-// subscription over several endpoints.
 #include "storm_delivery.h"
 
-#include <httplib.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <deque>
+#include <fstream>
+#include <limits>
 #include <map>
-#include <mutex>
-#include <random>
-#include <thread>
-
-#include "gateway/gateway_client.h"
+#include <nlohmann/json.hpp>
+#include <sstream>
 
 namespace idempotency::testing {
 namespace {
 
-bool is_ack(int status) {
-  return status == 102 || status == 200 || status == 201 || status == 202 || status == 204;
+// Runs `program` to its end with stdout and stderr in `out_file`; returns its exit code.
+int run_to_completion(const std::string& program, std::vector<std::string> args,
+                      const std::string& out_file) {
+  const pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    const int out = open(out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (out < 0) _exit(126);
+    dup2(out, STDOUT_FILENO);
+    dup2(out, STDERR_FILENO);
+    std::vector<char*> argv{const_cast<char*>(program.c_str())};
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(program.c_str(), argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 }  // namespace
 
 DeliveryReport deliver(const DeliveryPlan& plan) {
-  using Clock = std::chrono::steady_clock;
-  struct Pending {
-    std::size_t message;
-    Clock::time_point not_before;
-  };
-  std::mutex mutex;
-  std::deque<Pending> queue;
-  std::vector<int> sent(plan.message_ids.size(), 0);
-  std::vector<bool> acked(plan.message_ids.size(), false);
-  int open_streams = 0;
-  DeliveryReport report{.messages = static_cast<int>(plan.message_ids.size())};
-  for (int copy = 0; copy < plan.copies; ++copy) {
-    for (std::size_t m = 0; m < plan.message_ids.size(); ++m) {
-      queue.push_back({m, Clock::now()});
-      ++open_streams;
+  const std::string input = plan.work_dir + "/messages.jsonl";
+  const std::string events = plan.work_dir + "/events.jsonl";
+  const std::string output = plan.work_dir + "/simulator.out";
+  {
+    std::ofstream messages(input, std::ios::trunc);
+    for (const auto& id : plan.message_ids) {
+      messages << nlohmann::json{{"messageId", id}, {"data", "order " + id}}.dump() << '\n';
     }
   }
-  const auto deadline = Clock::now() + plan.give_up_after;
-  std::vector<std::thread> workers;
-  for (int w = 0; w < plan.concurrency; ++w) {
-    workers.emplace_back([&, w] {
-      std::mt19937 random(plan.seed + static_cast<std::uint32_t>(w));
-      std::uniform_int_distribution<std::size_t> endpoint(0, plan.endpoints.size() - 1);
-      std::uniform_int_distribution<int> backoff_ms(50, 250);
-      for (;;) {
-        Pending next{};
-        {
-          std::lock_guard lock(mutex);
-          if (open_streams == 0 || Clock::now() > deadline) return;
-          if (queue.empty() || queue.front().not_before > Clock::now()) {
-            next.message = plan.message_ids.size();  // nothing due yet
-          } else {
-            next = queue.front();
-            queue.pop_front();
-          }
-        }
-        if (next.message == plan.message_ids.size()) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(5));
-          continue;
-        }
-        const std::string& url = plan.endpoints[endpoint(random)];
-        const auto port_at = url.rfind(':');
-        const int port = std::stoi(url.substr(port_at + 1));
-        const int status = post(port, envelope(plan.message_ids[next.message]));
-        std::lock_guard lock(mutex);
-        ++report.deliveries;
-        ++sent[next.message];
-        if (is_ack(status)) {
-          acked[next.message] = true;
-          --open_streams;
-        } else {
-          ++report.nacked;
-          queue.push_back(
-              {next.message, Clock::now() + std::chrono::milliseconds(backoff_ms(random))});
-        }
-      }
-    });
+  // Pub/Sub's own shape, 20x faster: a 60 s ack deadline becomes 3 s, exponential back-off
+  // 2-20 s becomes 100 ms-1 s. No dead-letter policy: every message must end acked.
+  std::vector<std::string> args{"--balance",
+                                "--input",
+                                input,
+                                "--concurrency",
+                                std::to_string(plan.concurrency),
+                                "--duplicate-rate",
+                                "1",
+                                "--retry",
+                                "exponential",
+                                "--min-backoff",
+                                "2s",
+                                "--max-backoff",
+                                "20s",
+                                "--ack-deadline",
+                                "60s",
+                                "--time-scale",
+                                "0.05",
+                                "--run-timeout",
+                                "120s",
+                                "--seed",
+                                std::to_string(plan.seed),
+                                "--events",
+                                events,
+                                "--json"};
+  for (const auto& endpoint : plan.endpoints) {
+    args.insert(args.begin(), {"--endpoint", endpoint});
   }
-  for (auto& w : workers) w.join();
-  report.acked = static_cast<int>(std::count(acked.begin(), acked.end(), true));
-  report.min_deliveries_per_message =
-      sent.empty() ? 0 : *std::min_element(sent.begin(), sent.end());
+  DeliveryReport report{.messages = static_cast<int>(plan.message_ids.size())};
+  report.exit_code = run_to_completion(plan.simulator, std::move(args), output);
+  report.output = read_all(output);
+
+  // The summary is the one JSON line of the output (a failure's line may come with it).
+  std::istringstream printed(report.output);
+  for (std::string line; std::getline(printed, line);) {
+    const auto summary = nlohmann::json::parse(line, nullptr, false);
+    if (!summary.is_object() || !summary.contains("acked")) continue;
+    report.deliveries = summary.value("delivered", 0);
+    report.acked = summary.value("acked", 0);
+    report.nacked = summary.value("nacked", 0);
+  }
+  std::map<std::string, int> per_message;
+  for (const auto& id : plan.message_ids) per_message[id] = 0;
+  std::istringstream lines(read_all(events));
+  for (std::string line; std::getline(lines, line);) {
+    const auto event = nlohmann::json::parse(line, nullptr, false);
+    if (event.is_object()) ++per_message[event.value("messageId", std::string())];
+  }
+  report.min_deliveries_per_message = std::numeric_limits<int>::max();
+  for (const auto& id : plan.message_ids) {
+    report.min_deliveries_per_message =
+        std::min(report.min_deliveries_per_message, per_message[id]);
+  }
   return report;
 }
 
