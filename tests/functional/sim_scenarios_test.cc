@@ -293,6 +293,37 @@ TEST_F(SimThroughGateway, AnExpiredAckDeadlineRedeliversDuringTheSlowCallAndTheE
   }
 }
 
+// OIDC: the simulator signs its push tokens with a key of its own and writes the JWKS; the
+// gateway verifying tokens against that file acks every message, and refuses (401, a nack) a
+// run that sends none.
+TEST(SimOidc, SignedTokensPassTheGatewaysVerifierAndMissingOnesAreRefused) {
+  TempDir dir;
+  const std::string jwks = dir.file("jwks.json");
+  const std::string audience = "https://push.example.com/orders";
+  const std::string email = "pusher@sim-project.iam.gserviceaccount.com";
+  ChildProcess upstream(GATEWAY_UPSTREAM_PATH, {}, {});
+  // The gateway reads the key set when the first token arrives, after the simulator wrote it.
+  ChildProcess gateway(GATEWAY_PATH,
+                       {"--listen", "127.0.0.1:0", "--upstream",
+                        "http://127.0.0.1:" + std::to_string(upstream.port()), "--backend",
+                        "sqlite://" + dir.file("idem.db"), "--oidc-audience", audience,
+                        "--oidc-email", email, "--jwks", jwks},
+                       {});
+  const std::string url = "http://127.0.0.1:" + std::to_string(gateway.port()) + "/push";
+  const auto signed_run = run_sim(
+      {"--endpoint", url, "--messages", "3", "--oidc-audience", audience, "--oidc-email", email,
+       "--oidc-jwks-out", jwks, "--time-scale", "0.01", "--json", "--run-timeout", "60s"},
+      dir.path().string());
+  ASSERT_EQ(signed_run.exit_code, 0) << signed_run.out << signed_run.err;
+  EXPECT_EQ(summary_of(signed_run)["acked"], 3);
+  const auto unsigned_run = run_sim({"--endpoint", url, "--messages", "1", "--time-scale", "0.01",
+                                     "--json", "--run-timeout", "1s"},
+                                    dir.path().string());
+  EXPECT_EQ(unsigned_run.exit_code, 1) << unsigned_run.out << unsigned_run.err;
+  EXPECT_GT(summary_of(unsigned_run)["answers"]["401"], 0);
+  EXPECT_EQ(gateway.terminate(), 0);
+}
+
 // An in-test push endpoint on the library's HTTP server.
 class Endpoint {
  public:
@@ -421,6 +452,58 @@ TEST(SimSelfTest, EveryDeliveryFormCarriesTheMessage) {
       EXPECT_EQ(seen["m-1"].attributes.at("a"), "1");
     }
   }
+}
+
+// Message ordering: per ordering key one request is outstanding and messages are acked in
+// publish order, even when one of them is nacked first (the rest of its key waits for it).
+TEST(SimSelfTest, OrderingKeysDeliverOneAtATimeInPublishOrder) {
+  TempDir dir;
+  struct Call {
+    int number;
+    Clock::time_point start;
+    Clock::time_point end;
+    bool acked;
+  };
+  std::mutex mutex;
+  std::map<std::string, std::vector<Call>> per_key;
+  std::set<int> failed_once;
+  Endpoint endpoint([&](const pubsub::PushRequest& request) {
+    auto parsed = pubsub::parse_push(request);
+    const auto& m = std::get<pubsub::Message>(parsed);
+    const int number = std::stoi(m.data.substr(m.data.find(' ') + 1));  // "message <n>"
+    const auto start = Clock::now();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::lock_guard lock(mutex);
+    const bool fail = number % 4 == 0 && failed_once.insert(number).second;
+    per_key[m.ordering_key.value_or("")].push_back({number, start, Clock::now(), !fail});
+    return pubsub::PushResponse{.status = fail ? 500 : 200};
+  });
+  const auto run = run_sim(
+      {"--endpoint", endpoint.url(), "--messages", "20", "--ordering-keys", "3", "--concurrency",
+       "20", "--time-scale", "0.01", "--seed", "5", "--json", "--run-timeout", "60s"},
+      dir.path().string());
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_EQ(summary_of(run)["acked"], 20);
+  std::lock_guard lock(mutex);
+  EXPECT_FALSE(failed_once.empty());
+  std::size_t acked = 0;
+  for (auto& [key, calls] : per_key) {
+    EXPECT_FALSE(key.empty()) << "every message has an ordering key";
+    std::sort(calls.begin(), calls.end(),
+              [](const Call& a, const Call& b) { return a.start < b.start; });
+    int last_acked = 0;
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      if (i > 0) {
+        EXPECT_LE(calls[i - 1].end, calls[i].start) << "two outstanding on " << key;
+      }
+      if (calls[i].acked) {
+        EXPECT_GT(calls[i].number, last_acked) << "acked out of publish order on " << key;
+        last_acked = calls[i].number;
+        ++acked;
+      }
+    }
+  }
+  EXPECT_EQ(acked, 20U);
 }
 
 // A message that is never acked (the endpoint answers 203, a 2xx that is not an ack code) keeps
