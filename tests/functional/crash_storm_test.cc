@@ -41,7 +41,7 @@ constexpr auto kMaxPause = std::chrono::milliseconds(1000);
 constexpr int kMinKills = 6;
 // Waves of messages go on until the chaos loop has made its kills, at most one wave per
 // kWavePeriod: a faster machine does not send more messages, only quicker ones.
-constexpr int kWaveMessages = 100;
+constexpr int kWaveMessages = 200;
 constexpr auto kWavePeriod = std::chrono::milliseconds(600);
 constexpr int kMaxWaves = 100;  // a hang guard, far above what kMinKills needs
 constexpr auto kLease = "1s";
