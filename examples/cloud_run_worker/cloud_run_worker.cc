@@ -3,9 +3,16 @@
 //
 // Environment:
 //   PORT                 the port to listen on (Cloud Run sets it; default 8080; 0 = any free)
+//   HOST                 the address to listen on (default 0.0.0.0; 127.0.0.1 for local tests)
 //   IDEMPOTENCY_BACKEND  a backend URL (default sqlite:///tmp/idempotency-worker.db);
 //                        redis://… or postgres://… when several instances share the store
 //   ORDERS_LEDGER        a file each processed order is appended to (default: stdout only)
+//   SUPPLIER_URL         when set, each order is also POSTed there, keyed and fenced
+//                        (Idempotency-Key: the message id, X-Idempotency-Fence: the claim's
+//                        fence), so the supplier can refuse a stale sender; a non-2xx answer
+//                        fails the delivery (nack)
+//   LEASE_MS             the claim's lease (default 30 s, renewed every third of it while the
+//                        handler runs: a crashed instance's message is retried a lease later)
 //   WAIT_FOR_MS          wait this long for a holder on another instance before a 503
 //   PURGE_INTERVAL_MS    delete expired records in the background this often (default 60000,
 //                        0 = never), so the store stays bounded however long the worker runs
@@ -23,12 +30,16 @@
 #include <idempotency/open_backend.h>
 #include <idempotency/pubsub/idempotent.h>
 
+#include <httplib.h>
+
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -42,16 +53,37 @@ std::string env_or(const char* name, const char* fallback) {
   return v != nullptr && *v != '\0' ? v : fallback;
 }
 
+// Sends the order to the supplier at `url` (http://host:port/path), keyed on the message and
+// fenced by the claim: a supplier that keeps the highest fence per key turns away an instance
+// whose lease lapsed and whose message another instance took over.
+void post_order(const std::string& url, const std::string& id, std::int64_t fence,
+                const std::string& order) {
+  const auto path_at = url.find('/', url.find("://") + 3);
+  httplib::Client supplier(url.substr(0, path_at));
+  const std::string path = path_at == std::string::npos ? "/" : url.substr(path_at);
+  const auto answer =
+      supplier.Post(path, {{"Idempotency-Key", id}, {"X-Idempotency-Fence", std::to_string(fence)}},
+                    order, "application/octet-stream");
+  if (!answer) throw std::runtime_error("supplier unreachable");
+  if (answer->status < 200 || answer->status > 299) {
+    throw std::runtime_error("supplier answered " + std::to_string(answer->status));
+  }
+}
+
 }  // namespace
 
 int main() {
   const std::string backend_url =
       env_or("IDEMPOTENCY_BACKEND", "sqlite:///tmp/idempotency-worker.db");
   const int port = std::stoi(env_or("PORT", "8080"));
+  const std::string host = env_or("HOST", "0.0.0.0");
+  const std::string supplier_url = env_or("SUPPLIER_URL", "");
   const std::string ledger_path = env_or("ORDERS_LEDGER", "");
   const auto wait_for = std::chrono::milliseconds(std::stoll(env_or("WAIT_FOR_MS", "0")));
   const auto purge_interval =
       std::chrono::milliseconds(std::stoll(env_or("PURGE_INTERVAL_MS", "60000")));
+  const auto lease = std::chrono::milliseconds(
+      std::stoll(env_or("LEASE_MS", std::to_string(pubsub::kDefaultPushLease.count()).c_str())));
 
   std::mutex ledger_mutex;
   std::mutex failed_mutex;
@@ -67,6 +99,7 @@ int main() {
       std::lock_guard lock(failed_mutex);
       if (failed_once.insert(id).second) throw std::runtime_error("supplier timed out");
     }
+    if (!supplier_url.empty()) post_order(supplier_url, id, d.fence, d.message.data);
     std::lock_guard lock(ledger_mutex);
     if (!ledger_path.empty()) {
       std::ofstream(ledger_path, std::ios::app) << id << " fence=" << d.fence << "\n";
@@ -78,6 +111,7 @@ int main() {
           [backend_url] {
             return std::shared_ptr<idem::LockBackend>(idem::open_backend(backend_url));
           },
+      .lease = lease,
       .wait_for = wait_for,
       .purge_interval = purge_interval};
   if (const std::string audience = env_or("OIDC_AUDIENCE", ""); !audience.empty()) {
@@ -89,7 +123,7 @@ int main() {
   }
   auto handler = pubsub::idempotent(std::move(options), send_order_to_supplier);
 
-  return idem::http::serve("0.0.0.0", port, handler, {.on_listening = [](int bound) {
+  return idem::http::serve(host, port, handler, {.on_listening = [](int bound) {
                              std::printf("listening on %d\n", bound), std::fflush(stdout);
                            }});
 }

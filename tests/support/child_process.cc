@@ -1,5 +1,6 @@
 #include "support/child_process.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -12,7 +13,8 @@
 namespace idempotency::testing {
 
 ChildProcess::ChildProcess(const std::string& program, std::vector<std::string> args,
-                           std::vector<std::pair<std::string, std::string>> env) {
+                           std::vector<std::pair<std::string, std::string>> env,
+                           const std::string& stderr_file) {
   int out[2];
   if (pipe(out) != 0) throw std::runtime_error("pipe failed");
   pid_ = fork();
@@ -21,6 +23,11 @@ ChildProcess::ChildProcess(const std::string& program, std::vector<std::string> 
     dup2(out[1], STDOUT_FILENO);
     close(out[0]);
     close(out[1]);
+    if (!stderr_file.empty()) {
+      const int err = open(stderr_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (err < 0) _exit(126);
+      dup2(err, STDERR_FILENO);
+    }
     for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
     std::vector<char*> argv;
     argv.push_back(const_cast<char*>(program.c_str()));

@@ -13,9 +13,11 @@ namespace idempotency::testing {
 class ChildProcess {
  public:
   /// ChildProcess() starts `program` with `args` and `env` added to this environment, then
-  /// waits (bounded) for it to print "listening on PORT". Throws std::runtime_error on failure.
+  /// waits (bounded) for it to print "listening on PORT". Its stderr goes to `stderr_file`
+  /// (appended) when one is named, else to this process's. Throws std::runtime_error on failure.
   ChildProcess(const std::string& program, std::vector<std::string> args,
-               std::vector<std::pair<std::string, std::string>> env);
+               std::vector<std::pair<std::string, std::string>> env,
+               const std::string& stderr_file = {});
   /// ~ChildProcess() kills the child if it is still running.
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
@@ -23,6 +25,9 @@ class ChildProcess {
 
   /// port() returns the port the child said it listens on.
   [[nodiscard]] int port() const { return port_; }
+  /// pid() returns the child's process id (-1 once it was stopped and reaped), e.g. to
+  /// SIGSTOP and SIGCONT it.
+  [[nodiscard]] pid_t pid() const { return pid_; }
   /// terminate() sends SIGTERM and returns the exit status (-1 when killed by a signal).
   int terminate();
   /// crash() sends SIGKILL (no drain, no cleanup: a crashed instance) and reaps the child.

@@ -1,0 +1,566 @@
+// The seed's functional scenarios, each through pubsub-push-sim: the simulator (a real process)
+// delivers at least once, with Pub/Sub's ack/nack, back-off, deadlines and dead-lettering, to
+// the real pubsub-idempotency-gateway (SQLite in a temporary directory) in front of
+// gateway_test_upstream, which counts the calls it receives per messageId. A scenario holds when
+// every message is settled as expected and the upstream's effect happened once.
+//
+// Also the simulator itself: its three delivery forms read back by the library's parser in an
+// in-test endpoint, its exit code when a message is never acked, its recovery when an endpoint
+// is down and comes back, and the mutex scenario on a library worker (idempotent() + mutex()),
+// since the gateway has no mutex mode.
+//
+// No timing is asserted: back-offs and deadlines are scaled down with --time-scale, and where a
+// scenario needs an overlap (a concurrent duplicate, a redelivery during a slow call) the test
+// checks in the simulator's --events that the overlap happened.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "idempotency/http.h"
+#include "idempotency/idempotency.h"
+#include "idempotency/pubsub/idempotent.h"
+#include "idempotency/pubsub/message.h"
+#include "sim_process.h"
+#include "support/child_process.h"
+#include "support/temp_dir.h"
+
+namespace idempotency::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// One line of the simulator's --events file.
+struct Event {
+  std::string subscription;
+  std::string id;
+  int attempt = 0;
+  double start_ms = 0;
+  double end_ms = 0;
+  std::optional<int> status;
+  bool acked = false;
+  bool deadline_expired = false;
+  bool late = false;
+  bool duplicate = false;
+};
+
+std::vector<Event> read_events(const std::string& path) {
+  std::vector<Event> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    out.push_back(
+        {.subscription = j.at("subscription"),
+         .id = j.at("messageId"),
+         .attempt = j.at("attempt"),
+         .start_ms = j.at("start_ms"),
+         .end_ms = j.at("end_ms"),
+         .status = j.at("status").is_null() ? std::nullopt : std::optional<int>(j.at("status")),
+         .acked = j.at("acked"),
+         .deadline_expired = j.at("deadline_expired"),
+         .late = j.at("late"),
+         .duplicate = j.at("duplicate")});
+  }
+  return out;
+}
+
+std::set<std::string> ids_of(const std::vector<Event>& events) {
+  std::set<std::string> ids;
+  for (const auto& e : events) ids.insert(e.id);
+  return ids;
+}
+
+// The --json summary: the last line of stdout.
+nlohmann::json summary_of(const SimRun& run) {
+  auto end = run.out.find_last_not_of('\n');
+  auto start = run.out.rfind('\n', end);
+  start = start == std::string::npos ? 0 : start + 1;
+  auto j = nlohmann::json::parse(run.out.substr(start, end + 1 - start), nullptr, false);
+  EXPECT_TRUE(j.is_object()) << "no JSON summary in: " << run.out << run.err;
+  return j;
+}
+
+bool overlap(const Event& a, const Event& b) {
+  return a.start_ms < b.end_ms && b.start_ms < a.end_ms;
+}
+
+class SimThroughGateway : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    upstream_ = std::make_unique<ChildProcess>(GATEWAY_UPSTREAM_PATH, std::vector<std::string>{},
+                                               std::vector<std::pair<std::string, std::string>>{});
+    gateway_ = std::make_unique<ChildProcess>(
+        GATEWAY_PATH,
+        std::vector<std::string>{"--listen", "127.0.0.1:0", "--upstream",
+                                 "http://127.0.0.1:" + std::to_string(upstream_->port()),
+                                 "--backend", "sqlite://" + dir_.file("idem.db")},
+        std::vector<std::pair<std::string, std::string>>{});
+  }
+  void TearDown() override {
+    EXPECT_EQ(gateway_->terminate(), 0);
+    upstream_->terminate();
+  }
+
+  [[nodiscard]] std::string push_url() const {
+    return "http://127.0.0.1:" + std::to_string(gateway_->port()) + "/push";
+  }
+
+  // Calls the upstream received for messageId `id`.
+  [[nodiscard]] int upstream_calls(const std::string& id) const {
+    httplib::Client client("127.0.0.1", upstream_->port());
+    auto r = client.Get("/count?id=" + id);
+    return r ? std::stoi(r->body) : -1;
+  }
+
+  // Runs the simulator with `args` plus a fixed seed, --json and --events, with back-offs and
+  // deadlines at 2% (a 10 s back-off is 200 ms) unless `args` say otherwise.
+  SimRun sim(std::vector<std::string> args) {
+    const std::vector<std::string> common{"--json", "--events",      events_path_, "--seed",
+                                          "16",     "--run-timeout", "120s"};
+    if (std::find(args.begin(), args.end(), "--time-scale") == args.end()) {
+      args.insert(args.end(), {"--time-scale", "0.02", "--ack-deadline", "60s"});
+    }
+    args.insert(args.end(), common.begin(), common.end());
+    return run_sim(args, dir_.path().string());
+  }
+
+  [[nodiscard]] std::vector<Event> events() const { return read_events(events_path_); }
+
+  TempDir dir_;
+  std::string events_path_ = dir_.file("events.jsonl");
+  std::unique_ptr<ChildProcess> upstream_;
+  std::unique_ptr<ChildProcess> gateway_;
+};
+
+// Transport redelivery: every message is delivered again after its ack (same messageId); the
+// redelivery is acked as a duplicate and never reaches the upstream.
+TEST_F(SimThroughGateway, ARedeliveredMessageIsProcessedOnce) {
+  const auto run = sim({"--endpoint", push_url(), "--messages", "20", "--duplicate-rate", "1"});
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  const auto summary = summary_of(run);
+  EXPECT_EQ(summary["acked"], 20);
+  EXPECT_EQ(summary["duplicates"], 20);
+  const auto all = events();
+  const auto ids = ids_of(all);
+  ASSERT_EQ(ids.size(), 20U);
+  for (const auto& id : ids) {
+    const auto acks = std::count_if(all.begin(), all.end(),
+                                    [&](const Event& e) { return e.id == id && e.acked; });
+    EXPECT_GE(acks, 2) << "delivered and acked twice";
+    EXPECT_EQ(upstream_calls(id), 1) << "the upstream saw the message once";
+  }
+}
+
+// Concurrent duplicates: each message is sent twice at the same moment to a slow upstream;
+// exactly one reaches the upstream, the other is nacked (live holder) and acked on retry.
+TEST_F(SimThroughGateway, ConcurrentCopiesOfOneMessageAreProcessedOnce) {
+  const auto run = sim({"--endpoint", push_url(), "--messages", "10", "--duplicate-rate", "1",
+                        "--duplicate-concurrent", "--concurrency", "20", "--attribute",
+                        "test_behavior=slow", "--attribute", "test_sleep_ms=300"});
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_EQ(summary_of(run)["acked"], 10);
+  const auto all = events();
+  const auto ids = ids_of(all);
+  ASSERT_EQ(ids.size(), 10U);
+  bool raced = false;
+  for (const auto& id : ids) {
+    for (const auto& a : all) {
+      for (const auto& b : all) {
+        raced = raced || (&a != &b && a.id == id && b.id == id && overlap(a, b));
+      }
+    }
+    EXPECT_EQ(upstream_calls(id), 1) << "one of the concurrent copies ran";
+  }
+  EXPECT_TRUE(raced) << "no two copies of a message were ever in flight together";
+}
+
+// Double subscription: two subscriptions on one topic deliver the same messageIds to the same
+// gateway; each subscription's copy is acked, the upstream runs once per message.
+TEST_F(SimThroughGateway, TwoSubscriptionsOfOneTopicProcessEachMessageOnce) {
+  const auto run = sim({"--subscription", "orders-a=" + push_url(), "--subscription",
+                        "orders-b=" + push_url(), "--messages", "10", "--concurrency", "10"});
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_EQ(summary_of(run)["acked"], 20) << "10 messages on each of 2 subscriptions";
+  const auto all = events();
+  const auto ids = ids_of(all);
+  ASSERT_EQ(ids.size(), 10U);
+  for (const auto& id : ids) {
+    std::set<std::string> acked_on;
+    for (const auto& e : all) {
+      if (e.id == id && e.acked) acked_on.insert(e.subscription);
+    }
+    EXPECT_EQ(acked_on.size(), 2U) << "acked on both subscriptions";
+    EXPECT_EQ(upstream_calls(id), 1);
+  }
+}
+
+// Transient failure: the upstream fails each message's first call; the gateway nacks, the
+// simulator redelivers after back-off, the second call succeeds, and no third call happens.
+TEST_F(SimThroughGateway, ANackedMessageIsRetriedAndThenProcessedOnce) {
+  const auto run = sim(
+      {"--endpoint", push_url(), "--messages", "10", "--attribute", "test_behavior=fail_first"});
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  const auto summary = summary_of(run);
+  EXPECT_EQ(summary["acked"], 10);
+  EXPECT_GE(summary["nacked"], 10);
+  const auto all = events();
+  const auto ids = ids_of(all);
+  ASSERT_EQ(ids.size(), 10U);
+  for (const auto& id : ids) {
+    for (const auto& e : all) {
+      if (e.id == id && e.attempt == 1) {
+        EXPECT_FALSE(e.acked) << "the failed first call was nacked";
+        EXPECT_TRUE(e.status.has_value());
+      }
+    }
+    EXPECT_EQ(upstream_calls(id), 2) << "the failure and one success, nothing more";
+  }
+}
+
+// Poison: the upstream always fails; with a dead-letter policy of 5 attempts every message is
+// dead-lettered after its 5th delivery and never acked.
+TEST_F(SimThroughGateway, APoisonMessageIsDeadLetteredAfterTheMaximumAttempts) {
+  const std::string dead = dir_.file("dead.jsonl");
+  const auto run =
+      sim({"--endpoint", push_url(), "--messages", "3", "--attribute", "test_behavior=fail",
+           "--max-delivery-attempts", "5", "--dead-letter", dead});
+  ASSERT_EQ(run.exit_code, 0) << "dead-lettered messages are settled: " << run.out << run.err;
+  const auto summary = summary_of(run);
+  EXPECT_EQ(summary["dead_lettered"], 3);
+  EXPECT_EQ(summary["acked"], 0);
+  const auto all = events();
+  const auto ids = ids_of(all);
+  ASSERT_EQ(ids.size(), 3U);
+  for (const auto& e : all) EXPECT_FALSE(e.acked);
+  for (const auto& id : ids) {
+    std::set<int> attempts;
+    for (const auto& e : all) {
+      if (e.id == id) attempts.insert(e.attempt);
+    }
+    EXPECT_EQ(attempts, (std::set<int>{1, 2, 3, 4, 5}));
+    EXPECT_EQ(upstream_calls(id), 5) << "each attempt reached the upstream and failed";
+  }
+  std::ifstream in(dead);
+  std::string line;
+  std::set<std::string> dead_ids;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["deliveryAttempts"], 5);
+    dead_ids.insert(j["message"]["messageId"].get<std::string>());
+  }
+  EXPECT_EQ(dead_ids, ids);
+}
+
+// Ack deadline: the upstream takes 1.5 s, the deadline is 500 ms. The simulator counts the
+// deadline as a nack and redelivers while the first call still runs (its request stays open);
+// the redelivery meets the live holder, and the effect still happens once.
+TEST_F(SimThroughGateway, AnExpiredAckDeadlineRedeliversDuringTheSlowCallAndTheEffectIsOnce) {
+  const auto run =
+      sim({"--endpoint", push_url(), "--messages", "2", "--attribute", "test_behavior=slow",
+           "--attribute", "test_sleep_ms=1500", "--time-scale", "0.05", "--ack-deadline", "10s"});
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  const auto summary = summary_of(run);
+  EXPECT_EQ(summary["acked"], 2);
+  EXPECT_GE(summary["deadline_expired"], 2);
+  const auto all = events();
+  const auto ids = ids_of(all);
+  ASSERT_EQ(ids.size(), 2U);
+  for (const auto& id : ids) {
+    const auto first = std::find_if(all.begin(), all.end(),
+                                    [&](const Event& e) { return e.id == id && e.attempt == 1; });
+    ASSERT_NE(first, all.end());
+    EXPECT_TRUE(first->deadline_expired);
+    EXPECT_TRUE(first->late) << "the slow call's late answer was recorded";
+    EXPECT_FALSE(first->acked) << "a late answer never acks";
+    const bool redelivered_during = std::any_of(all.begin(), all.end(), [&](const Event& e) {
+      return e.id == id && e.attempt > 1 && e.start_ms < first->end_ms;
+    });
+    EXPECT_TRUE(redelivered_during) << "redelivered while the first call still ran";
+    EXPECT_EQ(upstream_calls(id), 1);
+  }
+}
+
+// OIDC: the simulator signs its push tokens with a key of its own and writes the JWKS; the
+// gateway verifying tokens against that file acks every message, and refuses (401, a nack) a
+// run that sends none.
+TEST(SimOidc, SignedTokensPassTheGatewaysVerifierAndMissingOnesAreRefused) {
+  TempDir dir;
+  const std::string jwks = dir.file("jwks.json");
+  const std::string audience = "https://push.example.com/orders";
+  const std::string email = "pusher@sim-project.iam.gserviceaccount.com";
+  ChildProcess upstream(GATEWAY_UPSTREAM_PATH, {}, {});
+  // The gateway reads the key set when the first token arrives, after the simulator wrote it.
+  ChildProcess gateway(GATEWAY_PATH,
+                       {"--listen", "127.0.0.1:0", "--upstream",
+                        "http://127.0.0.1:" + std::to_string(upstream.port()), "--backend",
+                        "sqlite://" + dir.file("idem.db"), "--oidc-audience", audience,
+                        "--oidc-email", email, "--jwks", jwks},
+                       {});
+  const std::string url = "http://127.0.0.1:" + std::to_string(gateway.port()) + "/push";
+  const auto signed_run = run_sim(
+      {"--endpoint", url, "--messages", "3", "--oidc-audience", audience, "--oidc-email", email,
+       "--oidc-jwks-out", jwks, "--time-scale", "0.01", "--json", "--run-timeout", "60s"},
+      dir.path().string());
+  ASSERT_EQ(signed_run.exit_code, 0) << signed_run.out << signed_run.err;
+  EXPECT_EQ(summary_of(signed_run)["acked"], 3);
+  const auto unsigned_run = run_sim({"--endpoint", url, "--messages", "1", "--time-scale", "0.01",
+                                     "--json", "--run-timeout", "1s"},
+                                    dir.path().string());
+  EXPECT_EQ(unsigned_run.exit_code, 1) << unsigned_run.out << unsigned_run.err;
+  EXPECT_GT(summary_of(unsigned_run)["answers"]["401"], 0);
+  EXPECT_EQ(gateway.terminate(), 0);
+}
+
+// An in-test push endpoint on the library's HTTP server.
+class Endpoint {
+ public:
+  explicit Endpoint(http::Handler handler) : server_(std::move(handler), {.workers = 32}) {
+    port_ = server_.start("127.0.0.1", 0);
+  }
+  ~Endpoint() { server_.stop(); }
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+  [[nodiscard]] std::string url() const {
+    return "http://127.0.0.1:" + std::to_string(port_) + "/push";
+  }
+
+ private:
+  http::Server server_;
+  int port_ = 0;
+};
+
+// Per-entity serialization, on a library worker (the gateway has no mutex mode): idempotent()
+// on the messageId and mutex("po:" + po) inside. Different messages for one PO all run, each
+// once, and never two at a time.
+TEST(SimMutexScenario, DifferentMessagesForOnePoAllRunOnceAndNeverOverlap) {
+  TempDir dir;
+  auto backend = std::make_shared<InMemoryLock>();
+  std::mutex mutex;
+  std::map<std::string, int> runs;  // per messageId
+  std::map<std::string, std::vector<std::pair<Clock::time_point, Clock::time_point>>> per_po;
+  Endpoint endpoint(pubsub::idempotent({.backend = backend}, [&](const pubsub::Delivery& d) {
+    const std::string po = d.message.attributes.at("po");
+    auto serialized = idempotency::mutex("po:" + po, *backend);
+    const auto start = Clock::now();
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    const auto end = Clock::now();
+    std::lock_guard lock(mutex);
+    ++runs[d.message.message_id.value_or("?")];
+    per_po[po].emplace_back(start, end);
+  }));
+  const std::string events = dir.file("events.jsonl");
+  const auto run = run_sim({"--endpoint",
+                            endpoint.url(),
+                            "--messages",
+                            "16",
+                            "--key-attribute",
+                            "po",
+                            "--keys",
+                            "2",
+                            "--concurrency",
+                            "16",
+                            "--duplicate-rate",
+                            "0.5",
+                            "--max-backoff",
+                            "20s",
+                            "--time-scale",
+                            "0.01",
+                            "--seed",
+                            "3",
+                            "--json",
+                            "--events",
+                            events,
+                            "--run-timeout",
+                            "120s"},
+                           dir.path().string());
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_EQ(summary_of(run)["acked"], 16);
+  const auto ids = ids_of(read_events(events));
+  ASSERT_EQ(ids.size(), 16U);
+  std::lock_guard lock(mutex);
+  for (const auto& id : ids) EXPECT_EQ(runs[id], 1) << "every distinct update ran, once";
+  EXPECT_EQ(runs.size(), 16U);
+  for (auto& [po, spans] : per_po) {
+    std::sort(spans.begin(), spans.end());
+    for (std::size_t i = 1; i < spans.size(); ++i) {
+      EXPECT_LE(spans[i - 1].second, spans[i].first) << "two updates of " << po << " overlapped";
+    }
+  }
+}
+
+// What the in-test endpoint saw of one request, decoded by the library's parser.
+struct Seen {
+  pubsub::DeliveryForm form;
+  pubsub::Message message;
+};
+
+// The simulator's three delivery forms, read by the library's push parser: messageId, data,
+// attributes and ordering key arrive as the input file gave them.
+TEST(SimSelfTest, EveryDeliveryFormCarriesTheMessage) {
+  TempDir dir;
+  const std::string input = dir.file("in.jsonl");
+  std::ofstream(input) << R"({"messageId": "m-1", "data": "one", "attributes": {"a": "1"}})"
+                       << "\n"
+                       << R"({"messageId": "m-2", "data_base64": "AAH/", "orderingKey": "k"})"
+                       << "\n";
+  for (const std::string form : {"wrapped", "unwrapped", "cloudevent"}) {
+    SCOPED_TRACE(form);
+    std::mutex mutex;
+    std::map<std::string, pubsub::Message> seen;
+    Endpoint endpoint([&](const pubsub::PushRequest& request) {
+      auto parsed = pubsub::parse_push(request);
+      if (auto* m = std::get_if<pubsub::Message>(&parsed)) {
+        std::lock_guard lock(mutex);
+        seen[m->message_id.value_or("?")] = *m;
+        return pubsub::PushResponse{.status = 204};
+      }
+      return pubsub::PushResponse{.status = 400};
+    });
+    const auto run = run_sim({"--endpoint", endpoint.url(), "--input", input, "--form", form,
+                              "--max-delivery-attempts", "5", "--json", "--run-timeout", "60s"},
+                             dir.path().string());
+    ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+    EXPECT_EQ(summary_of(run)["acked"], 2);
+    std::lock_guard lock(mutex);
+    ASSERT_EQ(seen.size(), 2U);
+    EXPECT_EQ(seen["m-1"].data, "one");
+    EXPECT_EQ(seen["m-2"].data, std::string("\x00\x01\xff", 3));
+    EXPECT_EQ(seen["m-2"].ordering_key, "k");
+    if (form == "wrapped") {
+      EXPECT_EQ(seen["m-1"].form, pubsub::DeliveryForm::kWrapped);
+      EXPECT_EQ(seen["m-1"].attributes.at("a"), "1");
+      EXPECT_EQ(seen["m-1"].delivery_attempt, 1);
+    } else if (form == "unwrapped") {
+      EXPECT_EQ(seen["m-1"].form, pubsub::DeliveryForm::kUnwrapped);
+      EXPECT_EQ(seen["m-1"].header("a"), "1") << "an attribute is a header";
+    } else {
+      EXPECT_EQ(seen["m-1"].form, pubsub::DeliveryForm::kCloudEventBinary);
+      EXPECT_EQ(seen["m-1"].cloud_event_id, "m-1");
+      EXPECT_EQ(seen["m-1"].attributes.at("a"), "1");
+    }
+  }
+}
+
+// Message ordering: per ordering key one request is outstanding and messages are acked in
+// publish order, even when one of them is nacked first (the rest of its key waits for it).
+TEST(SimSelfTest, OrderingKeysDeliverOneAtATimeInPublishOrder) {
+  TempDir dir;
+  struct Call {
+    int number;
+    Clock::time_point start;
+    Clock::time_point end;
+    bool acked;
+  };
+  std::mutex mutex;
+  std::map<std::string, std::vector<Call>> per_key;
+  std::set<int> failed_once;
+  Endpoint endpoint([&](const pubsub::PushRequest& request) {
+    auto parsed = pubsub::parse_push(request);
+    const auto& m = std::get<pubsub::Message>(parsed);
+    const int number = std::stoi(m.data.substr(m.data.find(' ') + 1));  // "message <n>"
+    const auto start = Clock::now();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::lock_guard lock(mutex);
+    const bool fail = number % 4 == 0 && failed_once.insert(number).second;
+    per_key[m.ordering_key.value_or("")].push_back({number, start, Clock::now(), !fail});
+    return pubsub::PushResponse{.status = fail ? 500 : 200};
+  });
+  const auto run = run_sim(
+      {"--endpoint", endpoint.url(), "--messages", "20", "--ordering-keys", "3", "--concurrency",
+       "20", "--time-scale", "0.01", "--seed", "5", "--json", "--run-timeout", "60s"},
+      dir.path().string());
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_EQ(summary_of(run)["acked"], 20);
+  std::lock_guard lock(mutex);
+  EXPECT_FALSE(failed_once.empty());
+  std::size_t acked = 0;
+  for (auto& [key, calls] : per_key) {
+    EXPECT_FALSE(key.empty()) << "every message has an ordering key";
+    std::sort(calls.begin(), calls.end(),
+              [](const Call& a, const Call& b) { return a.start < b.start; });
+    int last_acked = 0;
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      if (i > 0) {
+        EXPECT_LE(calls[i - 1].end, calls[i].start) << "two outstanding on " << key;
+      }
+      if (calls[i].acked) {
+        EXPECT_GT(calls[i].number, last_acked) << "acked out of publish order on " << key;
+        last_acked = calls[i].number;
+        ++acked;
+      }
+    }
+  }
+  EXPECT_EQ(acked, 20U);
+}
+
+// A message that is never acked (the endpoint answers 203, a 2xx that is not an ack code) keeps
+// the simulator from succeeding: exit 1 with the count once --run-timeout passes.
+TEST(SimSelfTest, AMessageNeverAckedExitsNonZeroWithTheCount) {
+  TempDir dir;
+  Endpoint endpoint([](const pubsub::PushRequest&) { return pubsub::PushResponse{.status = 203}; });
+  const auto run = run_sim({"--endpoint", endpoint.url(), "--messages", "2", "--time-scale", "0.01",
+                            "--run-timeout", "1s", "--json"},
+                           dir.path().string());
+  EXPECT_EQ(run.exit_code, 1) << run.out << run.err;
+  EXPECT_NE(run.err.find("2 message(s) neither acked nor dead-lettered"), std::string::npos)
+      << run.err;
+  const auto summary = summary_of(run);
+  EXPECT_EQ(summary["unsettled"], 2);
+  EXPECT_EQ(summary["acked"], 0);
+  EXPECT_GT(summary["answers"]["203"], 0);
+}
+
+// A bad flag is one line on stderr and exit 2, before anything is sent.
+TEST(SimSelfTest, ABadFlagExitsTwoWithOneLine) {
+  TempDir dir;
+  const auto run =
+      run_sim({"--endpoint", "http://127.0.0.1:1/", "--ack-deadline", "1s"}, dir.path().string());
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("--ack-deadline"), std::string::npos) << run.err;
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+}
+
+// An endpoint that is down (connection refused) is a nack with back-off, never a crash or a
+// lost message: once it is back on the same port, every message is acked.
+TEST(SimSelfTest, AnEndpointThatIsDownAndComesBackGetsEveryMessage) {
+  TempDir dir;
+  int port = 0;
+  {
+    ChildProcess first(GATEWAY_UPSTREAM_PATH, {}, {});
+    port = first.port();
+    first.crash();
+  }
+  const std::string events = dir.file("events.jsonl");
+  SimProcess sim({"--endpoint", "http://127.0.0.1:" + std::to_string(port) + "/push", "--messages",
+                  "5", "--time-scale", "0.01", "--max-backoff", "30s", "--events", events, "--json",
+                  "--run-timeout", "120s"},
+                 dir.path().string());
+  // Wait (bounded) until a delivery was refused, then bring the endpoint back.
+  for (int i = 0; i < 6000 && read_events(events).empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const auto refused = read_events(events);
+  ASSERT_FALSE(refused.empty());
+  EXPECT_FALSE(refused.front().status.has_value()) << "nothing listened: a connection error";
+  ChildProcess again(GATEWAY_UPSTREAM_PATH, {"--port", std::to_string(port)}, {});
+  const auto run = sim.wait();
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_EQ(summary_of(run)["acked"], 5);
+  EXPECT_GE(summary_of(run)["answers"]["error"], 1);
+}
+
+}  // namespace
+}  // namespace idempotency::testing
