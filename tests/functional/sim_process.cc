@@ -31,6 +31,7 @@ SimProcess::SimProcess(const std::vector<std::string>& args, const std::string& 
   std::vector<std::string> all{PUSH_SIM_PATH};
   all.insert(all.end(), args.begin(), args.end());
   std::vector<char*> argv;
+  argv.reserve(all.size() + 1);
   for (auto& a : all) argv.push_back(a.data());
   argv.push_back(nullptr);
   pid_ = fork();

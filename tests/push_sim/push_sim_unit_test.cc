@@ -149,6 +149,7 @@ TEST(PushSimBackoff, ImmediateNeverWaitsAndTimeScaleShrinksEveryWait) {
 std::variant<Options, OptionsExit> parse(std::vector<std::string> args) {
   args.insert(args.begin(), "pubsub-push-sim");
   std::vector<const char*> argv;
+  argv.reserve(args.size());
   for (const auto& a : args) argv.push_back(a.c_str());
   return parse_options(static_cast<int>(argv.size()), argv.data());
 }
