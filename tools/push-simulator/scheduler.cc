@@ -173,7 +173,7 @@ void Scheduler::start_attempt(std::size_t chain) {
   attempt->deadline->async_wait([this, attempt](boost::system::error_code ec) {
     if (!ec && !attempt->done && !stopped_) on_deadline(attempt);
   });
-  endpoint.send(std::move(request), io_, [this, attempt](AttemptResult result) {
+  endpoint.send(std::move(request), io_, [this, attempt](const AttemptResult& result) {
     if (!stopped_) on_answer(attempt, result);
   });
 }
