@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "auth/http_client.h"
+#include "idempotency/detail/base64.h"
 
 namespace idempotency::auth {
 namespace {
@@ -164,9 +165,10 @@ class ServiceAccountSource final : public CachedSource {
                          {"aud", token_uri_},
                          {"iat", iat},
                          {"exp", iat + 3600}};
-    const std::string signing_input =
-        detail::base64url_encode(header.dump()) + "." + detail::base64url_encode(claims.dump());
-    const std::string jwt = signing_input + "." + detail::base64url_encode(sign(signing_input));
+    const std::string signing_input = idempotency::detail::base64url_encode(header.dump()) + "." +
+                                      idempotency::detail::base64url_encode(claims.dump());
+    const std::string jwt =
+        signing_input + "." + idempotency::detail::base64url_encode(sign(signing_input));
     const std::string form =
         "grant_type=" + detail::url_encode("urn:ietf:params:oauth:grant-type:jwt-bearer") +
         "&assertion=" + jwt;

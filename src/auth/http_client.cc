@@ -117,15 +117,6 @@ std::string url_encode(const std::string& text) {
   return out;
 }
 
-std::string base64_encode(const std::string& bytes) {
-  std::string out(4 * ((bytes.size() + 2) / 3) + 1, '\0');
-  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                                reinterpret_cast<const unsigned char*>(bytes.data()),
-                                static_cast<int>(bytes.size()));
-  out.resize(static_cast<std::size_t>(n));
-  return out;
-}
-
 bool base64_decode(const std::string& text, std::string& out) {
   std::string padded = text;
   while (padded.size() % 4 != 0) padded.push_back('=');
@@ -140,16 +131,6 @@ bool base64_decode(const std::string& text, std::string& out) {
   if (padded.size() >= 2 && padded[padded.size() - 2] == '=') --size;
   out.resize(size);
   return true;
-}
-
-std::string base64url_encode(const std::string& bytes) {
-  std::string s = base64_encode(bytes);
-  while (!s.empty() && s.back() == '=') s.pop_back();
-  for (char& ch : s) {
-    if (ch == '+') ch = '-';
-    if (ch == '/') ch = '_';
-  }
-  return s;
 }
 
 }  // namespace idempotency::auth::detail

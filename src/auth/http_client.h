@@ -50,13 +50,7 @@ class HttpClient {
 /// url_encode() percent-encodes `text` for a query string or a form body.
 [[nodiscard]] std::string url_encode(const std::string& text);
 
-/// base64_encode() is standard base64 with padding.
-[[nodiscard]] std::string base64_encode(const std::string& bytes);
-
 /// base64_decode() accepts standard base64 (padding optional); returns false on bad input.
 [[nodiscard]] bool base64_decode(const std::string& text, std::string& out);
-
-/// base64url_encode() is the unpadded URL-safe alphabet JWTs use.
-[[nodiscard]] std::string base64url_encode(const std::string& bytes);
 
 }  // namespace idempotency::auth::detail

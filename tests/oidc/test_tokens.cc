@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "idempotency/detail/base64.h"
+
 namespace idempotency::testing {
 namespace {
 
@@ -30,15 +32,7 @@ std::string signing_input(const nlohmann::json& header, const nlohmann::json& cl
 }  // namespace
 
 std::string base64url(std::string_view bytes) {
-  std::string out((bytes.size() + 2) / 3 * 4 + 1, '\0');
-  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                                reinterpret_cast<const unsigned char*>(bytes.data()),
-                                static_cast<int>(bytes.size()));
-  out.resize(static_cast<std::size_t>(n));
-  while (!out.empty() && out.back() == '=') out.pop_back();
-  std::replace(out.begin(), out.end(), '+', '-');
-  std::replace(out.begin(), out.end(), '/', '_');
-  return out;
+  return idempotency::detail::base64url_encode(bytes);
 }
 
 TestKey::TestKey(unsigned bits) : key_(EVP_RSA_gen(bits), EVP_PKEY_free) {

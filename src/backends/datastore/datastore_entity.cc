@@ -8,6 +8,7 @@
 
 #include "auth/http_client.h"
 #include "datastore_wire.h"
+#include "idempotency/detail/base64.h"
 #include "idempotency/errors.h"
 
 namespace idempotency::datastore_detail {
@@ -51,7 +52,8 @@ Json entity_properties(const Record& r) {
     return Json{{"integerValue", std::to_string(v)}, {"excludeFromIndexes", true}};
   };
   auto blob = [](const std::string& bytes) {
-    return Json{{"blobValue", auth::detail::base64_encode(bytes)}, {"excludeFromIndexes", true}};
+    return Json{{"blobValue", idempotency::detail::base64_encode(bytes)},
+                {"excludeFromIndexes", true}};
   };
   Json props = {
       {"state", integer(static_cast<int>(r.state))},
