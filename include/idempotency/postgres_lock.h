@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -35,8 +36,9 @@ struct PostgresOptions {
   /// The table holding the records, `name` or `schema.name` (letters, digits, `_`; at most
   /// 48 bytes a part). Several subscriptions can share a database with one table each.
   std::string table = "idempotency_records";
-  /// Create the table (and its expiry index) when missing. Turn off for a role without
-  /// CREATE permission and apply `schema(table)` by hand instead.
+  /// Create the table (and its expiry index) when missing, and add the `waiters` column to a
+  /// table made by a version before it. Turn off for a role without CREATE permission (or not
+  /// owning the table) and apply `schema(table)` by hand instead.
   bool create_table = true;
   /// Most connections open at once; a call waits for a free one up to `pool_wait`.
   std::size_t pool_size = 8;
@@ -47,6 +49,17 @@ struct PostgresOptions {
   std::chrono::milliseconds statement_timeout = std::chrono::seconds(30);
   /// Rows `purge_expired()` deletes per statement, so it never holds many locks at once.
   std::size_t purge_batch = 1000;
+};
+
+/// PostgresWaitCounts tallies how an instance's cross-instance waits (`once` with `wait_for`
+/// while a holder elsewhere runs) ended: for metrics, and for tests that must tell a wake-up
+/// by NOTIFY from a timeout without measuring time.
+struct PostgresWaitCounts {
+  std::uint64_t settled = 0;      ///< the record was settled or lapsed: no wait
+  std::uint64_t notified = 0;     ///< woken by the key's NOTIFY
+  std::uint64_t timed_out = 0;    ///< the wait's timeout passed first
+  std::uint64_t stopped = 0;      ///< the caller's stop token fired
+  std::uint64_t unavailable = 0;  ///< the server or the listening connection failed: slept
 };
 
 /// PostgresLock stores records in a PostgreSQL table through libpq.
@@ -61,9 +74,13 @@ class PostgresLock final : public LockBackend {
   explicit PostgresLock(std::string_view conninfo_or_url, const PostgresOptions& options = {});
   ~PostgresLock() override;
 
-  /// schema() returns the DDL that creates the table named `table` and its expiry index,
-  /// for an operator to apply by hand. Throws `std::invalid_argument` for a bad name.
+  /// schema() returns the DDL that creates the table named `table` and its expiry index, or
+  /// adds what an older version's table lacks, for an operator to apply by hand. Throws
+  /// `std::invalid_argument` for a bad name.
   [[nodiscard]] static std::string schema(std::string_view table = "idempotency_records");
+
+  /// wait_counts() returns how this instance's waits for a change have ended so far.
+  [[nodiscard]] PostgresWaitCounts wait_counts() const noexcept;
 
  protected:
   ClaimResult do_claim(std::string_view key, std::chrono::milliseconds lease,
@@ -74,7 +91,8 @@ class PostgresLock final : public LockBackend {
   std::size_t do_purge_expired() override;
   /// Expired records are returned as stored.
   std::optional<Record> do_inspect(std::string_view key) override;
-  /// Waits on LISTEN for the NOTIFY that complete() and release() send in their statement.
+  /// Waits on LISTEN for the NOTIFY that complete() and release() send in their statement,
+  /// after counting itself in the row's `waiters` (they notify only when it is above zero).
   void do_wait_for_change(std::string_view key, std::chrono::milliseconds timeout,
                           const std::stop_token& stop) override;
 

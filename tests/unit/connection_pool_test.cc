@@ -1,6 +1,7 @@
 // ConnectionPool, the bounded pool PostgreSQL and Redis share: it never lends more than its
 // size, gives up with StoreError after its wait, wakes a waiter when a connection comes back,
-// and never lends a broken connection again. Runs under TSan with the other unit tests.
+// serves waiters first come, first served, and never lends a broken connection again. Runs under
+// TSan with the other unit tests.
 #include "common/connection_pool.h"
 
 #include <gmock/gmock.h>
@@ -10,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -103,6 +105,63 @@ TEST(ConnectionPool, AWaiterGetsTheConnectionThatComesBack) {
   waiter.join();
   EXPECT_TRUE(got.load());
   EXPECT_EQ(opener.opened(), 1);
+}
+
+// waits until `n` callers are queued in the pool.
+void until_waiting(Pool& pool, std::size_t n) {
+  while (pool.waiting() != n) std::this_thread::yield();
+}
+
+// A returned connection goes to the caller that queued first, not back to the thread that
+// returned it (barging let 64 threads convoy on 8 connections), nor to a later waiter.
+TEST(ConnectionPool, WaitersAreServedInTheOrderTheyCameAndBeforeTheReturner) {
+  Opener opener;
+  Pool pool = opener.pool(1, milliseconds(10'000));
+  auto held = std::make_unique<Pool::Lease>(pool.acquire());
+  std::mutex mu;
+  std::vector<int> order;
+  auto take = [&](int who) {
+    auto lease = pool.acquire();
+    const std::lock_guard lock(mu);
+    order.push_back(who);
+  };
+  std::vector<std::thread> waiters;
+  for (int who = 1; who <= 3; ++who) {
+    waiters.emplace_back(take, who);
+    until_waiting(pool, static_cast<std::size_t>(who));
+  }
+  held.reset();
+  take(0);  // the returner asks again at once: it queues behind the three
+  for (auto& t : waiters) t.join();
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3, 0}));
+  EXPECT_EQ(opener.opened(), 1);
+}
+
+TEST(ConnectionPool, AWaiterThatGivesUpLeavesTheQueue) {
+  Opener opener;
+  Pool pool = opener.pool(1, milliseconds(30));
+  auto held = std::make_unique<Pool::Lease>(pool.acquire());
+  EXPECT_THROW((void)pool.acquire(), StoreError);
+  EXPECT_EQ(pool.waiting(), 0U);
+  held.reset();
+  EXPECT_TRUE(pool.acquire().reused());
+}
+
+// A connection returned broken frees its slot for the first waiter, who opens a fresh one.
+TEST(ConnectionPool, ABrokenReturnHandsTheWaiterASlot) {
+  Opener opener;
+  Pool pool = opener.pool(1, milliseconds(10'000));
+  auto held = std::make_unique<Pool::Lease>(pool.acquire());
+  std::thread waiter([&] {
+    auto lease = pool.acquire();
+    EXPECT_FALSE(lease.reused());
+    EXPECT_EQ(lease.get()->id, 2);
+  });
+  until_waiting(pool, 1);
+  held->get()->broken = true;
+  held.reset();
+  waiter.join();
+  EXPECT_EQ(opener.opened(), 2);
 }
 
 TEST(ConnectionPool, AnUnlimitedWaitDoesNotOverflowTheClock) {

@@ -1,8 +1,11 @@
 // ConnectionPool<Connection>: the bounded pool of store connections that the PostgreSQL and
 // Redis backends share, so both wait for a free connection the same way and give up the same
-// way (they had drifted: one timed out, the other waited forever). Internal: never installed,
-// header-only because it is a template over the driver's handle, and free of any driver so
-// that its unit test runs under TSan with the core's.
+// way (they had drifted: one timed out, the other waited forever). Waiters are served first
+// come, first served: a returned connection is handed to the longest waiter, never left for
+// the returning thread to take straight back (with 64 threads on 8 connections that barging
+// gave Redis half its 8-thread rate and a 75 ms p99; BENCHMARKS.md, Stores). Internal: never
+// installed, header-only because it is a template over the driver's handle, and free of any driver
+// so that its unit test runs under TSan with the core's.
 //
 // `Connection` is an owning, pointer-like handle (a `std::unique_ptr` with the driver's
 // deleter): default-constructible as empty, movable, with `get()`.
@@ -14,6 +17,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -84,34 +88,39 @@ class ConnectionPool {
 
   /// add() hands the pool a connection opened elsewhere (a backend's first, set up once).
   void add(Connection connection) {
-    {
-      std::lock_guard lock(mu_);
-      ++open_;
-      idle_.push_back(std::move(connection));
-    }
-    freed_.notify_one();
+    std::lock_guard lock(mu_);
+    ++open_;
+    hand_over(std::move(connection));
   }
 
   /// acquire() lends the most recently returned idle connection, else opens one while fewer
-  /// than `size` are open, else waits for one to come back. Throws `StoreError` when none is
-  /// free within `wait`, and whatever `connect` throws.
+  /// than `size` are open, else queues for one to come back, behind every earlier waiter.
+  /// Throws `StoreError` when none is free within `wait`, and whatever `connect` throws.
   Lease acquire() {
     std::unique_lock lock(mu_);
-    const auto ready = [&] { return !idle_.empty() || open_ < size_; };
-    // A wait of a year or more means no limit; wait_for would overflow the clock near max().
-    if (wait_ >= std::chrono::hours(24 * 365)) {
-      freed_.wait(lock, ready);
-    } else if (!freed_.wait_for(lock, wait_, ready)) {
-      throw StoreError(store_ + ": no pooled connection became free within " +
-                       std::to_string(wait_.count()) + " ms (pool_size " + std::to_string(size_) +
-                       ")");
-    }
     if (!idle_.empty()) {
       Connection connection = std::move(idle_.back());
       idle_.pop_back();
       return Lease(this, std::move(connection), true);
     }
-    ++open_;  // the slot is taken before connecting, outside the lock
+    if (open_ < size_) {
+      ++open_;  // the slot is taken before connecting, outside the lock
+    } else {
+      Waiter me;
+      waiters_.push_back(&me);
+      const auto served = [&] { return me.served; };
+      // A wait of a year or more means no limit; wait_for would overflow the clock near max().
+      if (wait_ >= std::chrono::hours(24 * 365)) {
+        me.ready.wait(lock, served);
+      } else if (!me.ready.wait_for(lock, wait_, served)) {
+        std::erase(waiters_, &me);
+        throw StoreError(store_ + ": no pooled connection became free within " +
+                         std::to_string(wait_.count()) + " ms (pool_size " + std::to_string(size_) +
+                         ")");
+      }
+      if (me.connection) return Lease(this, std::move(me.connection), true);
+      // Else handed a slot a closed connection freed; serve_slot() counted it in open_.
+    }
     lock.unlock();
     try {
       return Lease(this, connect_(), false);
@@ -119,6 +128,12 @@ class ConnectionPool {
       give_back(Connection());
       throw;
     }
+  }
+
+  /// waiting() counts the callers queued in acquire() right now (for tests and metrics).
+  [[nodiscard]] std::size_t waiting() {
+    std::lock_guard lock(mu_);
+    return waiters_.size();
   }
 
   /// drop_idle() closes every idle connection: after one failed, the others most likely lead
@@ -129,23 +144,55 @@ class ConnectionPool {
       std::lock_guard lock(mu_);
       stale.swap(idle_);
       open_ -= stale.size();
+      while (open_ < size_ && serve_slot()) {
+      }
     }
-    freed_.notify_all();
   }
 
  private:
+  // A thread queued in acquire(); served (under mu_) with a connection, or with a slot to open
+  // one (an empty `connection`).
+  struct Waiter {
+    std::condition_variable ready;
+    Connection connection;
+    bool served = false;
+  };
+
+  // hand_over() gives a usable connection to the longest waiter, else keeps it idle. Under mu_.
+  void hand_over(Connection connection) {
+    if (waiters_.empty()) {
+      idle_.push_back(std::move(connection));
+      return;
+    }
+    Waiter* first = waiters_.front();
+    waiters_.pop_front();
+    first->connection = std::move(connection);
+    first->served = true;
+    first->ready.notify_one();  // under mu_: the waiter cannot leave (and free `ready`) first
+  }
+
+  // serve_slot() lets the longest waiter open a connection in a freed slot; false when nobody
+  // waits. Under mu_.
+  bool serve_slot() {
+    if (waiters_.empty()) return false;
+    Waiter* first = waiters_.front();
+    waiters_.pop_front();
+    ++open_;
+    first->served = true;
+    first->ready.notify_one();
+    return true;
+  }
+
   void give_back(Connection connection) noexcept {
     Connection doomed;  // closed after the lock is released: closing may block on the socket
-    {
-      std::lock_guard lock(mu_);
-      if (connection && reusable_(connection)) {
-        idle_.push_back(std::move(connection));
-      } else {
-        doomed = std::move(connection);
-        --open_;
-      }
+    std::lock_guard lock(mu_);
+    if (connection && reusable_(connection)) {
+      hand_over(std::move(connection));
+    } else {
+      doomed = std::move(connection);
+      --open_;
+      (void)serve_slot();
     }
-    freed_.notify_one();
   }
 
   const std::string store_;
@@ -154,9 +201,9 @@ class ConnectionPool {
   const Connect connect_;
   const Reusable reusable_;
   std::mutex mu_;
-  std::condition_variable freed_;
-  std::vector<Connection> idle_;  // guarded by mu_
-  std::size_t open_ = 0;          // idle or lent out; guarded by mu_
+  std::vector<Connection> idle_;  // guarded by mu_; never non-empty while anyone waits
+  std::deque<Waiter*> waiters_;   // guarded by mu_; oldest first
+  std::size_t open_ = 0;          // idle, lent out or being opened; guarded by mu_
 };
 
 }  // namespace idempotency::store_detail

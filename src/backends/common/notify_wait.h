@@ -28,6 +28,16 @@ namespace idempotency::store_detail {
   return !now || (*now < record->lease_expiry && *now < record->expires_at);
 }
 
+/// WaitEnd says how a wait_for_notification() ended, so a store can count its wake-ups (a
+/// NOTIFY told from a timeout without measuring time).
+enum class WaitEnd {
+  kSettled,      ///< subscribe() found nothing to wait for
+  kWoken,        ///< readable() asked to wake
+  kTimedOut,     ///< `timeout` passed first
+  kStopped,      ///< `stop` was requested
+  kUnavailable,  ///< subscribe() threw, so the rest was slept; or poll() failed
+};
+
 /// wait_for_notification() waits up to `timeout` for a store's notification about one key.
 /// `subscribe()` opens the store's own listening connection, subscribes, then looks at the
 /// record once (a change made before the subscription took effect notified nobody); it
@@ -36,8 +46,8 @@ namespace idempotency::store_detail {
 /// failure. `readable()` runs each time the socket has input and returns true to wake (the
 /// notification for this key, EOF or an error). Returns early when `stop` is requested.
 template <class Subscribe, class Readable, class Sleep>
-void wait_for_notification(std::chrono::milliseconds timeout, const std::stop_token& stop,
-                           Subscribe&& subscribe, Readable&& readable, Sleep&& sleep) {
+WaitEnd wait_for_notification(std::chrono::milliseconds timeout, const std::stop_token& stop,
+                              Subscribe&& subscribe, Readable&& readable, Sleep&& sleep) {
   using SteadyClock = std::chrono::steady_clock;
   const auto deadline = SteadyClock::now() + timeout;
   auto left = [&] {
@@ -48,20 +58,21 @@ void wait_for_notification(std::chrono::milliseconds timeout, const std::stop_to
     socket = subscribe();
   } catch (const std::exception&) {
     if (left() > std::chrono::milliseconds::zero()) sleep(left());
-    return;
+    return WaitEnd::kUnavailable;
   }
-  if (!socket) return;
+  if (!socket) return WaitEnd::kSettled;
   pollfd pfd{*socket, POLLIN, 0};
   while (!stop.stop_requested()) {
     const auto remaining = left();
-    if (remaining <= std::chrono::milliseconds::zero()) return;
+    if (remaining <= std::chrono::milliseconds::zero()) return WaitEnd::kTimedOut;
     // Short slices so a stop request is seen promptly.
     const int slice = static_cast<int>(std::min<std::int64_t>(remaining.count(), 50));
     const int n = ::poll(&pfd, 1, slice);
-    if (n < 0 && errno != EINTR) return;
+    if (n < 0 && errno != EINTR) return WaitEnd::kUnavailable;
     if (n <= 0) continue;
-    if (readable()) return;
+    if (readable()) return WaitEnd::kWoken;
   }
+  return WaitEnd::kStopped;
 }
 
 }  // namespace idempotency::store_detail

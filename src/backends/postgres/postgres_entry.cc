@@ -41,7 +41,8 @@ BackendEntry postgres_backend_entry() {
             }
             const PostgresLock created(url.str(),
                                        {.table = table, .create_table = true, .pool_size = 1});
-            return "created table " + table + " and its expiry index:\n" + statements;
+            return "created table " + table + " and its expiry index, or added what it lacked:\n" +
+                   statements;
           }};
 }
 

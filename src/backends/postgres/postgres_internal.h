@@ -67,15 +67,17 @@ struct TableName {
 /// parse_table() validates and quotes a table name. Throws `std::invalid_argument`.
 [[nodiscard]] TableName parse_table(std::string_view table);
 
-/// ddl() returns the statements that create the table and its expiry index.
+/// ddl() returns the statements that create the table and its expiry index, and add the
+/// `waiters` column to a table made by an older version.
 [[nodiscard]] std::string ddl(const TableName& table);
 
 /// create_table_sql() returns the DDL behind an advisory lock, since CREATE TABLE IF NOT
 /// EXISTS is not atomic against itself when processes race at start-up.
 [[nodiscard]] std::string create_table_sql(const TableName& table);
 
-/// table_exists_sql() returns a query answering one boolean: does the table exist.
-[[nodiscard]] std::string table_exists_sql(const TableName& table);
+/// table_state_sql() returns a query answering two booleans: does the table exist, and does it
+/// have the `waiters` column (older versions made it without).
+[[nodiscard]] std::string table_state_sql(const TableName& table);
 
 /// Statement is one prepared statement: its name, text and parameter types.
 struct Statement {
@@ -84,8 +86,9 @@ struct Statement {
   std::vector<Oid> types;
 };
 
-/// Statements holds every statement PostgresLock prepares on a connection, plus the
-/// LISTEN/NOTIFY channel that complete and release notify on.
+/// Statements holds every statement PostgresLock prepares on a connection, the LISTEN/NOTIFY
+/// channel that complete and release notify on, and a waiter's (un)registration, which runs
+/// once per wait on the waiter's own connection and so is not prepared.
 struct Statements {
   Statement claim;
   Statement complete;
@@ -93,9 +96,11 @@ struct Statements {
   Statement extend;
   Statement purge;
   Statement record;
+  Statement wait;
+  Statement unwait;
   std::string channel;
 
-  /// all() lists the statements, for preparing each on a new connection.
+  /// all() lists the pooled connections' statements, for preparing each on a new connection.
   [[nodiscard]] std::array<const Statement*, 6> all() const {
     return {&claim, &complete, &release, &extend, &purge, &record};
   }

@@ -5,6 +5,7 @@
 #include <libpq-fe.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstdint>
@@ -134,25 +135,86 @@ struct PostgresLock::Impl {
     }
   }
 
-  bool table_exists(PGconn* conn) {
-    const std::string query = postgres_detail::table_exists_sql(table);
+  struct TableState {
+    bool exists;
+    bool has_waiters;
+  };
+
+  TableState table_state(PGconn* conn) {
+    const std::string query = postgres_detail::table_state_sql(table);
     ResultPtr res(PQexecParams(conn, query.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 1));
     if (!res || PQresultStatus(res.get()) != PGRES_TUPLES_OK) {
       throw StoreError("postgres: checking for the table failed: " + error_of(conn, res.get()));
     }
-    expect_shape(res.get(), "table check", 1, 1, {kBoolOid});
-    return get_bool(res.get(), 0, 0, "table check");
+    expect_shape(res.get(), "table check", 1, 1, {kBoolOid, kBoolOid});
+    return {get_bool(res.get(), 0, 0, "table check"), get_bool(res.get(), 0, 1, "table check")};
   }
 
   void ensure_table(PGconn* conn) {
     // Looked up first: CREATE ... IF NOT EXISTS still needs CREATE permission on the schema.
-    if (table_exists(conn)) return;
+    const TableState state = table_state(conn);
+    if (state.exists && state.has_waiters) return;
     if (!options.create_table) {
-      throw StoreError("postgres: table " + table.display +
-                       " does not exist and create_table is off; apply "
-                       "PostgresLock::schema() first");
+      throw StoreError(
+          "postgres: table " + table.display +
+          (state.exists ? " lacks the waiters column this version needs" : " does not exist") +
+          " and create_table is off; apply PostgresLock::schema() first");
     }
-    exec_simple(conn, postgres_detail::create_table_sql(table), "creating the table");
+    // The same DDL creates a table or upgrades an old one (ADD COLUMN IF NOT EXISTS).
+    exec_simple(conn, postgres_detail::create_table_sql(table),
+                state.exists ? "adding the waiters column to the table" : "creating the table");
+  }
+
+  // register_waiter() counts a waiter in the row's `waiters` on its listening connection,
+  // after its LISTEN: true when the record is a live claim that will notify, false when it is
+  // missing, done or lapsed (nothing will notify: claim again now).
+  bool register_waiter(PGconn* conn, std::string_view key) {
+    Params p;
+    p.bytes(key);
+    p.int8(now());
+    ResultPtr res(exec_once(conn, sql.wait, p));
+    if (!res || PQresultStatus(res.get()) != PGRES_TUPLES_OK) {
+      throw StoreError("postgres: registering a waiter failed for key " + key_fingerprint(key) +
+                       ": " + error_of(conn, res.get(), key));
+    }
+    expect_shape(res.get(), "wait", 0, 1, {kInt8Oid});
+    return PQntuples(res.get()) == 1;
+  }
+
+  // unregister_waiter() undoes register_waiter(); a failure only leaves the count high, which
+  // costs a NOTIFY, so it is not reported.
+  void unregister_waiter(PGconn* conn, std::string_view key) noexcept {
+    Params p;
+    p.bytes(key);
+    const ResultPtr res(exec_once(conn, sql.unwait, p));
+  }
+
+  // exec_once() runs a statement unprepared, binary both ways: a waiter's connection runs each
+  // of its statements once.
+  static PGresult* exec_once(PGconn* conn, const postgres_detail::Statement& s, const Params& p) {
+    return PQexecParams(conn, s.sql.c_str(), p.size(), s.types.data(), p.values(), p.lengths(),
+                        p.formats(), 1);
+  }
+
+  void count(store_detail::WaitEnd end) noexcept {
+    using store_detail::WaitEnd;
+    switch (end) {
+      case WaitEnd::kSettled:
+        ++waits.settled;
+        break;
+      case WaitEnd::kWoken:
+        ++waits.notified;
+        break;
+      case WaitEnd::kTimedOut:
+        ++waits.timed_out;
+        break;
+      case WaitEnd::kStopped:
+        ++waits.stopped;
+        break;
+      case WaitEnd::kUnavailable:
+        ++waits.unavailable;
+        break;
+    }
   }
 
   void prepare(PGconn* conn) {
@@ -209,6 +271,13 @@ struct PostgresLock::Impl {
   postgres_detail::TableName table;
   PostgresOptions options;
   postgres_detail::Statements sql;
+  struct {
+    std::atomic<std::uint64_t> settled{0};
+    std::atomic<std::uint64_t> notified{0};
+    std::atomic<std::uint64_t> timed_out{0};
+    std::atomic<std::uint64_t> stopped{0};
+    std::atomic<std::uint64_t> unavailable{0};
+  } waits;
   store_detail::ConnectionPool<ConnPtr> pool;  // last: its connections are closed first
 };
 
@@ -219,6 +288,12 @@ PostgresLock::~PostgresLock() = default;
 
 std::string PostgresLock::schema(std::string_view table) {
   return postgres_detail::ddl(postgres_detail::parse_table(table));
+}
+
+PostgresWaitCounts PostgresLock::wait_counts() const noexcept {
+  const auto& w = impl_->waits;
+  return {w.settled.load(), w.notified.load(), w.timed_out.load(), w.stopped.load(),
+          w.unavailable.load()};
 }
 
 ClaimResult PostgresLock::do_claim(std::string_view key, std::chrono::milliseconds lease,
@@ -328,27 +403,50 @@ std::optional<Record> PostgresLock::do_inspect(std::string_view key) {
 void PostgresLock::do_wait_for_change(std::string_view key, std::chrono::milliseconds timeout,
                                       const std::stop_token& stop) {
   ConnPtr listener;  // waits on its socket, so it is its own, not a pooled one
+  bool registered = false;
+  bool lost = false;
+  bool woken_early = false;
   const std::string wanted = key_fingerprint(key);
-  store_detail::wait_for_notification(
+  // Reads what has arrived: true for this key's notification or a lost connection.
+  auto ours = [&] {
+    if (PQconsumeInput(listener.get()) == 0) {
+      lost = true;  // connection lost: the next claim decides
+      return true;
+    }
+    while (PGnotify* note = PQnotifies(listener.get())) {
+      const bool mine = note->extra != nullptr && wanted == note->extra;
+      PQfreemem(note);
+      if (mine) return true;
+    }
+    return false;
+  };
+  const store_detail::WaitEnd end = store_detail::wait_for_notification(
       timeout, stop,
       [&]() -> std::optional<int> {
         listener = impl_->connect();
-        impl_->exec_simple(listener.get(), "LISTEN " + impl_->sql.channel, "listen");
-        // Without an injected clock a lapsed lease is left to the engine's next claim (at the
-        // end of this slice), which judges it by the server's clock.
-        if (!store_detail::worth_waiting(do_inspect(key), impl_->now())) return std::nullopt;
+        // LISTEN before registering, so a complete that counts this waiter notifies a listener.
+        // The registration need not be durable (a server crash ends the LISTEN with it), so the
+        // waiter does not wait for a WAL flush.
+        impl_->exec_simple(listener.get(),
+                           "SET synchronous_commit = off; LISTEN " + impl_->sql.channel, "listen");
+        registered = impl_->register_waiter(listener.get(), key);
+        if (!registered) return std::nullopt;
+        // A NOTIFY sent right after the registration committed may already sit in libpq's
+        // buffer, read with the registration's reply: the socket would never signal it.
+        if (ours()) {
+          woken_early = true;
+          return std::nullopt;
+        }
         return PQsocket(listener.get());
       },
-      [&] {
-        if (PQconsumeInput(listener.get()) == 0) return true;  // connection lost: claim decides
-        while (PGnotify* note = PQnotifies(listener.get())) {
-          const bool ours = note->extra != nullptr && wanted == note->extra;
-          PQfreemem(note);
-          if (ours) return true;
-        }
-        return false;
-      },
+      ours,
       [&](std::chrono::milliseconds left) { LockBackend::do_wait_for_change(key, left, stop); });
+  if (registered && !lost) impl_->unregister_waiter(listener.get(), key);
+  if (lost) {
+    impl_->count(store_detail::WaitEnd::kUnavailable);
+  } else {
+    impl_->count(woken_early ? store_detail::WaitEnd::kWoken : end);
+  }
 }
 
 }  // namespace idempotency

@@ -9,7 +9,9 @@
 //   extend   $1 key, $2 now, $3 fence, $4 claim token, $5 lease ms, $6 ttl ms
 //   purge    $1 now, $2 batch size
 //   record   $1 key
-// States are stored as 1 CLAIMED, 2 DONE; instants as epoch milliseconds.
+//   wait / unwait  $1 key, $2 now (a waiter's registration on its own connection)
+// States are stored as 1 CLAIMED, 2 DONE; instants as epoch milliseconds. `waiters` counts
+// the once() waiters in other processes that LISTEN for the key (DECISIONS.md, issue 15).
 #include <cstddef>
 #include <stdexcept>
 #include <string>
@@ -73,12 +75,16 @@ std::string claim_sql(const std::string& t) {
          "r.fingerprint";
 }
 
-// complete() and release() wake cross-instance waiters in the same round trip: NOTIFY on
-// the table's channel with the key's fingerprint, only when a row changed.
+// complete() and release() wake cross-instance waiters in the same round trip, and only when
+// one is registered on the row: NOTIFY takes a database-wide lock held through the commit's
+// WAL flush, so notifying on every commit would serialise them all. `u.waiters` is the count
+// on the row version this statement locked and changed, so a waiter's registration either
+// committed before it (counted here: notified) or waits for the row lock and then sees the
+// settled row (it does not wait).
 std::string notifying(const std::string& channel, const std::string& update) {
   return now_from("$2") + ", u AS (" + update +
-         ") SELECT u.fence FROM u, LATERAL (SELECT pg_notify('" + channel +
-         "', left(encode(sha256($1), 'hex'), 12))) AS notified";
+         ") SELECT u.fence FROM u LEFT JOIN LATERAL (SELECT pg_notify('" + channel +
+         "', left(encode(sha256($1), 'hex'), 12)) WHERE u.waiters > 0) AS notified ON true";
 }
 
 }  // namespace
@@ -117,10 +123,13 @@ std::string ddl(const TableName& t) {
          "  expires_at bigint NOT NULL,    -- epoch milliseconds\n"
          "  claim_token bytea NOT NULL,\n"
          "  result bytea,\n"
-         "  fingerprint bytea\n"
+         "  fingerprint bytea,\n"
+         "  waiters integer NOT NULL DEFAULT 0  -- once() waiters LISTENing for this key\n"
          ");\n"
-         "CREATE INDEX IF NOT EXISTS " +
-         t.quoted_index + " ON " + t.quoted + " (expires_at);\n";
+         "-- Tables made before the waiters column (issue 15) get it here; a no-op otherwise.\n"
+         "ALTER TABLE " +
+         t.quoted + " ADD COLUMN IF NOT EXISTS waiters integer NOT NULL DEFAULT 0;\n" +
+         "CREATE INDEX IF NOT EXISTS " + t.quoted_index + " ON " + t.quoted + " (expires_at);\n";
 }
 
 std::string create_table_sql(const TableName& t) {
@@ -128,8 +137,10 @@ std::string create_table_sql(const TableName& t) {
          ddl(t);
 }
 
-std::string table_exists_sql(const TableName& t) {
-  return "SELECT to_regclass('" + t.quoted + "') IS NOT NULL";
+std::string table_state_sql(const TableName& t) {
+  return "SELECT to_regclass('" + t.quoted +
+         "') IS NOT NULL, EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('" +
+         t.quoted + "') AND attname = 'waiters' AND NOT attisdropped)";
 }
 
 Statements statements(const TableName& table) {
@@ -146,7 +157,7 @@ Statements statements(const TableName& table) {
                                "result = CASE WHEN r.state = 1 THEN $4 ELSE r.result END, "
                                "expires_at = CASE WHEN r.state = 1 THEN c.n + $5 ELSE "
                                "r.expires_at END FROM c WHERE r.key = $1 AND r.fence = $3 AND "
-                               "c.n < r.expires_at RETURNING r.fence"),
+                               "c.n < r.expires_at RETURNING r.fence, r.waiters"),
       {kByteaOid, kInt8Oid, kInt8Oid, kByteaOid, kInt8Oid}};
   // release(): expires the lease in place and advances the fence; never deletes.
   s.release = {"idem_release",
@@ -155,7 +166,8 @@ Statements statements(const TableName& table) {
                                         "claim_token = ''::bytea, "
                                         "expires_at = greatest(r.expires_at, c.n + $4) "
                                         "FROM c WHERE r.key = $1 AND r.fence = $3 AND "
-                                        "r.state = 1 AND c.n < r.expires_at RETURNING r.fence"),
+                                        "r.state = 1 AND c.n < r.expires_at "
+                                        "RETURNING r.fence, r.waiters"),
                {kByteaOid, kInt8Oid, kInt8Oid, kInt8Oid}};
   // extend(): fence and token on a live CLAIMED row (a release empties the token); no NOTIFY,
   // since nobody waits for a lease to grow, and NOTIFY's commit-time lock would serialize
@@ -179,6 +191,20 @@ Statements statements(const TableName& table) {
               "SELECT state, fence, lease_expiry, expires_at, claim_token, result, "
               "fingerprint FROM " +
                   t + " WHERE key = $1",
+              {kByteaOid}};
+  // A waiter's registration, on its listening connection after LISTEN: counted only on a live
+  // CLAIMED row, the one state that a complete or release will still notify about; no row
+  // back means "settled or lapsed: claim again now". The row lock orders it against complete.
+  s.wait = {"idem_wait",
+            now_from("$2") + " UPDATE " + t +
+                " AS r SET waiters = r.waiters + 1 FROM c WHERE r.key = $1 AND r.state = 1 AND "
+                "c.n < r.lease_expiry AND c.n < r.expires_at RETURNING r.fence",
+            {kByteaOid, kInt8Oid}};
+  // Its deregistration when the wait ends. Never below zero: the row may have been purged and
+  // made anew meanwhile. One that never runs (a crashed waiter) leaves the count high, which
+  // costs the key's later completes a NOTIFY each, never a missed wake-up.
+  s.unwait = {"idem_unwait",
+              "UPDATE " + t + " SET waiters = waiters - 1 WHERE key = $1 AND waiters > 0",
               {kByteaOid}};
   return s;
 }

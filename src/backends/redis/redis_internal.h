@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "idempotency/backend.h"
 #include "idempotency/record.h"
@@ -30,6 +31,12 @@ struct ContextDeleter {
   void operator()(redisContext* c) const noexcept { redisFree(c); }
 };
 using ContextPtr = std::unique_ptr<redisContext, ContextDeleter>;
+
+/// command() sends one command on a blocking connection and reads its reply, never raising
+/// SIGPIPE (redis_command.cc). nullptr means the connection failed (`c->err` and `errstr` say
+/// how, errno is the failing call's) and must be discarded; an error *reply* is returned like
+/// any other reply.
+[[nodiscard]] ReplyPtr command(redisContext* c, const std::vector<std::string_view>& args);
 
 /// decode_claim_reply() turns the script's reply to a claim into a `ClaimResult` for `key`
 /// and `claim_token`. Throws `StoreError` for a reply of any other shape: never a guess.

@@ -2,8 +2,6 @@
 #include "idempotency/redis_lock.h"
 
 #include <hiredis/hiredis.h>
-#include <pthread.h>
-#include <signal.h>
 #include <sys/time.h>
 
 #include <cerrno>
@@ -36,62 +34,10 @@ timeval to_timeval(std::chrono::milliseconds d) {
   return tv;
 }
 
-// hiredis writes with write(2): on a socket the server has closed that raises SIGPIPE, which
-// would kill the process. Block it in this thread for the call and swallow one that we caused
-// (the approach libpq takes), without touching the process's signal dispositions.
-class SigpipeGuard {
- public:
-  SigpipeGuard() {
-    sigset_t pipe;
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
-    sigset_t pending;
-    sigemptyset(&pending);
-    sigpending(&pending);
-    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
-    blocked_ = pthread_sigmask(SIG_BLOCK, &pipe, &old_) == 0;
-  }
-  ~SigpipeGuard() {
-    if (!blocked_) return;
-    const int saved = errno;  // the caller reads errno after the command
-    if (!was_pending_) {
-      sigset_t pending;
-      sigemptyset(&pending);
-      if (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
-        sigset_t pipe;
-        sigemptyset(&pipe);
-        sigaddset(&pipe, SIGPIPE);
-        const timespec zero{0, 0};
-        while (sigtimedwait(&pipe, nullptr, &zero) < 0 && errno == EINTR) {
-        }
-      }
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-    errno = saved;
-  }
-  SigpipeGuard(const SigpipeGuard&) = delete;
-  SigpipeGuard& operator=(const SigpipeGuard&) = delete;
-
- private:
-  sigset_t old_{};
-  bool was_pending_ = false;
-  bool blocked_ = false;
-};
-
-// Sends one command. nullptr means the connection failed (c->err says how) and must be
-// discarded; an error *reply* is returned like any other reply.
+// Sends one command (redis_command.cc: without SIGPIPE). nullptr means the connection failed
+// (c->err says how) and must be discarded; an error *reply* is returned like any other reply.
 ReplyPtr run(redisContext* c, const std::vector<std::string_view>& args) {
-  std::vector<const char*> argv;
-  std::vector<std::size_t> lens;
-  argv.reserve(args.size());
-  lens.reserve(args.size());
-  for (std::string_view a : args) {
-    argv.push_back(a.data());
-    lens.push_back(a.size());
-  }
-  SigpipeGuard guard;
-  return ReplyPtr(static_cast<redisReply*>(
-      redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data())));
+  return redis_detail::command(c, args);
 }
 
 std::string connection_error(const redisContext* c) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <libpq-fe.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -77,6 +78,44 @@ class Admin {
 
  private:
   std::unique_ptr<PGconn, ConnDeleter> conn_;
+};
+
+// Listener is a raw libpq connection LISTENing on a backend's channel, to see exactly which
+// notifications a statement sent: a marker NOTIFYed afterwards from another connection arrives
+// after every notification committed before it, so reading up to the marker is complete.
+class Listener {
+ public:
+  Listener(const std::string& url, const std::string& table)
+      : conn_(PQconnectdb(url.c_str())),
+        channel_("idempotency_" + key_fingerprint("\"" + table + "\"")) {
+    if (PQstatus(conn_.get()) != CONNECTION_OK) {
+      throw std::runtime_error(std::string("listener connect: ") + PQerrorMessage(conn_.get()));
+    }
+    const std::unique_ptr<PGresult, ResultDeleter> r(
+        PQexec(conn_.get(), ("LISTEN " + channel_).c_str()));
+    if (PQresultStatus(r.get()) != PGRES_COMMAND_OK) throw std::runtime_error("LISTEN failed");
+  }
+  // payloads_until_marker() NOTIFYs `marker` through `admin` and returns every payload that
+  // arrived before it.
+  std::vector<std::string> payloads_until_marker(Admin& admin, const std::string& marker) {
+    admin.exec("NOTIFY " + channel_ + ", '" + marker + "'");
+    std::vector<std::string> payloads;
+    while (true) {
+      pollfd pfd{PQsocket(conn_.get()), POLLIN, 0};
+      if (::poll(&pfd, 1, 1000) <= 0) continue;
+      if (PQconsumeInput(conn_.get()) == 0) throw std::runtime_error("listener lost");
+      while (PGnotify* note = PQnotifies(conn_.get())) {
+        const std::string payload = note->extra != nullptr ? note->extra : "";
+        PQfreemem(note);
+        if (payload == marker) return payloads;
+        payloads.push_back(payload);
+      }
+    }
+  }
+
+ private:
+  std::unique_ptr<PGconn, ConnDeleter> conn_;
+  std::string channel_;
 };
 
 // with_option() adds a libpq option to a URL or a key/value conninfo.
@@ -464,6 +503,92 @@ TEST_F(PostgresLockTest, WaitForChangeReturnsAtOnceForASettledRecordAndHonoursSt
   });
   backend->wait_for_change("held", std::chrono::minutes(1), stop.get_token());
   EXPECT_TRUE(stop.stop_requested());
+  const PostgresWaitCounts counts = backend->wait_counts();
+  EXPECT_EQ(counts.settled, 1U);
+  EXPECT_EQ(counts.stopped, 1U);
+  EXPECT_EQ(counts.notified + counts.timed_out + counts.unavailable, 0U);
+  // A waiter that gives up takes its registration back.
+  Admin admin(postgres_url());
+  EXPECT_EQ(admin.exec("SELECT waiters FROM \"" + table_ + "\" WHERE key = 'held'::bytea"), "0");
+}
+
+// waiters_on() reads a key's registered-waiter count, "" when it has no row.
+std::string waiters_on(Admin& admin, const std::string& table, const std::string& key) {
+  return admin.exec("SELECT waiters FROM \"" + table + "\" WHERE key = '" + key + "'::bytea");
+}
+
+// A waiter registered on another instance is woken by the NOTIFY of complete() and of
+// release(): told by the wait's end (notified, not timed out), never by how long it took.
+// Skipping the NOTIFY when a waiter is counted would leave it to its one-minute timeout.
+TEST_F(PostgresLockTest, ARegisteredWaiterIsWokenByCompleteAndByReleaseNotByItsTimeout) {
+  auto holder = make();
+  auto waiter = make();
+  Admin admin(postgres_url());
+  for (const bool complete : {true, false}) {
+    const std::string key = complete ? "wake-by-complete" : "wake-by-release";
+    const Claim c = won(holder->claim(key, milliseconds(60'000)));
+    std::jthread waiting(
+        [&] { waiter->wait_for_change(key, std::chrono::minutes(1), std::stop_token{}); });
+    while (waiters_on(admin, table_, key) != "1") std::this_thread::sleep_for(milliseconds(5));
+    if (complete) {
+      EXPECT_TRUE(holder->complete(c));
+    } else {
+      holder->release(c);
+    }
+    waiting.join();
+    EXPECT_EQ(waiters_on(admin, table_, key), "0") << "the woken waiter left its count behind";
+  }
+  const PostgresWaitCounts counts = waiter->wait_counts();
+  EXPECT_EQ(counts.notified, 2U);
+  EXPECT_EQ(counts.timed_out + counts.unavailable + counts.settled + counts.stopped, 0U);
+}
+
+// complete() and release() with nobody waiting send no NOTIFY (whose commit-time lock would
+// serialise every commit); with a waiter counted they do, on the channel listened to here, so
+// the silence is not a wrong channel's.
+TEST_F(PostgresLockTest, NoNotifyWithoutAWaiterAndOneWithIt) {
+  auto backend = make();
+  auto waiter = make();
+  Admin admin(postgres_url());
+  Listener listener(postgres_url(), table_);
+  EXPECT_TRUE(backend->complete(won(backend->claim("alone-1", milliseconds(60'000)))));
+  backend->release(won(backend->claim("alone-2", milliseconds(60'000))));
+  EXPECT_THAT(listener.payloads_until_marker(admin, "marker-1"), ::testing::IsEmpty());
+
+  const Claim watched = won(backend->claim("watched", milliseconds(60'000)));
+  std::jthread waiting(
+      [&] { waiter->wait_for_change("watched", std::chrono::minutes(1), std::stop_token{}); });
+  while (waiters_on(admin, table_, "watched") != "1") std::this_thread::sleep_for(milliseconds(5));
+  EXPECT_TRUE(backend->complete(watched));
+  waiting.join();
+  EXPECT_THAT(listener.payloads_until_marker(admin, "marker-2"),
+              ::testing::ElementsAre(key_fingerprint("watched")));
+}
+
+// A count left by a waiter that crashed (it never took its registration back) costs a NOTIFY,
+// never an answer: the next complete still completes and notifies.
+TEST_F(PostgresLockTest, AStaleWaiterCountOnlyCostsANotify) {
+  auto backend = make();
+  Admin admin(postgres_url());
+  Listener listener(postgres_url(), table_);
+  const Claim c = won(backend->claim("stale", milliseconds(60'000)));
+  admin.exec("UPDATE \"" + table_ + "\" SET waiters = 3 WHERE key = 'stale'::bytea");
+  EXPECT_TRUE(backend->complete(c));
+  EXPECT_EQ(done(backend->claim("stale", milliseconds(60'000))).result, std::nullopt);
+  EXPECT_THAT(listener.payloads_until_marker(admin, "marker"),
+              ::testing::ElementsAre(key_fingerprint("stale")));
+}
+
+// A waiter on a lease that has lapsed by the server's clock does not wait: nothing would
+// notify it, so the next claim (which wins) is due at once.
+TEST_F(PostgresLockTest, AWaiterOnALapsedLeaseDoesNotWait) {
+  auto backend = make();
+  (void)won(backend->claim("lapsed", milliseconds(1)));
+  Admin admin(postgres_url());
+  admin.exec("SELECT pg_sleep(0.01)");  // past the lease by the server's clock
+  backend->wait_for_change("lapsed", std::chrono::minutes(1), std::stop_token{});
+  EXPECT_EQ(backend->wait_counts().settled, 1U);
+  EXPECT_EQ(waiters_on(admin, table_, "lapsed"), "0");
 }
 
 TEST_F(PostgresLockTest, RetriedClaimWithSameTokenReaffirms) {
@@ -613,6 +738,39 @@ TEST_F(PostgresLockTest, MissingTableWithoutCreateIsStoreErrorUntilSchemaApplied
   EXPECT_TRUE(backend->complete(won(backend->claim("schema-key", milliseconds(1000)))));
 }
 
+// A table made before the waiters column: with create_table the constructor adds it and keeps
+// the rows; without, it refuses in one line that names the table and the column.
+TEST_F(PostgresLockTest, AnOldTableGetsTheWaitersColumnOrAOneLineError) {
+  Admin admin(postgres_url());
+  const std::string t = "\"" + table_ + "\"";
+  admin.exec("CREATE TABLE " + t +
+             " (key bytea PRIMARY KEY, state smallint NOT NULL CHECK (state IN (1, 2)), fence "
+             "bigint NOT NULL CHECK (fence >= 1), lease_expiry bigint NOT NULL, expires_at "
+             "bigint NOT NULL, claim_token bytea NOT NULL, result bytea, fingerprint bytea)");
+  admin.exec("INSERT INTO " + t +
+             " VALUES ('old-done'::bytea, 2, 4, 0, 9000000000000, 'tok'::bytea, 'r'::bytea, NULL)");
+  try {
+    make(PostgresOptions{.table = table_, .create_table = false});
+    ADD_FAILURE() << "accepted a table without the waiters column";
+  } catch (const StoreError& e) {
+    EXPECT_THAT(e.what(), HasSubstr(table_));
+    EXPECT_THAT(e.what(), HasSubstr("waiters column"));
+    EXPECT_THAT(e.what(), Not(HasSubstr("\n")));
+  }
+  auto backend = make();
+  EXPECT_EQ(done(backend->claim("old-done", milliseconds(1000))).result, "r");
+  EXPECT_EQ(waiters_on(admin, table_, "old-done"), "0");
+  EXPECT_TRUE(backend->complete(won(backend->claim("new-key", milliseconds(1000)))));
+  // Applying the printed schema by hand upgrades an old table the same way.
+  const std::string other = unique_name("idem_pg_old");
+  admin.exec("CREATE TABLE \"" + other +
+             "\" (key bytea PRIMARY KEY, state smallint NOT NULL, "
+             "fence bigint NOT NULL, lease_expiry bigint NOT NULL, expires_at bigint NOT NULL, "
+             "claim_token bytea NOT NULL, result bytea, fingerprint bytea)");
+  admin.exec(PostgresLock::schema(other));
+  EXPECT_NO_THROW(make(PostgresOptions{.table = other, .create_table = false}));
+}
+
 TEST_F(PostgresLockTest, KeyValueConninfoWorks) {
   // The same server, spelled as a libpq key/value string with a "://" inside a value.
   char* error = nullptr;
@@ -710,6 +868,7 @@ TEST_F(PostgresLockTest, SchemaIsPrintableDdl) {
   const std::string ddl = PostgresLock::schema("tenant.orders_idem");
   EXPECT_THAT(ddl, HasSubstr("CREATE TABLE IF NOT EXISTS \"tenant\".\"orders_idem\""));
   EXPECT_THAT(ddl, HasSubstr("key bytea PRIMARY KEY"));
+  EXPECT_THAT(ddl, HasSubstr("waiters integer NOT NULL DEFAULT 0"));
   EXPECT_THAT(ddl, HasSubstr("CREATE INDEX IF NOT EXISTS \"orders_idem_expires_idx\""));
 }
 
