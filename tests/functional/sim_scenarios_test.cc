@@ -293,6 +293,44 @@ TEST_F(SimThroughGateway, AnExpiredAckDeadlineRedeliversDuringTheSlowCallAndTheE
   }
 }
 
+// Republish: a producer publishes each of ten orders twice, the copy under a new messageId.
+// Keyed on messageId the gateway could not tell them apart; keyed on the order attribute
+// (`--key attribute:order`) both copies are acked and each order reaches the upstream once.
+TEST_F(SimThroughGateway, ARepublishedMessageIsProcessedOnceWhenKeyedOnItsBusinessAttribute) {
+  EXPECT_EQ(gateway_->terminate(), 0);
+  gateway_ = std::make_unique<ChildProcess>(
+      GATEWAY_PATH,
+      std::vector<std::string>{"--listen", "127.0.0.1:0", "--upstream",
+                               "http://127.0.0.1:" + std::to_string(upstream_->port()), "--backend",
+                               "sqlite://" + dir_.file("keyed.db"), "--key", "attribute:order"},
+      std::vector<std::pair<std::string, std::string>>{});
+  const std::string input = dir_.file("orders.jsonl");
+  {
+    std::ofstream out(input);
+    for (int i = 1; i <= 10; ++i) {
+      out << nlohmann::json{{"data", "order " + std::to_string(i)},
+                            {"attributes", {{"order", "o-" + std::to_string(i)}}}}
+                 .dump()
+          << "\n";
+    }
+  }
+  const auto run = sim({"--endpoint", push_url(), "--input", input, "--republish-rate", "1"});
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  const auto summary = summary_of(run);
+  EXPECT_EQ(summary["published"], 20);
+  EXPECT_EQ(summary["republished"], 10);
+  EXPECT_EQ(summary["acked"], 20) << "the original and the copy are both acked";
+  const auto ids = ids_of(events());
+  ASSERT_EQ(ids.size(), 20U) << "every copy has a messageId of its own";
+  int calls = 0;
+  for (const auto& id : ids) {
+    const int n = upstream_calls(id);
+    EXPECT_LE(n, 1) << "no message reaches the upstream twice";
+    calls += n;
+  }
+  EXPECT_EQ(calls, 10) << "one upstream call per order, not per copy";
+}
+
 // OIDC: the simulator signs its push tokens with a key of its own and writes the JWKS; the
 // gateway verifying tokens against that file acks every message, and refuses (401, a nack) a
 // run that sends none.
