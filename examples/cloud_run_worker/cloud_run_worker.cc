@@ -6,7 +6,7 @@
 //   HOST                 the address to listen on (default 0.0.0.0; 127.0.0.1 for local tests)
 //   IDEMPOTENCY_BACKEND  a backend URL (default sqlite:///tmp/idempotency-worker.db);
 //                        redis://… or postgres://… when several instances share the store
-//   ORDERS_LEDGER        a file each processed order is appended to (default: stdout only)
+//   ORDERS_LEDGER        a file each processed order is appended to (default: none)
 //   SUPPLIER_URL         when set, each order is also POSTed there, keyed and fenced
 //                        (Idempotency-Key: the message id, X-Idempotency-Fence: the claim's
 //                        fence), so the supplier can refuse a stale sender; a non-2xx answer
