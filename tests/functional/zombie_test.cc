@@ -104,6 +104,22 @@ class Zombie : public ::testing::Test {
     return text;
   }
 
+  // The zombie's call reaches the sink, which holds it and judges its fence `when`: "before"
+  // or "after" the hold. The zombie is frozen past its lease while the rescuer takes the
+  // redelivery over, then thawed. Returns the status the zombie answered its push with.
+  int freeze_past_a_takeover(const char* when) {
+    hold(when);
+    int zombie_status = 0;
+    std::thread zombie_call([&] { zombie_status = post(zombie_->port(), envelope(kId)); });
+    wait_until_held();
+    EXPECT_EQ(kill(zombie_->pid(), SIGSTOP), 0);
+    EXPECT_EQ(redeliver_to_rescuer(), 200) << "the lease lapsed: the rescuer took the key over";
+    release();
+    EXPECT_EQ(kill(zombie_->pid(), SIGCONT), 0);
+    zombie_call.join();
+    return zombie_status;
+  }
+
   const std::string kId = "po-zombie-7";  // the message id, and the sink's key
   TempDir dir_;
   std::string prefix_ = unique_name("zombie") + ":";
@@ -113,16 +129,7 @@ class Zombie : public ::testing::Test {
 };
 
 TEST_F(Zombie, AZombieWhoseWriteLandsLateIsRefusedByTheSinkAndTheMessageStaysDoneOnce) {
-  hold("after");
-  int zombie_status = 0;
-  std::thread zombie_call([&] { zombie_status = post(zombie_->port(), envelope(kId)); });
-  wait_until_held();
-  ASSERT_EQ(kill(zombie_->pid(), SIGSTOP), 0);
-
-  EXPECT_EQ(redeliver_to_rescuer(), 200) << "the lease lapsed: the rescuer took the key over";
-  release();
-  ASSERT_EQ(kill(zombie_->pid(), SIGCONT), 0);
-  zombie_call.join();
+  const int zombie_status = freeze_past_a_takeover("after");
 
   EXPECT_EQ(zombie_status, 500) << "the sink refused the zombie's write: nacked, never acked";
   const auto all = effects();
@@ -141,16 +148,7 @@ TEST_F(Zombie, AZombieWhoseWriteLandsLateIsRefusedByTheSinkAndTheMessageStaysDon
 }
 
 TEST_F(Zombie, AZombieWhoseWriteLandedIsFencedOutAtCompleteAndLogsIt) {
-  hold("before");
-  int zombie_status = 0;
-  std::thread zombie_call([&] { zombie_status = post(zombie_->port(), envelope(kId)); });
-  wait_until_held();
-  ASSERT_EQ(kill(zombie_->pid(), SIGSTOP), 0);
-
-  EXPECT_EQ(redeliver_to_rescuer(), 200) << "the lease lapsed: the rescuer took the key over";
-  release();
-  ASSERT_EQ(kill(zombie_->pid(), SIGCONT), 0);
-  zombie_call.join();
+  const int zombie_status = freeze_past_a_takeover("before");
 
   EXPECT_EQ(zombie_status, 200) << "its work ran: acked, not redelivered to run again";
   const auto all = effects();
