@@ -8,10 +8,10 @@
 // bytes holds a socket and a buffer, never a thread.
 //
 // Thread safety: every member runs on the connection's executor (a strand, or the event loop
-// itself when one thread runs it), except the handler call and the
-// first attempt to send its answer, which run on a worker while the strand has nothing pending
-// on this connection, and post the outcome back to the strand. An AsyncHandler is called on
-// the strand, and its Responder posts the answer back to it.
+// itself when one thread runs it), except the handler call and the first attempt to send its
+// answer, which run on a worker while the executor has nothing pending on this connection, and
+// post the outcome back to it. An AsyncHandler is called on the executor, and its Responder
+// dispatches the answer back to it.
 #pragma once
 
 #include <atomic>

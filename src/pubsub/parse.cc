@@ -253,13 +253,8 @@ DeliveryForm detect(const PushRequest& request, internal::JsonDocument& json,
     object root;
     if (auto* j = std::get_if<element>(&parsed);
         j && j->get_object().get(root) == simdjson::SUCCESS) {
-      // The last "message", as member() reads it, without member()'s null-is-absent rule: a
-      // null message is a wrapped envelope that lacks one.
-      std::optional<element> message;
-      for (key_value_pair field : root) {
-        if (field.key == "message") message = field.value;
-      }
-      if (message && message->is_object()) {
+      const Member message = member(root, "message", "message");
+      if (message.value && message.value->is_object()) {
         doc = *j;
         return DeliveryForm::kWrapped;
       }

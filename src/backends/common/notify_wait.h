@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <optional>
@@ -37,6 +38,8 @@ enum class WaitEnd {
   kStopped,      ///< `stop` was requested
   kUnavailable,  ///< subscribe() threw, so the rest was slept; or poll() failed
 };
+/// How many WaitEnds there are, for a table of counts indexed by them.
+inline constexpr std::size_t kWaitEnds = 5;
 
 /// wait_for_notification() waits up to `timeout` for a store's notification about one key.
 /// `subscribe()` opens the store's own listening connection, subscribes, then looks at the

@@ -196,26 +196,7 @@ struct PostgresLock::Impl {
                         p.formats(), 1);
   }
 
-  void count(store_detail::WaitEnd end) noexcept {
-    using store_detail::WaitEnd;
-    switch (end) {
-      case WaitEnd::kSettled:
-        ++waits.settled;
-        break;
-      case WaitEnd::kWoken:
-        ++waits.notified;
-        break;
-      case WaitEnd::kTimedOut:
-        ++waits.timed_out;
-        break;
-      case WaitEnd::kStopped:
-        ++waits.stopped;
-        break;
-      case WaitEnd::kUnavailable:
-        ++waits.unavailable;
-        break;
-    }
-  }
+  void count(store_detail::WaitEnd end) noexcept { ++waits[static_cast<std::size_t>(end)]; }
 
   void prepare(PGconn* conn) {
     for (const postgres_detail::Statement* s : sql.all()) {
@@ -271,13 +252,8 @@ struct PostgresLock::Impl {
   postgres_detail::TableName table;
   PostgresOptions options;
   postgres_detail::Statements sql;
-  struct {
-    std::atomic<std::uint64_t> settled{0};
-    std::atomic<std::uint64_t> notified{0};
-    std::atomic<std::uint64_t> timed_out{0};
-    std::atomic<std::uint64_t> stopped{0};
-    std::atomic<std::uint64_t> unavailable{0};
-  } waits;
+  // How waits ended, indexed by store_detail::WaitEnd.
+  std::array<std::atomic<std::uint64_t>, store_detail::kWaitEnds> waits{};
   store_detail::ConnectionPool<ConnPtr> pool;  // last: its connections are closed first
 };
 
@@ -291,9 +267,15 @@ std::string PostgresLock::schema(std::string_view table) {
 }
 
 PostgresWaitCounts PostgresLock::wait_counts() const noexcept {
-  const auto& w = impl_->waits;
-  return {w.settled.load(), w.notified.load(), w.timed_out.load(), w.stopped.load(),
-          w.unavailable.load()};
+  using store_detail::WaitEnd;
+  const auto count = [&](WaitEnd end) {
+    return impl_->waits[static_cast<std::size_t>(end)].load();
+  };
+  return {.settled = count(WaitEnd::kSettled),
+          .notified = count(WaitEnd::kWoken),
+          .timed_out = count(WaitEnd::kTimedOut),
+          .stopped = count(WaitEnd::kStopped),
+          .unavailable = count(WaitEnd::kUnavailable)};
 }
 
 ClaimResult PostgresLock::do_claim(std::string_view key, std::chrono::milliseconds lease,

@@ -9,7 +9,8 @@
 //   extend   $1 key, $2 now, $3 fence, $4 claim token, $5 lease ms, $6 ttl ms
 //   purge    $1 now, $2 batch size
 //   record   $1 key
-//   wait / unwait  $1 key, $2 now (a waiter's registration on its own connection)
+//   wait     $1 key, $2 now (a waiter's registration, on its own connection)
+//   unwait   $1 key
 // States are stored as 1 CLAIMED, 2 DONE; instants as epoch milliseconds. `waiters` counts
 // the once() waiters in other processes that LISTEN for the key (DECISIONS.md, issue 15).
 #include <cstddef>

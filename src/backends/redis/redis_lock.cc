@@ -34,11 +34,7 @@ timeval to_timeval(std::chrono::milliseconds d) {
   return tv;
 }
 
-// Sends one command (redis_command.cc: without SIGPIPE). nullptr means the connection failed
-// (c->err says how) and must be discarded; an error *reply* is returned like any other reply.
-ReplyPtr run(redisContext* c, const std::vector<std::string_view>& args) {
-  return redis_detail::command(c, args);
-}
+using redis_detail::command;
 
 std::string connection_error(const redisContext* c) {
   return std::string("redis: ") + (c->errstr[0] != '\0' ? c->errstr : "connection failed");
@@ -105,13 +101,13 @@ struct RedisLock::Impl {
       std::vector<std::string_view> auth = {"AUTH"};
       if (!endpoint.user.empty()) auth.push_back(endpoint.user);
       auth.push_back(endpoint.password);
-      ReplyPtr r = run(c.get(), auth);
+      ReplyPtr r = command(c.get(), auth);
       if (!r) throw StoreError(connection_error(c.get()));
       if (is_error(r.get())) throw_reply_error(r.get(), "AUTH failed");
     }
     if (endpoint.db != 0) {
       const std::string db = std::to_string(endpoint.db);
-      ReplyPtr r = run(c.get(), {"SELECT", db});
+      ReplyPtr r = command(c.get(), {"SELECT", db});
       if (!r) throw StoreError(connection_error(c.get()));
       if (is_error(r.get())) throw_reply_error(r.get(), "SELECT failed");
     }
@@ -119,7 +115,7 @@ struct RedisLock::Impl {
   }
 
   std::string load_script(redisContext* c) {
-    ReplyPtr r = run(c, {"SCRIPT", "LOAD", redis_detail::kScript});
+    ReplyPtr r = command(c, {"SCRIPT", "LOAD", redis_detail::kScript});
     if (!r) throw StoreError(connection_error(c));
     if (is_error(r.get())) throw_reply_error(r.get(), "SCRIPT LOAD failed");
     if (r->type != REDIS_REPLY_STRING || r->len != 40) {
@@ -137,12 +133,12 @@ struct RedisLock::Impl {
     for (const std::string& a : argv) args.emplace_back(a);
     for (int attempt = 0;; ++attempt) {
       Lease conn = acquire();
-      ReplyPtr r = run(conn.get(), args);
+      ReplyPtr r = command(conn.get(), args);
       if (r && is_error(r.get()) && reply_text(r.get()).rfind("NOSCRIPT", 0) == 0) {
         if (load_script(conn.get()) != sha) {
           throw StoreError("redis: the server reports another digest for the script");
         }
-        r = run(conn.get(), args);
+        r = command(conn.get(), args);
       }
       if (!r) {
         const redisContext* c = conn.get();
@@ -168,7 +164,7 @@ struct RedisLock::Impl {
   std::optional<Millis> now() {
     if (options.backend.clock) return to_millis(options.backend.clock->now());
     Lease conn = acquire();
-    ReplyPtr t = run(conn.get(), {"TIME"});
+    ReplyPtr t = command(conn.get(), {"TIME"});
     if (!t || t->type != REDIS_REPLY_ARRAY || t->elements != 2) return std::nullopt;
     return std::stoll(reply_text(t->element[0])) * 1000 +
            std::stoll(reply_text(t->element[1])) / 1000;
@@ -197,7 +193,7 @@ const std::string& RedisLock::key_prefix() const noexcept { return impl_->option
 std::optional<Record> RedisLock::do_inspect(std::string_view key) {
   const std::string k = impl_->redis_key(key);
   Impl::Lease conn = impl_->acquire();
-  ReplyPtr r = run(conn.get(), {"HGETALL", k});
+  ReplyPtr r = command(conn.get(), {"HGETALL", k});
   if (!r) {
     std::string message = connection_error(conn.get());
     impl_->drop_idle();
@@ -247,7 +243,7 @@ void RedisLock::do_wait_for_change(std::string_view key, std::chrono::millisecon
       timeout, stop,
       [&]() -> std::optional<int> {
         sub = impl_->connect();
-        ReplyPtr r = run(sub.get(), {"SUBSCRIBE", impl_->redis_key(key)});
+        ReplyPtr r = command(sub.get(), {"SUBSCRIBE", impl_->redis_key(key)});
         if (!r || r->type != REDIS_REPLY_ARRAY) throw StoreError("redis: SUBSCRIBE failed");
         // A message that arrived with the confirmation is already buffered: wake now.
         void* raw = nullptr;
