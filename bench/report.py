@@ -250,11 +250,14 @@ def peer_report(recs, groups, p):
     p("")
     if peers:
         first = peers[0]
+        setup = next((r for r in recs if r["kind"] == "store_setup"), {})
+        window = (f"{setup['peer_seconds']} s measured after {setup['peer_warmup']} s unrecorded"
+                  if "peer_seconds" in setup else f"{first['seconds']:.0f} s measured")
         p(f"- peer: `@aws-lambda-powertools/idempotency` {first['powertools']} (`makeIdempotent` "
           f"of a no-op on its Redis layer, `CachePersistenceLayer`) + `@redis/client` "
           f"{first['redis_client']}, Node.js {first['node']}, a Lambda-like context registered "
           "(`getRemainingTimeInMillis` 60 s, our lease); N calls in flight on one event loop and "
-          "its one connection, each a message id never used before; client CPU = "
+          f"its one connection, each a message id never used before, {window}; client CPU = "
           "`process.cpuUsage()` (user + system, the whole process) over the measured window ÷ "
           "messages. Ours: the Redis pair rows above (N threads, the default pool of 8)")
         p("")
