@@ -75,6 +75,10 @@ def verdict(ok):
 # The store part (bench/store_bench + redis-benchmark + pgbench).
 
 STORE_RATIO_MIN = 0.9           # Redis and PostgreSQL: ours ÷ the store's limit (issue 15)
+PEER_RATE_MIN = 2.0             # Redis: our pairs/s ÷ the Powertools peer's messages/s ...
+PEER_RATE_AT = 8                # ... at this many threads / calls in flight (issue 15)
+CPU_US_MAX = 8.0                # Redis: our client CPU per pair, every thread count (issue 15)
+CPU_RATIO_MAX = 0.2             # Redis: ours ÷ the peer's client CPU per message (issue 15)
 STORE_TARGETED = ("redis", "postgres")
 STORE_ORDER = ("memory", "sqlite", "redis", "postgres")
 
@@ -100,12 +104,23 @@ def store_report(recs, p):
     p("#### Stores: the library against each store's own limit")
     p("")
     if setup:
-        p(f"- servers: {setup['redis']} ({setup['redis_persistence']}); {setup['postgres']} "
-          f"({setup['pg_durability']}); SQLite {setup['sqlite']} (WAL, synchronous=FULL); "
+        servers = []
+        if "redis" in setup:
+            servers.append(f"{setup['redis']} ({setup['redis_persistence']})")
+        if "postgres" in setup:
+            servers.append(f"{setup['postgres']} ({setup['pg_durability']})")
+        if "sqlite" in setup.get("backends", "sqlite"):
+            servers.append(f"SQLite {setup['sqlite']} (WAL, synchronous=FULL)")
+        only = (f"only {setup['backends']} (BENCH_STORE_BACKENDS); "
+                if setup.get("backends", "memory,sqlite,redis,postgres,peer")
+                != "memory,sqlite,redis,postgres,peer" else "")
+        p(f"- {only}servers: {'; '.join(servers)}; "
           f"each measurement {setup['seconds']} s after 0.5 s unrecorded, {setup['rounds']} "
           "round(s); a number is the median over rounds, a ratio the median of each round's "
           "back-to-back ratio")
-    p("- pair = claim (Won) + complete (true) of a fresh key; latency per store call; limit: "
+    p("- pair = claim (Won) + complete (true) of a fresh key; latency per store call; client CPU "
+      "= the driver process's user + system time (getrusage, all threads) over the measured "
+      "window ÷ pairs; limit: "
       "Redis `redis-benchmark` EVALSHA of the library's claim script ÷ 2, PostgreSQL `pgbench "
       "-M prepared` of the library's claim + complete statements, SQLite the same statements "
       "in a raw C loop at the same durability")
@@ -120,8 +135,9 @@ def store_report(recs, p):
     for r in limits:
         lim.setdefault(key(r), []).append(r)
 
-    p("| backend | threads | pool | pairs/s | p50 µs | p99 µs | limit pairs/s | ours ÷ limit | target | |")
-    p("|---|---:|---|---:|---:|---:|---:|---:|---|---|")
+    p("| backend | threads | pool | pairs/s | p50 µs | p99 µs | client CPU µs/pair | limit pairs/s "
+      "| ours ÷ limit | target | |")
+    p("|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|")
     for b in STORE_ORDER:
         for (kb, path, t), rs in sorted(groups.items(), key=lambda kv: kv[0][2]):
             if kb != b or path != "pair":
@@ -146,11 +162,14 @@ def store_report(recs, p):
                 verdict_txt = verdict(ratio >= STORE_RATIO_MIN)
             else:
                 verdict_txt = "info"
+            cpu = median([r["cpu_us_per_op"] for r in rs if "cpu_us_per_op" in r])
             p(f"| {b} | {t} | {pool_txt} | {num(rate)} | {num(median([r['p50_us'] for r in rs]), 1)} "
-              f"| {num(median([r['p99_us'] for r in rs]), 1)} | {num(lrate)} "
+              f"| {num(median([r['p99_us'] for r in rs]), 1)} | {num(cpu, 1)} | {num(lrate)} "
               f"| {'—' if ratio is None else f'{ratio:.2f}×'} "
               f"| {f'≥ {STORE_RATIO_MIN}×' if targeted else '— (info)'} | {verdict_txt} |")
     p("")
+
+    peer_report(recs, groups, p)
 
     floors = [r for r in recs if r["kind"] == "floor"]
     if floors or limits:
@@ -218,6 +237,98 @@ def store_report(recs, p):
         p("")
         p("Redis has no row: it deletes each record itself at its `expires_at` (PEXPIREAT), and "
           "`purge_expired()` returns 0 without a call.")
+        p("")
+
+
+def peer_report(recs, groups, p):
+    """Redis: the library against AWS Lambda Powertools' idempotency (bench/peer), same run."""
+    peers = [r for r in recs if r["kind"] == "peer"]
+    overlap = next((r for r in recs if r["kind"] == "peer_overlap"), None)
+    if not peers and not overlap:
+        return
+    p("#### Redis: the library against the Powertools peer, same Redis, same run")
+    p("")
+    if peers:
+        first = peers[0]
+        setup = next((r for r in recs if r["kind"] == "store_setup"), {})
+        window = (f"{setup['peer_seconds']} s measured after {setup['peer_warmup']} s unrecorded"
+                  if "peer_seconds" in setup else f"{first['seconds']:.0f} s measured")
+        p(f"- peer: `@aws-lambda-powertools/idempotency` {first['powertools']} (`makeIdempotent` "
+          f"of a no-op on its Redis layer, `CachePersistenceLayer`) + `@redis/client` "
+          f"{first['redis_client']}, Node.js {first['node']}, a Lambda-like context registered "
+          "(`getRemainingTimeInMillis` 60 s, our lease); N calls in flight on one event loop and "
+          f"its one connection, each a message id never used before, {window}; client CPU = "
+          "`process.cpuUsage()` (user + system, the whole process) over the measured window ÷ "
+          "messages. Ours: the Redis pair rows above (N threads, the default pool of 8)")
+        p("")
+    by_t = {}
+    for r in peers:
+        by_t.setdefault(r["threads"], []).append(r)
+
+    def per_round(ours, theirs, field):
+        theirs_by_round = {r["round"]: r[field] for r in theirs}
+        return median([r[field] / theirs_by_round[r["round"]] for r in ours
+                       if field in r and theirs_by_round.get(r["round"])])
+
+    rate_rows, cpu_rows = [], []
+    for t in sorted(by_t):
+        theirs = by_t[t]
+        ours = groups.get(("redis", "pair", t), [])
+        bad = sum(r["unexpected"] for r in ours + theirs)
+        invalid = f"INVALID ({bad} unexpected answers or errors)" if bad else None
+        rate_ratio = per_round(ours, theirs, "rate")
+        targeted = t == PEER_RATE_AT
+        if invalid:
+            rv = invalid
+        elif rate_ratio is None:
+            rv = ""
+        else:
+            rv = verdict(rate_ratio >= PEER_RATE_MIN) if targeted else "info"
+        rate_rows.append(
+            f"| {t} | {num(median([r['rate'] for r in ours]))} "
+            f"| {num(median([r['rate'] for r in theirs]))} "
+            f"| {num(median([r['p50_us'] for r in theirs]), 1)} "
+            f"| {num(median([r['p99_us'] for r in theirs]), 1)} "
+            f"| {'—' if rate_ratio is None else f'{rate_ratio:.2f}×'} "
+            f"| {f'≥ {PEER_RATE_MIN:.0f}×' if targeted else '— (info)'} | {rv} |")
+        our_cpu = median([r["cpu_us_per_op"] for r in ours if "cpu_us_per_op" in r])
+        cpu_ratio = per_round(ours, theirs, "cpu_us_per_op")
+        cv = invalid or ("" if our_cpu is None else verdict(our_cpu <= CPU_US_MAX))
+        crv = invalid or ("" if cpu_ratio is None else verdict(cpu_ratio <= CPU_RATIO_MAX))
+        cpu_rows.append(
+            f"| {t} | {num(our_cpu, 1)} | ≤ {CPU_US_MAX:.0f} µs | {cv} "
+            f"| {num(median([r['cpu_us_per_op'] for r in theirs]), 1)} "
+            f"| {'—' if cpu_ratio is None else f'{cpu_ratio:.2f}×'} | ≤ {CPU_RATIO_MAX:.2f}× | {crv} |")
+    if rate_rows:
+        p("| threads (peer: calls in flight) | ours pairs/s | peer messages/s | peer p50 µs "
+          "| peer p99 µs | ours ÷ peer | target | |")
+        p("|---:|---:|---:|---:|---:|---:|---|---|")
+        for row in rate_rows:
+            p(row)
+        p("")
+        p("| threads (peer: calls in flight) | ours client CPU µs/pair | target | "
+          "| peer client CPU µs/message | ours ÷ peer | target | |")
+        p("|---:|---:|---|---|---:|---:|---|---|")
+        for row in cpu_rows:
+            p(row)
+        p("")
+        p("Peer latency is per message (its two round trips, SET NX EX then SET EX, and the "
+          "wrapper); ours in the table above is per store call.")
+        p("")
+    if overlap:
+        w, wo = overlap["with_context"], overlap["without_context"]
+
+        def refused(x):
+            return ", ".join(f"{v} × {k}" for k, v in x["refusals"].items()) or "none"
+
+        p(f"Overlapping duplicates (peer; each of {w['keys']} keys called twice at once, the "
+          f"handler running {overlap['handler_ms']} ms): **with** the registered context "
+          f"{w['executed_twice']} of {w['keys']} keys ran the handler twice (refused: "
+          f"{refused(w)}); **without** one {wo['executed_twice']} of {wo['keys']} ran it twice "
+          f"(refused: {refused(wo)}; Powertools warned {wo['warnings']} times that it could not "
+          "determine the remaining time). Without `getRemainingTimeInMillis` the in-progress "
+          "record has no in-progress expiry, so a concurrent duplicate takes it for an orphan, "
+          "takes it over and runs again.")
         p("")
 
 

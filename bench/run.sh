@@ -13,20 +13,24 @@
 #   purge       the gateway on sqlite:// (1 s ttl) under -c16, without and with a purge every 1 s
 #   store       every store path through the library (bench/store_bench) at 1, 8 and 64 threads,
 #               each right beside the store's own limit for the same statements (redis-benchmark
-#               EVALSHA, pgbench -M prepared, raw SQLite), on private servers; then scale, purge
+#               EVALSHA, pgbench -M prepared, raw SQLite), on private servers, and on the same
+#               Redis the peer (bench/peer: AWS Lambda Powertools' idempotency on Node.js, its
+#               packages installed by bench/peer/install.sh); then scale, purge
 #
 # No part given: all five. Knobs (environment): BENCH_DURATION (10, seconds), BENCH_WARMUP (2),
 # BENCH_SLOW_CONNS (200), BENCH_HEADER_TIMEOUT (5s); for store: STORE_BENCH (the driver,
 # build/bench/store_bench), BENCH_STORE_SECONDS (3), BENCH_STORE_ROUNDS (3),
-# BENCH_STORE_THREADS (1,8,64), BENCH_STORE_SCALE (1000,100000,1000000),
-# BENCH_STORE_PURGE (1000,10000,100000). Output: the markdown table on stdout and in
+# BENCH_STORE_THREADS (1,8,64), BENCH_STORE_BACKENDS (memory,sqlite,redis,postgres,peer: which
+# stores, and the peer, the part runs), BENCH_STORE_SCALE (1000,100000,1000000),
+# BENCH_STORE_PURGE (1000,10000,100000; either empty: that step is left out),
+# BENCH_PEER_SECONDS (5), BENCH_PEER_WARMUP (1). Output: the markdown table on stdout and in
 # bench/results/latest.md (a full run) or bench/results/last-PART.md (a partial one), with the
 # raw records beside it as .jsonl.
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$BENCH_DIR")
-[ $# -ge 1 ] || { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 GATEWAY=$(realpath "$1"); shift
 PARTS=("$@")
 [ ${#PARTS[@]} -eq 0 ] && PARTS=(throughput rss slowloris purge store)
@@ -44,8 +48,15 @@ STORE_BENCH=${STORE_BENCH:-$ROOT/build/bench/store_bench}
 STORE_SECONDS=${BENCH_STORE_SECONDS:-3}
 STORE_ROUNDS=${BENCH_STORE_ROUNDS:-3}
 STORE_THREADS=${BENCH_STORE_THREADS:-1,8,64}
-STORE_SCALE=${BENCH_STORE_SCALE:-1000,100000,1000000}
-STORE_PURGE=${BENCH_STORE_PURGE:-1000,10000,100000}
+STORE_SCALE=${BENCH_STORE_SCALE-1000,100000,1000000}
+STORE_PURGE=${BENCH_STORE_PURGE-1000,10000,100000}
+STORE_BACKENDS=${BENCH_STORE_BACKENDS:-memory,sqlite,redis,postgres,peer}
+PEER_SECONDS=${BENCH_PEER_SECONDS:-5}
+PEER_WARMUP=${BENCH_PEER_WARMUP:-1}
+PEER_OVERLAP_KEYS=20 # keys called twice at once in the peer's overlap check
+for b in ${STORE_BACKENDS//,/ }; do
+  case "$b" in memory | sqlite | redis | postgres | peer) ;; *) echo "unknown store backend: $b" >&2; exit 2 ;; esac
+done
 
 TMP=$(mktemp -d /tmp/idem-bench.XXXXXX)
 RECORDS=$TMP/records.jsonl # one JSON object per measurement; bench/report.py renders them
@@ -425,52 +436,104 @@ pg_limit() {
 
 last_rate() { sed -n 's/.*"rate":\([0-9.]*\).*/\1/p' "$RECORDS" | tail -n 1; }
 
+# peer_run ROUND ARGS...: one bench/peer/peer_bench.mjs invocation (the Powertools peer), its
+# JSON lines recorded with the round. Unlike store_bench's lines these are read after it exits,
+# so that a peer that fails stops the bench instead of leaving its rows out.
+peer_run() {
+  local round=$1 out line
+  shift
+  out=$(node "$BENCH_DIR/peer/peer_bench.mjs" "$@") || die "the peer (bench/peer/peer_bench.mjs $1) failed"
+  while IFS= read -r line; do
+    [ -n "$line" ] || continue
+    record "${line%\}},\"round\":$round}"
+    say "round $round $line"
+  done <<<"$out"
+}
+
+# has BACKEND: whether BENCH_STORE_BACKENDS names it.
+has() { [[ ",$STORE_BACKENDS," == *",$1,"* ]]; }
+
 part_store() {
   [ -x "$STORE_BENCH" ] || die "no store driver at $STORE_BENCH (./dev bench builds it)"
-  local redis_port pg_port sha round c threads script=$TMP/claim_complete.pgbench
+  local redis_port="" pg_port="" sha round c threads script=$TMP/claim_complete.pgbench
   local sqlite_dir=$TMP/sqlite psql_=(psql -h 127.0.0.1 -U postgres -d postgres -qAt)
+  local redis_url="" pg_url="" setup servers=()
   mkdir -p "$sqlite_dir"
-  start_redis
-  redis_port=$STARTED_PORT
-  start_postgres
-  pg_port=$STARTED_PORT
-  psql_+=(-p "$pg_port")
-  local redis_url="redis://127.0.0.1:$redis_port"
-  local pg_url="postgres://postgres@127.0.0.1:$pg_port/postgres"
-  sha=$(redis-cli -p "$redis_port" SCRIPT LOAD "$(cat "$ROOT/src/backends/redis/redis_script.lua")")
-  "$STORE_BENCH" pgbench-script >"$script"
-  record "{\"kind\":\"store_setup\",\"redis\":\"$(redis-server --version | sed 's/ sha=.*//')\",\"postgres\":\"$("$(pg_bin postgres)" --version)\",\"sqlite\":\"$(sqlite3 --version | cut -d' ' -f1)\",\"seconds\":$STORE_SECONDS,\"rounds\":$STORE_ROUNDS,\"pg_durability\":\"fsync=$("${psql_[@]}" -c 'SHOW fsync') synchronous_commit=$("${psql_[@]}" -c 'SHOW synchronous_commit') full_page_writes=$("${psql_[@]}" -c 'SHOW full_page_writes')\",\"redis_persistence\":\"save='$(redis-cli -p "$redis_port" CONFIG GET save | tail -n 1)' appendonly=$(redis-cli -p "$redis_port" CONFIG GET appendonly | tail -n 1)\"}"
-  say "store: redis on $redis_port, postgres on $pg_port (durable defaults), sqlite in $sqlite_dir"
+  if has peer; then
+    say "store: the peer's Node.js packages (bench/peer/install.sh: npm ci of package-lock.json)"
+    "$BENCH_DIR/peer/install.sh" || die "the peer's packages could not be installed"
+  fi
+  setup="\"kind\":\"store_setup\",\"backends\":\"$STORE_BACKENDS\",\"sqlite\":\"$(sqlite3 --version | cut -d' ' -f1)\",\"seconds\":$STORE_SECONDS,\"rounds\":$STORE_ROUNDS"
+  if has redis || has peer; then
+    start_redis
+    redis_port=$STARTED_PORT
+    redis_url="redis://127.0.0.1:$redis_port"
+    sha=$(redis-cli -p "$redis_port" SCRIPT LOAD "$(cat "$ROOT/src/backends/redis/redis_script.lua")")
+    setup+=",\"redis\":\"$(redis-server --version | sed 's/ sha=.*//')\",\"redis_persistence\":\"save='$(redis-cli -p "$redis_port" CONFIG GET save | tail -n 1)' appendonly=$(redis-cli -p "$redis_port" CONFIG GET appendonly | tail -n 1)\""
+    servers+=("redis on $redis_port")
+  fi
+  if has peer; then
+    setup+=",\"peer_seconds\":$PEER_SECONDS,\"peer_warmup\":$PEER_WARMUP,\"node\":\"$(node --version)\""
+  fi
+  if has postgres; then
+    start_postgres
+    pg_port=$STARTED_PORT
+    psql_+=(-p "$pg_port")
+    pg_url="postgres://postgres@127.0.0.1:$pg_port/postgres"
+    "$STORE_BENCH" pgbench-script >"$script"
+    setup+=",\"postgres\":\"$("$(pg_bin postgres)" --version)\",\"pg_durability\":\"fsync=$("${psql_[@]}" -c 'SHOW fsync') synchronous_commit=$("${psql_[@]}" -c 'SHOW synchronous_commit') full_page_writes=$("${psql_[@]}" -c 'SHOW full_page_writes')\""
+    servers+=("postgres on $pg_port (durable defaults)")
+  fi
+  has sqlite && servers+=("sqlite in $sqlite_dir")
+  record "{$setup}"
+  say "store: ${STORE_BACKENDS}; ${servers[*]:-no servers}"
 
   IFS=, read -r -a threads <<<"$STORE_THREADS"
   for ((round = 1; round <= STORE_ROUNDS; round++)); do
     for c in "${threads[@]}"; do
-      store_run "$round" run memory:// memory "$c" "$STORE_SECONDS" pair
-      store_run "$round" run "sqlite://$sqlite_dir/ours.db" sqlite "$c" "$STORE_SECONDS" pair
-      store_run "$round" sqlite-limit "$sqlite_dir/raw.db" "$c" "$STORE_SECONDS"
-      store_run "$round" run "$redis_url" redis "$c" "$STORE_SECONDS" pair
-      redis_limit "$round" "$c" "$redis_port" "$sha" "$(awk -v r="$(last_rate)" 'BEGIN { print r * 2 }')"
-      store_run "$round" run "$pg_url" postgres "$c" "$STORE_SECONDS" pair
-      pg_limit "$round" "$c" "$pg_port" "$script"
+      if has memory; then store_run "$round" run memory:// memory "$c" "$STORE_SECONDS" pair; fi
+      if has sqlite; then
+        store_run "$round" run "sqlite://$sqlite_dir/ours.db" sqlite "$c" "$STORE_SECONDS" pair
+        store_run "$round" sqlite-limit "$sqlite_dir/raw.db" "$c" "$STORE_SECONDS"
+      fi
+      if has redis; then
+        store_run "$round" run "$redis_url" redis "$c" "$STORE_SECONDS" pair
+        redis_limit "$round" "$c" "$redis_port" "$sha" "$(awk -v r="$(last_rate)" 'BEGIN { print r * 2 }')"
+      fi
+      # The peer right after our Redis runs at the same concurrency: a ratio within the round.
+      if has peer; then peer_run "$round" run "$redis_url" "$c" "$PEER_SECONDS" "$PEER_WARMUP"; fi
+      if has postgres; then
+        store_run "$round" run "$pg_url" postgres "$c" "$STORE_SECONDS" pair
+        pg_limit "$round" "$c" "$pg_port" "$script"
+      fi
     done
   done
+  if has peer; then
+    say "store: the peer with and without a registered Lambda context, $PEER_OVERLAP_KEYS keys each called twice at once"
+    peer_run 1 overlap "$redis_url" "$PEER_OVERLAP_KEYS"
+  fi
   say "store: the duplicate and one-hot-key paths (one round)"
-  store_run 1 run memory:// memory "$STORE_THREADS" "$STORE_SECONDS" dup,hot
-  store_run 1 run "sqlite://$sqlite_dir/ours.db" sqlite "$STORE_THREADS" "$STORE_SECONDS" dup,hot
-  store_run 1 run "$redis_url" redis "$STORE_THREADS" "$STORE_SECONDS" dup,hot
-  store_run 1 run "$pg_url" postgres "$STORE_THREADS" "$STORE_SECONDS" dup,hot
+  if has memory; then store_run 1 run memory:// memory "$STORE_THREADS" "$STORE_SECONDS" dup,hot; fi
+  if has sqlite; then store_run 1 run "sqlite://$sqlite_dir/ours.db" sqlite "$STORE_THREADS" "$STORE_SECONDS" dup,hot; fi
+  if has redis; then store_run 1 run "$redis_url" redis "$STORE_THREADS" "$STORE_SECONDS" dup,hot; fi
+  if has postgres; then store_run 1 run "$pg_url" postgres "$STORE_THREADS" "$STORE_SECONDS" dup,hot; fi
 
-  say "store: claim latency against live records, and purge_expired against expired records"
-  redis-cli -p "$redis_port" FLUSHALL >/dev/null
-  "${psql_[@]}" -c 'TRUNCATE idempotency_records'
-  store_run 1 scale memory memory:// "$STORE_SCALE"
-  store_run 1 scale sqlite "sqlite://$sqlite_dir/scale.db" "$STORE_SCALE"
-  store_run 1 scale redis "$redis_url" "$STORE_SCALE"
-  store_run 1 scale postgres "$pg_url" "$STORE_SCALE"
-  "${psql_[@]}" -c 'TRUNCATE idempotency_records'
-  store_run 1 purge memory memory:// "$STORE_PURGE"
-  store_run 1 purge sqlite "sqlite://$sqlite_dir/purge.db" "$STORE_PURGE"
-  store_run 1 purge postgres "$pg_url" "$STORE_PURGE"
+  if [ -n "$STORE_SCALE" ]; then
+    say "store: claim latency against live records"
+    if [ -n "$redis_port" ]; then redis-cli -p "$redis_port" FLUSHALL >/dev/null; fi
+    if has postgres; then "${psql_[@]}" -c 'TRUNCATE idempotency_records'; fi
+    if has memory; then store_run 1 scale memory memory:// "$STORE_SCALE"; fi
+    if has sqlite; then store_run 1 scale sqlite "sqlite://$sqlite_dir/scale.db" "$STORE_SCALE"; fi
+    if has redis; then store_run 1 scale redis "$redis_url" "$STORE_SCALE"; fi
+    if has postgres; then store_run 1 scale postgres "$pg_url" "$STORE_SCALE"; fi
+  fi
+  if [ -n "$STORE_PURGE" ]; then
+    say "store: purge_expired against expired records"
+    if has postgres; then "${psql_[@]}" -c 'TRUNCATE idempotency_records'; fi
+    if has memory; then store_run 1 purge memory memory:// "$STORE_PURGE"; fi
+    if has sqlite; then store_run 1 purge sqlite "sqlite://$sqlite_dir/purge.db" "$STORE_PURGE"; fi
+    if has postgres; then store_run 1 purge postgres "$pg_url" "$STORE_PURGE"; fi
+  fi
   stop_postgres
 }
 

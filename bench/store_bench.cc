@@ -14,10 +14,14 @@
 //
 // A pair is claim (must be Won) then complete (must be true) of a key no run used before. The
 // duplicate path is claim of a DONE key (must be AlreadyDone); the hot path is every thread
-// claiming one key that one earlier claim holds (must be HeldByOther).
+// claiming one key that one earlier claim holds (must be HeldByOther). Each run also reports the
+// client CPU it took per operation (cpu_us_per_op): the whole process's user + system time over
+// the measured window (getrusage RUSAGE_SELF, every thread) ÷ operations — what the library costs
+// the host of a store client, compared with the Powertools peer's process.cpuUsage() (bench/peer).
 #include <hiredis/hiredis.h>
 #include <libpq-fe.h>
 #include <sqlite3.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -87,11 +91,23 @@ struct Tally {
   std::vector<std::int64_t> call_ns;  // every store call in the measured window
   std::uint64_t ops = 0;              // pairs (pair path) or claims (dup, hot)
   std::uint64_t unexpected = 0;       // an answer the path does not expect
+  double cpu_seconds = 0;             // the process's user + system CPU in the measured window
 };
+
+// User + system CPU of the whole process (all threads) so far, in seconds.
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto sec = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6;
+  };
+  return sec(u.ru_utime) + sec(u.ru_stime);
+}
 
 // Runs body(thread, tally, record) on `threads` threads: kWarmupSeconds unrecorded, then
 // `seconds` recorded. body performs one operation and adds its calls' latencies when
-// `record` is set. Returns the merged tally and the measured wall time.
+// `record` is set. Returns the merged tally (with the process's CPU time between the switches
+// to and from the measured phase) and the measured wall time.
 template <typename Body>
 std::pair<Tally, double> drive(int threads, double seconds, Body body) {
   std::vector<Tally> tallies(static_cast<std::size_t>(threads));
@@ -118,13 +134,16 @@ std::pair<Tally, double> drive(int threads, double seconds, Body body) {
   }
   ready.arrive_and_wait();
   std::this_thread::sleep_for(std::chrono::duration<double>(kWarmupSeconds));
+  const double cpu_start = process_cpu_seconds();
   const auto start = Clock::now();
   phase = 1;
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   phase = 2;
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  const double cpu_end = process_cpu_seconds();
   for (auto& th : pool) th.join();
   Tally all;
+  all.cpu_seconds = cpu_end - cpu_start;
   for (auto& t : tallies) {
     all.ops += t.ops;
     all.unexpected += t.unexpected;
@@ -148,10 +167,11 @@ void emit(const std::string& kind, const std::string& name, const std::string& p
   std::printf(
       "{\"kind\":\"%s\",\"backend\":\"%s\",\"path\":\"%s\",\"threads\":%d,\"ops\":%llu,"
       "\"seconds\":%.3f,\"rate\":%.1f,\"calls\":%zu,\"p50_us\":%s,\"p99_us\":%s,"
-      "\"unexpected\":%llu%s}\n",
+      "\"cpu_us_per_op\":%.2f,\"unexpected\":%llu%s}\n",
       kind.c_str(), name.c_str(), path.c_str(), threads, static_cast<unsigned long long>(t.ops),
       elapsed, static_cast<double>(t.ops) / elapsed, t.call_ns.size(),
       fmt(pct_us(t.call_ns, 0.50)).c_str(), fmt(pct_us(t.call_ns, 0.99)).c_str(),
+      t.ops == 0 ? 0.0 : t.cpu_seconds * 1e6 / static_cast<double>(t.ops),
       static_cast<unsigned long long>(t.unexpected), extra.c_str());
   std::fflush(stdout);
 }
