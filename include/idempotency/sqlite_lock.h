@@ -7,8 +7,9 @@
 // processes on one host sharing the file are safe. Times are epoch-millisecond integers
 // from the injectable clock.
 //
-// Thread safety: safe from any number of threads; operations on one instance are
-// serialized (SQLite admits one writer at a time anyway).
+// Thread safety: safe from any number of threads. Concurrent operations on one instance are
+// group-committed: they run one after another in a shared write transaction, so many claims
+// cost one fsync, and none returns before that transaction is durable.
 #pragma once
 
 #include <chrono>

@@ -2,11 +2,14 @@
 
 #include <sqlite3.h>
 
+#include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "idempotency/errors.h"
 
@@ -82,7 +85,20 @@ std::optional<std::string> column_optional_bytes(sqlite3_stmt* s, int column) {
 }  // namespace
 
 struct SqliteLock::Impl {
-  std::mutex mutex;  // one transaction at a time on the one connection
+  // One operation waiting for its turn: the group's leader runs it and fills in the outcome.
+  struct Pending {
+    std::string_view key;
+    const Operation* op;
+    std::optional<Transition> transition;
+    std::exception_ptr error;
+    bool finished = false;
+  };
+
+  std::mutex mutex;        // one transaction at a time on the one connection
+  std::mutex queue_mutex;  // guards queue, leading and each Pending's `finished`
+  std::condition_variable turn;
+  std::vector<Pending*> queue;
+  bool leading = false;
   DbPtr db;
   StmtPtr select;
   StmtPtr upsert;
@@ -139,13 +155,74 @@ struct SqliteLock::Impl {
     sqlite3_reset(s);
   }
 
-  // One BEGIN IMMEDIATE transaction: read, decide with the pure function, write if changed.
+  // Group commit: concurrent operations of this instance share one BEGIN IMMEDIATE
+  // transaction and so one fsync, which is what bounds a durable store. The first caller to
+  // find no leader becomes the leader and runs every queued operation, in arrival order, each
+  // read-decide-write on what the earlier ones wrote; nobody learns an outcome before COMMIT
+  // returns, so each one is as durable as it was alone. If anything in a group fails (a full
+  // disk, a busy file), the group is rolled back and each operation is rerun in a transaction
+  // of its own, so an error reaches only the calls it belongs to.
   Transition apply(std::string_view key, const Operation& op) {
+    Pending mine{.key = key, .op = &op};
+    std::unique_lock queue_lock(queue_mutex);
+    queue.push_back(&mine);
+    for (;;) {
+      turn.wait(queue_lock, [&] { return mine.finished || !leading; });
+      if (mine.finished) break;
+      // Lead one group, which holds `mine`; then hand the lead on, so that no caller serves
+      // other callers' groups for as long as they keep coming.
+      leading = true;
+      std::vector<Pending*> group;
+      group.swap(queue);
+      queue_lock.unlock();
+      run_group(group);
+      queue_lock.lock();
+      for (Pending* p : group) p->finished = true;
+      leading = false;
+      turn.notify_all();
+    }
+    if (mine.error) std::rethrow_exception(mine.error);
+    return std::move(*mine.transition);
+  }
+
+  void run_group(const std::vector<Pending*>& group) {
     std::lock_guard lock(mutex);
+    if (group.size() > 1) {
+      std::vector<Transition> decided;
+      decided.reserve(group.size());
+      try {
+        exec(db.get(), "BEGIN IMMEDIATE", "begin");
+        for (Pending* p : group) decided.push_back(decide(p->key, *p->op));
+        exec(db.get(), "COMMIT", "commit");
+        for (std::size_t i = 0; i < group.size(); ++i) {
+          group[i]->transition = std::move(decided[i]);
+        }
+        return;
+      } catch (...) {
+        sqlite3_exec(db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+      }
+    }
+    for (Pending* p : group) {
+      try {
+        p->transition = apply_alone(p->key, *p->op);
+      } catch (...) {
+        p->error = std::current_exception();
+      }
+    }
+  }
+
+  // Read, decide with the pure function, write if changed: inside a transaction.
+  Transition decide(std::string_view key, const Operation& op) {
+    Transition t = transition(read(key), op, to_millis(clock->now()));
+    if (t.changed && t.record) write(key, *t.record);
+    return t;
+  }
+
+  // One BEGIN IMMEDIATE transaction around decide(); the caller holds `mutex`.
+  Transition apply_alone(std::string_view key, const Operation& op) {
     exec(db.get(), "BEGIN IMMEDIATE", "begin");
     try {
-      Transition t = transition(read(key), op, to_millis(clock->now()));
-      if (t.changed && t.record) write(key, *t.record);
+      Transition t = decide(key, op);
       exec(db.get(), "COMMIT", "commit");
       return t;
     } catch (...) {

@@ -8,10 +8,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <fstream>
 #include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "idempotency/errors.h"
@@ -215,6 +217,51 @@ TEST(SqliteLock, ADiskFullWriteIsAStoreErrorAndLosesNothing) {
   EXPECT_THROW((void)backend.complete(first, big), StoreError);
   held(backend.claim("first", kLease));  // the claim is intact, not half-completed
   EXPECT_TRUE(backend.complete(first, std::string("small")));
+}
+
+// Concurrent calls share one transaction (group commit); a write that fails in a group must
+// fail its own call only: the others are rerun and succeed, and nothing is half-written.
+TEST(SqliteLock, AFailingWriteFailsOnlyItsOwnCallWhenCallsShareACommit) {
+  TempDir dir;
+  SqliteLock backend(dir.file("full.db"), SqliteOptions{.max_pages = 64});
+  Claim bulky = won(backend.claim("bulky", kLease));
+  const std::string too_big(512 * 1024, 'r');  // more than 64 pages can hold
+  constexpr int kThreads = 4;
+  constexpr int kClaimsEach = 15;
+  std::atomic<int> ready{0};
+  std::atomic<int> small_won{0};
+  std::atomic<int> big_refused{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      ++ready;
+      while (ready < kThreads + 1) std::this_thread::yield();
+      for (int i = 0; i < kClaimsEach; ++i) {
+        try {
+          const auto r =
+              backend.claim("small-" + std::to_string(t) + "-" + std::to_string(i), kLease);
+          if (std::holds_alternative<Won>(r)) ++small_won;
+        } catch (const StoreError&) {  // counted as not won
+        }
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    ++ready;
+    while (ready < kThreads + 1) std::this_thread::yield();
+    for (int i = 0; i < kClaimsEach; ++i) {
+      try {
+        (void)backend.complete(bulky, too_big);
+      } catch (const StoreError&) {
+        ++big_refused;
+      }
+    }
+  });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(small_won, kThreads * kClaimsEach) << "no call failed for another's write";
+  EXPECT_EQ(big_refused, kClaimsEach) << "the oversized write failed every time";
+  held(backend.claim("bulky", kLease));  // still claimed, not half-completed
+  EXPECT_EQ(backend.stored_records(), std::optional<std::size_t>(1 + kThreads * kClaimsEach));
 }
 
 // Reads one integer PRAGMA through a connection of its own, as an operator's sqlite3 would.
