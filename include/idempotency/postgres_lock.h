@@ -1,17 +1,25 @@
 // PostgresLock: records in one PostgreSQL table, decided server-side in one round trip.
 //
-// Each operation is a single prepared statement: `claim` is one `INSERT … ON CONFLICT DO
-// UPDATE … RETURNING` that re-expresses the core's `transition()` in SQL, so two processes
-// racing a new key get exactly one `Won`; `complete` and `release` are one `UPDATE` each.
-// Time is judged by the server's `clock_timestamp()` (epoch milliseconds) unless
-// `BackendOptions::clock` is set, in which case the client clock's instant is sent instead.
-// Connections come from a bounded pool; one broken by a server restart or
+// Each operation is a single statement: `claim` is one `INSERT … ON CONFLICT DO UPDATE …
+// RETURNING` that re-expresses the core's `transition()` in SQL, so two processes racing a new
+// key get exactly one `Won`; `complete` and `release` are one `UPDATE` each. Connected directly
+// (or through a pooler in session mode) the statements are prepared once per connection and
+// cross-instance waiters LISTEN; behind a pooler in transaction mode
+// (`PostgresPoolMode::kTransaction`) nothing outlives a transaction, so each statement is sent
+// whole and waiters poll. Time is judged by the server's `clock_timestamp()` (epoch
+// milliseconds) unless `BackendOptions::clock` is set, in which case the client clock's instant
+// is sent instead. Connections come from a bounded pool; one broken by a server restart or
 // `pg_terminate_backend` is dropped and the call is retried once on a fresh connection (every
 // operation is safe to repeat: a retried claim carries its claim token and re-affirms).
 //
+// TLS is libpq's: `sslmode=verify-full&sslrootcert=CA.pem` (and `sslcert`/`sslkey` for a client
+// certificate) in the URL or conninfo. No message repeats a password (`password`,
+// `sslpassword`, a URL's user-info) or anything read from a key file.
+//
 // Example:
-//   idempotency::PostgresLock backend("postgres://app@db.internal/app?sslmode=verify-full",
-//                                     {.table = "orders_idempotency"});
+//   idempotency::PostgresLock backend(
+//       "postgres://app@db.internal/app?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem",
+//       {.table = "orders_idempotency"});
 //
 // Thread safety: safe from any number of threads; each call borrows its own connection.
 // Not fork-safe: build a new PostgresLock in a child process.
@@ -29,6 +37,19 @@
 #include "idempotency/record.h"
 
 namespace idempotency {
+
+/// PostgresPoolMode says what a PostgresLock connection is to the server: its own session, or
+/// one transaction at a time of a session a pooler shares with other clients.
+enum class PostgresPoolMode {
+  /// Each connection is one server session (directly, or a pooler in session mode): statements
+  /// are prepared once per connection, `statement_timeout` is SET once, waiters LISTEN.
+  kSession,
+  /// Behind a pooler in transaction mode (PgBouncer `pool_mode = transaction`, or a managed
+  /// pooler in that mode): no session state is used. Each statement is sent whole,
+  /// `statement_timeout` is set for its transaction only (in the same round trip), and
+  /// cross-instance waiters poll the store, since a LISTEN would end with the transaction.
+  kTransaction,
+};
 
 /// Options for PostgresLock. Fill with designated initializers.
 struct PostgresOptions {
@@ -49,6 +70,8 @@ struct PostgresOptions {
   std::chrono::milliseconds statement_timeout = std::chrono::seconds(30);
   /// Rows `purge_expired()` deletes per statement, so it never holds many locks at once.
   std::size_t purge_batch = 1000;
+  /// kTransaction behind a pooler in transaction mode (URL parameter `pool_mode=transaction`).
+  PostgresPoolMode pool_mode = PostgresPoolMode::kSession;
 };
 
 /// PostgresWaitCounts tallies how an instance's cross-instance waits (`once` with `wait_for`
@@ -60,6 +83,7 @@ struct PostgresWaitCounts {
   std::uint64_t timed_out = 0;    ///< the wait's timeout passed first
   std::uint64_t stopped = 0;      ///< the caller's stop token fired
   std::uint64_t unavailable = 0;  ///< the server or the listening connection failed: slept
+  std::uint64_t polled = 0;       ///< no LISTEN (kTransaction): slept, then `once` claims again
 };
 
 /// PostgresLock stores records in a PostgreSQL table through libpq.
@@ -68,9 +92,10 @@ class PostgresLock final : public LockBackend {
   /// PostgresLock() connects with a libpq conninfo string (`host=… dbname=…`) or a
   /// `postgres://` / `postgresql://` URL (TLS and every libpq option included; the PG*
   /// environment variables fill what is left out), creates the table when allowed, and
-  /// prepares its statements. Throws `std::invalid_argument` naming the malformed part
+  /// prepares its statements (kSession). Throws `std::invalid_argument` naming the malformed part
   /// (never the password) or a bad option, and `StoreError` with the server's message when
-  /// it cannot connect or authenticate, or the table is missing and may not be created.
+  /// it cannot connect or authenticate (a refused certificate or host name included), or the
+  /// table is missing and may not be created.
   explicit PostgresLock(std::string_view conninfo_or_url, const PostgresOptions& options = {});
   ~PostgresLock() override;
 
@@ -93,6 +118,8 @@ class PostgresLock final : public LockBackend {
   std::optional<Record> do_inspect(std::string_view key) override;
   /// Waits on LISTEN for the NOTIFY that complete() and release() send in their statement,
   /// after counting itself in the row's `waiters` (they notify only when it is above zero).
+  /// kTransaction: sleeps `timeout` (once() passes a slice of 10 ms doubling to 500 ms and
+  /// claims again after each, which is the poll).
   void do_wait_for_change(std::string_view key, std::chrono::milliseconds timeout,
                           const std::stop_token& stop) override;
 

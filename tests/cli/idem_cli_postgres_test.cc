@@ -1,4 +1,5 @@
-// The idem CLI against the PostgreSQL test server: inspect and migrate.
+// The idem CLI against the PostgreSQL test server: inspect and migrate, directly, over TLS and
+// through PgBouncer.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -19,6 +20,18 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 constexpr char kKey[] = "invoice-2024-customer-secret";
+
+// server_or_skip() is `url`, or "" after failing (CI) or skipping the test when it is empty.
+std::string server_or_skip(const std::string& url, const char* what) {
+  if (url.empty()) {
+    if (std::getenv("CI") != nullptr) {  // NOLINT(concurrency-mt-unsafe)
+      ADD_FAILURE() << "CI is set but there is no " << what;
+    } else {
+      [&] { GTEST_SKIP() << "no " << what; }();
+    }
+  }
+  return url;
+}
 
 class IdemCliPostgresTest : public ::testing::Test {
  protected:
@@ -69,6 +82,38 @@ TEST_F(IdemCliPostgresTest, InspectShowsTheRecordButNeverTheKey) {
 
   const IdemRun absent = run_idem({"--backend", backend(), "inspect", "other-key"});
   EXPECT_EQ(absent.exit_code, 3);
+}
+
+TEST_F(IdemCliPostgresTest, ThroughPgBouncerWithPoolModeTransactionInTheUrl) {
+  const std::string bouncer = server_or_skip(pgbouncer_url(), "PgBouncer (PGBOUNCER_URL)");
+  if (bouncer.empty()) return;
+  const std::string url = bouncer + "?table=" + table_ + "&pool_mode=transaction";
+  const IdemRun migrate = run_idem({"--backend", url, "migrate"});
+  EXPECT_EQ(migrate.exit_code, 0) << migrate.err;
+  EXPECT_THAT(migrate.out, HasSubstr("created table " + table_));
+  const IdemRun absent = run_idem({"--backend", url, "inspect", "other-key"});
+  EXPECT_EQ(absent.exit_code, 3) << absent.err;
+  const IdemRun unknown =
+      run_idem({"--backend", bouncer + "?pool_mode=statement", "inspect", "other-key"});
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_THAT(unknown.err, HasSubstr("pool_mode= must be session or transaction"));
+}
+
+TEST_F(IdemCliPostgresTest, OverTlsAndARefusedCaNeverShowsThePassword) {
+  const std::string tls = server_or_skip(postgres_tls_url(), "PostgreSQL with TLS");
+  if (tls.empty()) return;
+  const IdemRun migrate = run_idem({"--backend", tls + "&table=" + table_, "migrate"});
+  EXPECT_EQ(migrate.exit_code, 0) << migrate.err;
+  std::string wrong = tls + "&table=" + table_;
+  wrong.replace(wrong.find(postgres_ca()), postgres_ca().size(), postgres_wrong_ca());
+  const IdemRun refused = run_idem({"--backend", wrong, "inspect", "other-key"});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_THAT(refused.err, HasSubstr("certificate verify failed"));
+  const auto user = tls.find("://") + 3;
+  const auto colon = tls.find(':', user);
+  const std::string password = tls.substr(colon + 1, tls.find('@') - colon - 1);
+  ASSERT_FALSE(password.empty());
+  EXPECT_THAT(refused.all(), Not(HasSubstr(password)));
 }
 
 }  // namespace

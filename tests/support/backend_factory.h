@@ -43,6 +43,9 @@ BackendFactory memory_factory();
 BackendFactory sqlite_factory();
 BackendFactory redis_factory();
 BackendFactory postgres_factory();
+/// PostgreSQL over TLS (verify-full), and through PgBouncer in transaction pooling mode.
+BackendFactory postgres_tls_factory();
+BackendFactory pgbouncer_factory();
 BackendFactory datastore_factory();
 
 }  // namespace idempotency::testing

@@ -25,6 +25,20 @@ std::string redis_url() { return from_env_or_file("REDIS_URL", "redis.url"); }
 
 std::string postgres_url() { return from_env_or_file("POSTGRES_URL", "postgres.url"); }
 
+std::string postgres_tls_url() { return from_env_or_file("POSTGRES_TLS_URL", "postgres_tls.url"); }
+
+std::string postgres_client_cert_url() {
+  return from_env_or_file("POSTGRES_CLIENT_CERT_URL", "postgres_client_cert.url");
+}
+
+std::string postgres_ca() { return from_env_or_file("POSTGRES_CA", "postgres_ca.path"); }
+
+std::string postgres_wrong_ca() {
+  return from_env_or_file("POSTGRES_WRONG_CA", "postgres_wrong_ca.path");
+}
+
+std::string pgbouncer_url() { return from_env_or_file("PGBOUNCER_URL", "pgbouncer.url"); }
+
 std::string unique_name(const std::string& stem) {
   static std::atomic<int> counter{0};
   return stem + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++);

@@ -1,7 +1,9 @@
 // The PostgreSQL backend's registry entry: `postgres://` (or `postgresql://`) URLs whose
-// `table=NAME` the library takes and whose other parameters (sslmode, connect_timeout, …) go
-// to libpq; its DDL; and the CLI's migrate, which first checks without CREATE permission.
+// `table=NAME` and `pool_mode=session|transaction` the library takes and whose other
+// parameters (sslmode, sslrootcert, connect_timeout, …) go to libpq; its DDL; and the CLI's
+// migrate, which first checks without CREATE permission.
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "idempotency/backend_registry.h"
@@ -13,36 +15,53 @@ namespace {
 
 std::string table_of(BackendUrl& url) { return take_table(url).value_or(PostgresOptions{}.table); }
 
+// options_of() takes the parameters the library reads (table, pool_mode) out of `url`.
+PostgresOptions options_of(BackendUrl& url) {
+  PostgresOptions options;
+  options.table = table_of(url);
+  if (const auto mode = url.take("pool_mode")) {
+    if (*mode == "transaction") {
+      options.pool_mode = PostgresPoolMode::kTransaction;
+    } else if (*mode != "session") {
+      throw std::invalid_argument("postgres URL: pool_mode= must be session or transaction");
+    }
+  }
+  return options;
+}
+
 }  // namespace
 
 BackendEntry postgres_backend_entry() {
   return BackendEntry{
       .schemes = {"postgres", "postgresql"},
-      .url_form = "postgres://USER:PASSWORD@HOST/DB[?table=NAME]",
+      .url_form =
+          "postgres://USER:PASSWORD@HOST/DB[?table=NAME&pool_mode=transaction&sslmode=verify-full"
+          "&sslrootcert=CA.pem]",
       .open = [](BackendUrl& url, const BackendOptions& backend) -> std::unique_ptr<LockBackend> {
-        PostgresOptions options{.backend = backend};
-        options.table = table_of(url);
+        PostgresOptions options = options_of(url);
+        options.backend = backend;
         return std::make_unique<PostgresLock>(url.str(), options);
       },
-      .schema = [](BackendUrl& url) { return PostgresLock::schema(table_of(url)); },
+      .schema = [](BackendUrl& url) { return PostgresLock::schema(options_of(url).table); },
       .migrate =
           [](BackendUrl& url) {
-            const std::string table = table_of(url);
-            const std::string statements = PostgresLock::schema(table);
+            PostgresOptions options = options_of(url);
+            options.pool_size = 1;
+            const std::string statements = PostgresLock::schema(options.table);
             // Succeeding without create_table proves the table is there, and a role without
             // CREATE permission can still check its database.
             try {
-              const PostgresLock present(url.str(),
-                                         {.table = table, .create_table = false, .pool_size = 1});
-              return "table " + table + " already exists; nothing to do\n";
+              options.create_table = false;
+              const PostgresLock present(url.str(), options);
+              return "table " + options.table + " already exists; nothing to do\n";
             } catch (const StoreError&) {
               // Missing (or unreachable: the second attempt reports that with the server's
               // message).
             }
-            const PostgresLock created(url.str(),
-                                       {.table = table, .create_table = true, .pool_size = 1});
-            return "created table " + table + " and its expiry index, or added what it lacked:\n" +
-                   statements;
+            options.create_table = true;
+            const PostgresLock created(url.str(), options);
+            return "created table " + options.table +
+                   " and its expiry index, or added what it lacked:\n" + statements;
           }};
 }
 

@@ -1,6 +1,7 @@
 // PostgresLock internals shared by its sources (never installed): libpq ownership, the
 // connection-string checks (postgres_conninfo.cc), the SQL form of the state machine
-// (postgres_sql.cc) and the binary parameters and results (postgres_result.cc).
+// (postgres_sql.cc), the binary parameters and results (postgres_result.cc) and the ways a
+// statement is sent (postgres_exec.cc).
 //
 // Thread safety: pure functions and value types.
 #pragma once
@@ -8,6 +9,7 @@
 #include <libpq-fe.h>
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -167,5 +169,32 @@ void expect_shape(const PGresult* r, const char* op, int rows_min, int rows_max,
 
 /// get_state() reads a record state cell (1 CLAIMED, 2 DONE). Throws `StoreError`.
 [[nodiscard]] RecordState get_state(const PGresult* r, int row, int col, const char* op);
+
+// ---------------------------------------------------------------------------------------
+// Sending a statement (postgres_exec.cc). Each returns the statement's result, which may be
+// null or an error result (the caller reads the error from it or from the connection).
+
+/// reusable() says whether a connection may go back to the pool: open, and inside neither a
+/// transaction nor a pipeline.
+[[nodiscard]] bool reusable(const ConnPtr& conn);
+
+/// shared_session_hint() returns, for a result that failed because a named prepared statement
+/// was missing (26000) or there already (42P05) — the session is shared, so a pooler in
+/// transaction mode sits in front — a hint to set pool_mode=transaction; else "".
+[[nodiscard]] std::string shared_session_hint(const PGresult* r);
+
+/// exec_prepared() runs `s` as PQprepare prepared it on this connection.
+[[nodiscard]] ResultPtr exec_prepared(PGconn* conn, const Statement& s, const Params& p);
+
+/// exec_unprepared() sends `s` whole, parsed for this call only (an unnamed statement).
+[[nodiscard]] ResultPtr exec_unprepared(PGconn* conn, const Statement& s, const Params& p);
+
+/// exec_with_local_timeout() sends `s` whole with `statement_timeout` set for its transaction
+/// only (none when zero): a `set_config(…, true)` and `s` pipelined before one Sync, so one
+/// round trip and one transaction. For a connection a transaction-mode pooler shares, where a
+/// session SET would neither stay nor stay ours. A connection left in pipeline mode (it broke
+/// midway) is not reusable.
+[[nodiscard]] ResultPtr exec_with_local_timeout(PGconn* conn, const Statement& s, const Params& p,
+                                                std::chrono::milliseconds timeout);
 
 }  // namespace idempotency::postgres_detail

@@ -1,5 +1,6 @@
-// PostgresLock: the lock itself — a pool of prepared connections, each operation one
-// statement from postgres_sql.cc, retried when a connection breaks or a transaction conflicts.
+// PostgresLock: the lock itself — a pool of connections, each operation one statement from
+// postgres_sql.cc (prepared per connection, or sent whole behind a transaction-mode pooler),
+// retried when a connection breaks or a transaction conflicts.
 #include "idempotency/postgres_lock.h"
 
 #include <libpq-fe.h>
@@ -51,11 +52,6 @@ constexpr int kConflictRetries = 5;
 
 void ignore_notice(void* /*arg*/, const char* /*message*/) {}
 
-// A connection goes back to the pool only when it is open and not inside a transaction.
-bool reusable(const ConnPtr& conn) {
-  return PQstatus(conn.get()) == CONNECTION_OK && PQtransactionStatus(conn.get()) == PQTRANS_IDLE;
-}
-
 }  // namespace
 
 struct PostgresLock::Impl {
@@ -66,7 +62,8 @@ struct PostgresLock::Impl {
         options(o),
         sql(postgres_detail::statements(table)),
         pool(
-            "postgres", o.pool_size, o.pool_wait, [this] { return open(); }, reusable) {
+            "postgres", o.pool_size, o.pool_wait, [this] { return open(); },
+            postgres_detail::reusable) {
     if (o.pool_size == 0) throw std::invalid_argument("PostgresOptions::pool_size must be >= 1");
     if (o.purge_batch == 0 || o.purge_batch > static_cast<std::size_t>(INT_MAX)) {
       throw std::invalid_argument("PostgresOptions::purge_batch must be from 1 to INT_MAX");
@@ -78,7 +75,7 @@ struct PostgresLock::Impl {
     // Connect now, so a bad server, password or table fails the constructor, not a claim.
     ConnPtr first = connect();
     ensure_table(first.get());
-    prepare(first.get());
+    if (own_session()) prepare(first.get());
     pool.add(std::move(first));
   }
 
@@ -94,17 +91,23 @@ struct PostgresLock::Impl {
                        postgres_detail::tidy(PQerrorMessage(conn.get()), secrets));
     }
     PQsetNoticeProcessor(conn.get(), ignore_notice, nullptr);
-    exec_simple(conn.get(),
-                "SET statement_timeout = " + std::to_string(options.statement_timeout.count()),
-                "connection setup");
+    if (own_session()) {
+      exec_simple(conn.get(),
+                  "SET statement_timeout = " + std::to_string(options.statement_timeout.count()),
+                  "connection setup");
+    }
     return conn;
   }
 
   ConnPtr open() {
     ConnPtr conn = connect();
-    prepare(conn.get());
+    if (own_session()) prepare(conn.get());
     return conn;
   }
+
+  // own_session() is true when a connection is a server session of its own, so session
+  // state (prepared statements, SET, LISTEN) is ours and stays.
+  [[nodiscard]] bool own_session() const { return options.pool_mode == PostgresPoolMode::kSession; }
 
   std::string error_of(PGconn* conn, const PGresult* res, std::string_view key = {}) const {
     std::string msg;
@@ -172,7 +175,7 @@ struct PostgresLock::Impl {
     Params p;
     p.bytes(key);
     p.int8(now());
-    ResultPtr res(exec_once(conn, sql.wait, p));
+    const ResultPtr res = postgres_detail::exec_unprepared(conn, sql.wait, p);
     if (!res || PQresultStatus(res.get()) != PGRES_TUPLES_OK) {
       throw StoreError("postgres: registering a waiter failed for key " + key_fingerprint(key) +
                        ": " + error_of(conn, res.get(), key));
@@ -186,14 +189,7 @@ struct PostgresLock::Impl {
   void unregister_waiter(PGconn* conn, std::string_view key) noexcept {
     Params p;
     p.bytes(key);
-    const ResultPtr res(exec_once(conn, sql.unwait, p));
-  }
-
-  // exec_once() runs a statement unprepared, binary both ways: a waiter's connection runs each
-  // of its statements once.
-  static PGresult* exec_once(PGconn* conn, const postgres_detail::Statement& s, const Params& p) {
-    return PQexecParams(conn, s.sql.c_str(), p.size(), s.types.data(), p.values(), p.lengths(),
-                        p.formats(), 1);
+    const ResultPtr res = postgres_detail::exec_unprepared(conn, sql.unwait, p);
   }
 
   void count(store_detail::WaitEnd end) noexcept { ++waits[static_cast<std::size_t>(end)]; }
@@ -204,7 +200,8 @@ struct PostgresLock::Impl {
                               s->types.data()));
       if (!res || PQresultStatus(res.get()) != PGRES_COMMAND_OK) {
         throw StoreError(std::string("postgres: preparing ") + s->name +
-                         " failed: " + error_of(conn, res.get()));
+                         " failed: " + error_of(conn, res.get()) +
+                         postgres_detail::shared_session_hint(res.get()));
       }
     }
   }
@@ -215,18 +212,20 @@ struct PostgresLock::Impl {
     return std::nullopt;
   }
 
-  // run() executes a prepared statement on a pooled connection and hands the result to
-  // `decode` while the connection is still borrowed. A connection that broke is dropped and
-  // the statement retried once on a fresh one; serialization failures are retried too.
+  // run() executes a statement on a pooled connection and hands the result to `decode` while
+  // the connection is still borrowed. A connection that broke is dropped and the statement
+  // retried once on a fresh one; serialization failures are retried too.
   template <class Decode>
-  auto run(const char* name, const char* op, std::string_view key, const Params& params,
-           Decode&& decode) {
+  auto run(const postgres_detail::Statement& statement, const char* op, std::string_view key,
+           const Params& params, Decode&& decode) {
     int connection_failures = 0;
     int conflicts = 0;
     while (true) {
       auto lease = pool.acquire();
-      ResultPtr res(PQexecPrepared(lease.get(), name, params.size(), params.values(),
-                                   params.lengths(), params.formats(), 1));
+      const ResultPtr res = own_session()
+                                ? postgres_detail::exec_prepared(lease.get(), statement, params)
+                                : postgres_detail::exec_with_local_timeout(
+                                      lease.get(), statement, params, options.statement_timeout);
       const auto status = res ? PQresultStatus(res.get()) : PGRES_FATAL_ERROR;
       if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) return decode(res.get());
       const std::string message = error_of(lease.get(), res.get(), key);
@@ -243,6 +242,7 @@ struct PostgresLock::Impl {
       if (!key.empty()) text += " for key " + key_fingerprint(key);
       text += ": ";
       text += message;
+      text += postgres_detail::shared_session_hint(res.get());
       throw StoreError(text);
     }
   }
@@ -252,8 +252,9 @@ struct PostgresLock::Impl {
   postgres_detail::TableName table;
   PostgresOptions options;
   postgres_detail::Statements sql;
-  // How waits ended, indexed by store_detail::WaitEnd.
+  // How waits ended, indexed by store_detail::WaitEnd; and the waits slept instead (kTransaction).
   std::array<std::atomic<std::uint64_t>, store_detail::kWaitEnds> waits{};
+  std::atomic<std::uint64_t> polled{0};
   store_detail::ConnectionPool<ConnPtr> pool;  // last: its connections are closed first
 };
 
@@ -275,7 +276,8 @@ PostgresWaitCounts PostgresLock::wait_counts() const noexcept {
           .notified = count(WaitEnd::kWoken),
           .timed_out = count(WaitEnd::kTimedOut),
           .stopped = count(WaitEnd::kStopped),
-          .unavailable = count(WaitEnd::kUnavailable)};
+          .unavailable = count(WaitEnd::kUnavailable),
+          .polled = impl_->polled.load()};
 }
 
 ClaimResult PostgresLock::do_claim(std::string_view key, std::chrono::milliseconds lease,
@@ -291,7 +293,7 @@ ClaimResult PostgresLock::do_claim(std::string_view key, std::chrono::millisecon
   p.int8(static_cast<std::int64_t>(ttl().count()));
   p.bytes(std::string_view(request.claim_token));
   p.bytes(request.fingerprint);
-  return impl_->run("idem_claim", "claim", key, p, [&](const PGresult* r) -> ClaimResult {
+  return impl_->run(impl_->sql.claim, "claim", key, p, [&](const PGresult* r) -> ClaimResult {
     expect_shape(r, "claim", 1, 1, {kInt2Oid, kInt8Oid, kInt8Oid, kBoolOid, kByteaOid, kByteaOid});
     const RecordState state = get_state(r, 0, 0, "claim");
     const std::int64_t fence = get_int(r, 0, 1, "claim");
@@ -311,7 +313,7 @@ bool PostgresLock::do_complete(const Claim& claim, std::optional<std::string> re
   p.int8(claim.fence);
   p.bytes(result);
   p.int8(static_cast<std::int64_t>(ttl().count()));
-  return impl_->run("idem_complete", "complete", claim.key, p, [](const PGresult* r) {
+  return impl_->run(impl_->sql.complete, "complete", claim.key, p, [](const PGresult* r) {
     expect_shape(r, "complete", 0, 1, {kInt8Oid});
     return PQntuples(r) == 1;
   });
@@ -323,7 +325,7 @@ void PostgresLock::do_release(const Claim& claim) {
   p.int8(impl_->now());
   p.int8(claim.fence);
   p.int8(static_cast<std::int64_t>(ttl().count()));
-  impl_->run("idem_release", "release", claim.key, p,
+  impl_->run(impl_->sql.release, "release", claim.key, p,
              [](const PGresult* r) { expect_shape(r, "release", 0, 1, {kInt8Oid}); });
 }
 
@@ -336,7 +338,7 @@ std::optional<TimePoint> PostgresLock::do_extend(const Claim& claim,
   p.bytes(std::string_view(claim.claim_token));
   p.int8(static_cast<std::int64_t>(lease.count()));
   p.int8(static_cast<std::int64_t>(ttl().count()));
-  return impl_->run("idem_extend", "extend", claim.key, p,
+  return impl_->run(impl_->sql.extend, "extend", claim.key, p,
                     [](const PGresult* r) -> std::optional<TimePoint> {
                       expect_shape(r, "extend", 0, 1, {kInt8Oid});
                       if (PQntuples(r) == 0) return std::nullopt;
@@ -352,11 +354,12 @@ std::size_t PostgresLock::do_purge_expired() {
     Params p;
     p.int8(now);
     p.int8(batch);
-    const auto deleted = impl_->run("idem_purge", "purge_expired", {}, p, [](const PGresult* r) {
-      const char* n = PQcmdTuples(const_cast<PGresult*>(r));
-      if (n == nullptr || !all_digits(n)) bad_shape("purge_expired", "no row count");
-      return static_cast<std::size_t>(std::stoull(n));
-    });
+    const auto deleted =
+        impl_->run(impl_->sql.purge, "purge_expired", {}, p, [](const PGresult* r) {
+          const char* n = PQcmdTuples(const_cast<PGresult*>(r));
+          if (n == nullptr || !all_digits(n)) bad_shape("purge_expired", "no row count");
+          return static_cast<std::size_t>(std::stoull(n));
+        });
     total += deleted;
     if (deleted < static_cast<std::size_t>(batch)) return total;
   }
@@ -366,7 +369,7 @@ std::optional<Record> PostgresLock::do_inspect(std::string_view key) {
   Params p;
   p.bytes(key);
   return impl_->run(
-      "idem_record", "record", key, p, [](const PGresult* r) -> std::optional<Record> {
+      impl_->sql.record, "record", key, p, [](const PGresult* r) -> std::optional<Record> {
         expect_shape(r, "record", 0, 1,
                      {kInt2Oid, kInt8Oid, kInt8Oid, kInt8Oid, kByteaOid, kByteaOid, kByteaOid});
         if (PQntuples(r) == 0) return std::nullopt;
@@ -384,6 +387,12 @@ std::optional<Record> PostgresLock::do_inspect(std::string_view key) {
 
 void PostgresLock::do_wait_for_change(std::string_view key, std::chrono::milliseconds timeout,
                                       const std::stop_token& stop) {
+  if (!impl_->own_session()) {
+    // A LISTEN would end with its transaction: sleep the slice, and once()'s next claim polls.
+    ++impl_->polled;
+    LockBackend::do_wait_for_change(key, timeout, stop);
+    return;
+  }
   ConnPtr listener;  // waits on its socket, so it is its own, not a pooled one
   bool registered = false;
   bool lost = false;

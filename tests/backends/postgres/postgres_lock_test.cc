@@ -28,6 +28,7 @@
 #include "idempotency/clock.h"
 #include "idempotency/errors.h"
 #include "idempotency/key.h"
+#include "postgres_admin.h"
 #include "support/claim_matchers.h"
 #include "support/server_clock_checks.h"
 #include "support/test_servers.h"
@@ -39,46 +40,8 @@ using std::chrono::milliseconds;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct ConnDeleter {
-  void operator()(PGconn* c) const noexcept { PQfinish(c); }
-};
-struct ResultDeleter {
-  void operator()(PGresult* r) const noexcept { PQclear(r); }
-};
-
-// Admin is a plain libpq connection the tests use to poke the server behind the backend.
-class Admin {
- public:
-  explicit Admin(const std::string& url) : conn_(PQconnectdb(url.c_str())) {
-    if (PQstatus(conn_.get()) != CONNECTION_OK) {
-      throw std::runtime_error(std::string("admin connect: ") + PQerrorMessage(conn_.get()));
-    }
-  }
-  // exec() runs `sql` and returns the first value of the last result ("" when none).
-  std::string exec(const std::string& sql) {
-    std::unique_ptr<PGresult, ResultDeleter> r(PQexec(conn_.get(), sql.c_str()));
-    const auto status = PQresultStatus(r.get());
-    if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) {
-      throw std::runtime_error("admin exec: " + std::string(PQresultErrorMessage(r.get())));
-    }
-    if (status == PGRES_TUPLES_OK && PQntuples(r.get()) > 0) return PQgetvalue(r.get(), 0, 0);
-    return "";
-  }
-  // terminate() ends every server process of the application `name`; returns how many.
-  int terminate(const std::string& name) {
-    return std::stoi(
-        exec("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
-             "application_name = '" +
-             name + "' AND pid <> pg_backend_pid()"));
-  }
-  int connections(const std::string& name) {
-    return std::stoi(
-        exec("SELECT count(*) FROM pg_stat_activity WHERE application_name = '" + name + "'"));
-  }
-
- private:
-  std::unique_ptr<PGconn, ConnDeleter> conn_;
-};
+using ConnDeleter = PgConnDeleter;
+using ResultDeleter = PgResultDeleter;
 
 // Listener is a raw libpq connection LISTENing on a backend's channel, to see exactly which
 // notifications a statement sent: a marker NOTIFYed afterwards from another connection arrives

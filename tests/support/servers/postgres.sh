@@ -1,13 +1,25 @@
 #!/usr/bin/env bash
 # Starts / stops a private PostgreSQL for the tests (a CTest fixture).
 #
-#   postgres.sh start DIR   writes a postgres:// URL to DIR/postgres.url
+#   postgres.sh start DIR   writes a postgres:// URL to DIR/postgres.url, and the TLS files below
 #   postgres.sh stop DIR    stops the server and removes its files; safe when none runs
 #
 # With POSTGRES_URL set, start only records that URL. Otherwise it creates a throwaway
 # cluster under DIR on a free 127.0.0.1 port (loopback only, fsync off, password auth over
 # TCP so the tests can exercise an auth failure). initdb refuses to run as root, so as root
 # the cluster belongs to the `postgres` system user and its commands run through runuser.
+#
+# The server also speaks TLS, with a certificate from a test CA made here by the openssl CLI
+# for the name `localhost` only (so verify-full to 127.0.0.1 is a hostname mismatch):
+#   DIR/postgres.url          plain TCP (sslmode=disable: the other suites pay no handshakes)
+#   DIR/postgres_tls.url      host localhost (hostaddr 127.0.0.1), sslmode=verify-full, the CA
+#   DIR/postgres_ca.path      the CA certificate's path
+#   DIR/postgres_wrong_ca.path  another CA's certificate, which signed nothing the server has
+#   DIR/postgres_client_cert.url  as postgres_tls.url, as role idem_cert, which the server
+#                             admits by its client certificate (sslcert, sslkey) and no password
+#
+# PgBouncer in transaction pooling mode stands in front of it (pgbouncer.sh, DIR/pgbouncer.url):
+# started last, stopped first.
 set -euo pipefail
 
 die() { echo "postgres.sh: $*" >&2; exit 1; }
@@ -41,12 +53,47 @@ find_bin() {
 . "$(dirname "$0")/free_port.sh"
 
 stop() {
+  "$(dirname "$0")/pgbouncer.sh" stop "$dir"
   if [[ -f "$state/data/postmaster.pid" ]]; then
     as_owner "$(find_bin pg_ctl)" -D "$state/data" -m fast -w -t 30 stop >/dev/null 2>&1 ||
       echo "postgres.sh: pg_ctl stop failed (continuing cleanup)" >&2
   fi
   rm -rf "$state"
-  rm -f "$dir/postgres.url" "$dir/postgres.dir"
+  rm -f "$dir/postgres.url" "$dir/postgres.dir" "$dir/postgres_tls.url" "$dir/postgres_ca.path" \
+    "$dir/postgres_wrong_ca.path" "$dir/postgres_client_cert.url"
+}
+
+# make_certificates TLSDIR: a test CA, a server certificate it signs for DNS:localhost only, a
+# client certificate for the role idem_cert, and an unrelated CA; EC P-256 keys, so the
+# handshakes stay cheap.
+make_certificates() {
+  local tls=$1 log="$1/openssl.log"
+  command -v openssl >/dev/null 2>&1 || die "openssl not found (install Debian's openssl package)"
+  mkdir -p "$tls"
+  local ca
+  for ca in ca wrong-ca; do
+    openssl req -x509 -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+      -keyout "$tls/$ca.key" -out "$tls/$ca.crt" -subj "/CN=idempotency test $ca" \
+      -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign \
+      >>"$log" 2>&1 || die "openssl: making the $ca failed: $(tail -n 1 "$log")"
+  done
+  printf 'subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' \
+    >"$tls/server.ext"
+  printf 'basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n' >"$tls/client.ext"
+  local who subject
+  for who in server client; do
+    subject="/CN=idempotency test server"
+    [[ $who == server ]] || subject="/CN=idem_cert"
+    openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+      -keyout "$tls/$who.key" -out "$tls/$who.csr" -subj "$subject" >>"$log" 2>&1 ||
+      die "openssl: making the $who key failed: $(tail -n 1 "$log")"
+    openssl x509 -req -in "$tls/$who.csr" -CA "$tls/ca.crt" -CAkey "$tls/ca.key" \
+      -set_serial "0x$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')" -days 2 \
+      -extfile "$tls/$who.ext" -out "$tls/$who.crt" >>"$log" 2>&1 ||
+      die "openssl: signing the $who certificate failed: $(tail -n 1 "$log")"
+    # Server and libpq both refuse a key others can read.
+    chmod 600 "$tls/$who.key"
+  done
 }
 
 start() {
@@ -68,6 +115,7 @@ start() {
   password=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
   mkdir -p "$state/data" "$state/run"
   printf '%s\n' "$password" >"$state/pwfile"
+  make_certificates "$state/tls"
   if [[ $(id -u) -eq 0 ]]; then
     getent passwd postgres >/dev/null || die "running as root but no 'postgres' user exists"
     chown -R postgres: "$state"
@@ -88,7 +136,13 @@ synchronous_commit = off
 full_page_writes = off
 max_connections = 200
 shared_buffers = 32MB
+ssl = on
+ssl_cert_file = '$state/tls/server.crt'
+ssl_key_file = '$state/tls/server.key'
+ssl_ca_file = '$state/tls/ca.crt'
 CONF
+  # First match wins: idem_cert logs in by certificate over TLS only; everyone else as before.
+  as_owner sed -i '1i hostssl all idem_cert 127.0.0.1/32 cert' "$state/data/pg_hba.conf"
   if ! as_owner "$pg_ctl" -D "$state/data" -l "$log" -w -t 60 start >/dev/null 2>&1; then
     die "pg_ctl start failed: $(tail -n 1 "$log" 2>/dev/null)"
   fi
@@ -98,8 +152,21 @@ CONF
       -c "CREATE DATABASE idempotency_test" >/dev/null 2>"$state/psql.err"; then
     die "CREATE DATABASE failed: $(tail -n 1 "$state/psql.err")"
   fi
-  printf 'postgres://postgres:%s@127.0.0.1:%s/idempotency_test\n' "$password" "$port" \
-    >"$dir/postgres.url"
+  if ! as_owner "$psql" -h "$state/run" -p "$port" -U postgres -d idempotency_test -qAt \
+      -c "CREATE ROLE idem_cert LOGIN" -c "GRANT CREATE ON SCHEMA public TO idem_cert" \
+      >/dev/null 2>"$state/psql.err"; then
+    die "CREATE ROLE failed: $(tail -n 1 "$state/psql.err")"
+  fi
+  printf 'postgres://postgres:%s@127.0.0.1:%s/idempotency_test?sslmode=disable\n' "$password" \
+    "$port" >"$dir/postgres.url"
+  printf 'postgres://postgres:%s@localhost:%s/idempotency_test?hostaddr=127.0.0.1&%s\n' \
+    "$password" "$port" "sslmode=verify-full&sslrootcert=$state/tls/ca.crt" >"$dir/postgres_tls.url"
+  printf 'postgres://idem_cert@localhost:%s/idempotency_test?hostaddr=127.0.0.1&%s&%s\n' "$port" \
+    "sslmode=verify-full&sslrootcert=$state/tls/ca.crt" \
+    "sslcert=$state/tls/client.crt&sslkey=$state/tls/client.key" >"$dir/postgres_client_cert.url"
+  printf '%s\n' "$state/tls/ca.crt" >"$dir/postgres_ca.path"
+  printf '%s\n' "$state/tls/wrong-ca.crt" >"$dir/postgres_wrong_ca.path"
+  "$(dirname "$0")/pgbouncer.sh" start "$dir"
 }
 
 case "$cmd" in
