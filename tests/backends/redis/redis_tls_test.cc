@@ -242,24 +242,27 @@ TEST(RedisTls, AuthWorksOverTlsAndAConnectionTheServerClosesIsReplaced) {
   EXPECT_EQ(admin.text({"ACL", "DELUSER", user}), "1");
 }
 
-TEST(RedisTls, AWaiterInAnotherInstanceIsWokenByTheKeysMessageOverTls) {
+TEST(RedisTls, AWaiterIsWokenByTheKeysMessageOverTls) {
   const TlsFixture f = tls_fixture();
   const std::string prefix = unique_name("idem_tls_wait") + ":";
   RedisLock holder(f.url, RedisOptions{.key_prefix = prefix});
   RedisLock waiter(f.url, RedisOptions{.key_prefix = prefix});
   const Claim c = won(holder.claim("k", std::chrono::minutes(1)));
-  // The jthread's stop token ends the wait should the test fail before the complete.
+  // The jthread's stop token ends the wait should the test fail before the message.
   std::jthread waiting([&](const std::stop_token& stop) {
     waiter.wait_for_change("k", std::chrono::minutes(2), stop);
   });
-  // Complete only once the waiter is subscribed (over TLS), so only its message can wake it.
+  // The key's message is published by hand, once the waiter is subscribed over TLS: a complete
+  // landing between its SUBSCRIBE and its read of the record would rightly end the wait as
+  // settled, without the message; with the record still claimed, only the message can end it.
   TlsAdmin admin(f);
   ASSERT_TRUE(eventually([&] { return admin.subscribers(prefix + "k") == 1; }));
-  EXPECT_TRUE(holder.complete(c, "r"));
+  EXPECT_EQ(admin.text({"PUBLISH", prefix + "k", "done"}), "1");
   waiting.join();
   const RedisWaitCounts counts = waiter.wait_counts();
   EXPECT_EQ(counts.notified, 1U);
   EXPECT_EQ(counts.timed_out + counts.unavailable + counts.settled + counts.stopped, 0U);
+  EXPECT_TRUE(holder.complete(c, "r"));
 }
 
 }  // namespace
