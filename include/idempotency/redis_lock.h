@@ -1,7 +1,11 @@
 // RedisLock: the Redis / Memorystore backend (one hash per key, one Lua script per call).
 //
 //   idempotency::RedisLock backend("redis://:secret@10.0.0.3:6379/2");
+//   idempotency::RedisLock secured("rediss://:secret@10.0.0.3:6378?ca=/etc/redis/server-ca.pem");
 //   auto held = idempotency::lock(message_id, backend);
+//
+// `rediss://` speaks TLS (OpenSSL): the server's certificate must chain to `ca=` (else the
+// system's trust store) and name the host (or `sni=`); see parse_redis_url().
 //
 // Each record is one Redis hash under `RedisOptions::key_prefix`, so every call touches a
 // single key (a layout Redis Cluster could shard; the client itself talks to the one node
@@ -23,6 +27,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <stop_token>
@@ -55,7 +60,26 @@ struct RedisOptions {
   std::chrono::milliseconds command_timeout{2000};
 };
 
-/// RedisEndpoint is a parsed `redis://` URL.
+/// RedisTls is the TLS half of a `rediss://` URL. Certificate verification is always on;
+/// only the host name check can be turned off (`verify=ca`).
+struct RedisTls {
+  /// CA certificates (PEM) the server's certificate must chain to (`ca=`); empty: the
+  /// system's trust store (OpenSSL's default paths, which honour `SSL_CERT_FILE` and
+  /// `SSL_CERT_DIR`).
+  std::string ca_file;
+  /// Client certificate chain (PEM, `cert=`), for a server that requires one; with `key_file`.
+  std::string cert_file;
+  /// The client certificate's private key (PEM, unencrypted, `key=`); with `cert_file`.
+  std::string key_file;
+  /// The name sent as SNI and required in the server's certificate (`sni=`); empty: the
+  /// URL's host (an IP address is then checked against the certificate's IP entries).
+  std::string server_name;
+  /// True (`verify=full`, the default): the certificate must name the host. False
+  /// (`verify=ca`): any certificate that chains to the CA is accepted.
+  bool verify_host = true;
+};
+
+/// RedisEndpoint is a parsed `redis://` or `rediss://` URL.
 struct RedisEndpoint {
   std::string host;
   int port = 6379;
@@ -65,25 +89,45 @@ struct RedisEndpoint {
   std::string password;
   /// Database number for SELECT.
   int db = 0;
+  /// Set for `rediss://`: the connection speaks TLS.
+  std::optional<RedisTls> tls;
 };
 
-/// parse_redis_url() parses `redis://[[user]:password@]host[:port][/db]` (user and password
-/// percent-decoded; an IPv6 host in brackets). Throws `std::invalid_argument` naming the
-/// part that is wrong; the message never contains the password.
+/// parse_redis_url() parses `redis://[[user]:password@]host[:port][/db]` and
+/// `rediss://…[?ca=PATH&cert=PATH&key=PATH&sni=NAME&verify=full|ca]` (user, password and
+/// parameter values percent-decoded; an IPv6 host in brackets). Throws
+/// `std::invalid_argument` naming the part that is wrong; the message never contains the
+/// password.
 [[nodiscard]] RedisEndpoint parse_redis_url(std::string_view url);
+
+/// RedisWaitCounts tallies how an instance's cross-instance waits (`once` with `wait_for`
+/// while a holder elsewhere runs) ended: for metrics, and for tests that must tell a wake-up
+/// by the key's message from a timeout without measuring time.
+struct RedisWaitCounts {
+  std::uint64_t settled = 0;      ///< the record was settled or lapsed: no wait
+  std::uint64_t notified = 0;     ///< woken by the key's message
+  std::uint64_t timed_out = 0;    ///< the wait's timeout passed first
+  std::uint64_t stopped = 0;      ///< the caller's stop token fired
+  std::uint64_t unavailable = 0;  ///< the server or the subscribing connection failed: slept
+};
 
 /// RedisLock stores records in Redis, deciding every transition server-side in Lua.
 class RedisLock final : public LockBackend {
  public:
-  /// RedisLock() parses `url`, opens one connection (AUTH, SELECT) and loads the script, so
-  /// a wrong address or password fails here. Throws `std::invalid_argument` for a malformed
-  /// URL or a bad option, and `StoreError` with the server's message when the server is
-  /// unreachable, refuses the credentials or times out.
+  /// RedisLock() parses `url`, opens one connection (TLS handshake, AUTH, SELECT) and loads
+  /// the script, so a wrong address, certificate or password fails here. Throws
+  /// `std::invalid_argument` for a malformed URL or a bad option, and `StoreError` in one
+  /// line when a TLS file cannot be loaded, or the server is unreachable, fails verification,
+  /// refuses the credentials or times out (`connect_timeout` bounds the TCP connect and the
+  /// TLS handshake together).
   explicit RedisLock(std::string_view url, RedisOptions options = {});
   ~RedisLock() override;
 
   /// key_prefix() returns the prefix every key is stored under.
   [[nodiscard]] const std::string& key_prefix() const noexcept;
+
+  /// wait_counts() returns how this instance's waits for a change have ended so far.
+  [[nodiscard]] RedisWaitCounts wait_counts() const noexcept;
 
  protected:
   ClaimResult do_claim(std::string_view key, std::chrono::milliseconds lease,

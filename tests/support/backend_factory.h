@@ -42,6 +42,8 @@ inline std::ostream& operator<<(std::ostream& os, const BackendFactory& f) { ret
 BackendFactory memory_factory();
 BackendFactory sqlite_factory();
 BackendFactory redis_factory();
+/// Redis over TLS (`rediss://`, the redis_server fixture's TLS port).
+BackendFactory redis_tls_factory();
 BackendFactory postgres_factory();
 /// PostgreSQL over TLS (verify-full), and through PgBouncer in transaction pooling mode.
 BackendFactory postgres_tls_factory();

@@ -11,17 +11,23 @@
 namespace idempotency::testing {
 namespace {
 
-std::string from_env_or_file(const char* env, const char* file) {
-  if (const char* v = std::getenv(env); v != nullptr && *v != '\0') return v;
+std::string from_file(const char* file) {
   std::ifstream in(std::string(IDEMPOTENCY_TEST_SERVERS_DIR) + "/" + file);
   std::string url;
   std::getline(in, url);
   return url;
 }
 
+std::string from_env_or_file(const char* env, const char* file) {
+  if (const char* v = std::getenv(env); v != nullptr && *v != '\0') return v;
+  return from_file(file);
+}
+
 }  // namespace
 
 std::string redis_url() { return from_env_or_file("REDIS_URL", "redis.url"); }
+
+std::string redis_tls_url() { return from_file("redis_tls.url"); }
 
 std::string postgres_url() { return from_env_or_file("POSTGRES_URL", "postgres.url"); }
 

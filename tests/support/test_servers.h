@@ -13,6 +13,11 @@ namespace idempotency::testing {
 /// redis_url() returns the test Redis URL, or "" when no server was started or named.
 std::string redis_url();
 
+/// redis_tls_url() returns the fixture's `rediss://` URL (its own server's TLS port, with the
+/// test CA, the client certificate and sni=localhost), or "" when the fixture did not run.
+/// There is no environment override: the TLS tests need the certificates the fixture made.
+std::string redis_tls_url();
+
 /// postgres_url() returns the test PostgreSQL URL, or "" when none was started or named.
 std::string postgres_url();
 

@@ -1,5 +1,6 @@
-// RedisLock internals shared by its sources and its tests (never installed): hiredis
-// ownership, the embedded script and the strict decoders of its replies.
+// RedisLock internals shared by its sources and its tests (never installed): ownership of
+// hiredis's replies and reply parser, the embedded script and the strict decoders of its
+// replies.
 //
 // Thread safety: pure functions and value types.
 #pragma once
@@ -10,7 +11,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "idempotency/backend.h"
 #include "idempotency/record.h"
@@ -26,17 +26,11 @@ struct ReplyDeleter {
 };
 using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
 
-/// Frees a hiredis connection (closing its socket).
-struct ContextDeleter {
-  void operator()(redisContext* c) const noexcept { redisFree(c); }
+/// Frees a hiredis reply parser.
+struct ReaderDeleter {
+  void operator()(redisReader* r) const noexcept { redisReaderFree(r); }
 };
-using ContextPtr = std::unique_ptr<redisContext, ContextDeleter>;
-
-/// command() sends one command on a blocking connection and reads its reply, never raising
-/// SIGPIPE (redis_command.cc). nullptr means the connection failed (`c->err` and `errstr` say
-/// how, errno is the failing call's) and must be discarded; an error *reply* is returned like
-/// any other reply.
-[[nodiscard]] ReplyPtr command(redisContext* c, const std::vector<std::string_view>& args);
+using ReaderPtr = std::unique_ptr<redisReader, ReaderDeleter>;
 
 /// decode_claim_reply() turns the script's reply to a claim into a `ClaimResult` for `key`
 /// and `claim_token`. Throws `StoreError` for a reply of any other shape: never a guess.

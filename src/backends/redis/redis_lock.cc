@@ -1,12 +1,14 @@
-// RedisLock: a bounded pool of hiredis connections and one EVALSHA per operation.
+// RedisLock: a bounded pool of connections (plain or TLS) and one EVALSHA per operation.
 #include "idempotency/redis_lock.h"
 
 #include <hiredis/hiredis.h>
-#include <sys/time.h>
 
-#include <cerrno>
+#include <array>
+#include <atomic>
 #include <chrono>
-#include <ctime>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <stop_token>
@@ -18,27 +20,18 @@
 #include "common/notify_wait.h"
 #include "idempotency/errors.h"
 #include "idempotency/key.h"
+#include "redis_connection.h"
 #include "redis_internal.h"
+#include "redis_tls.h"
 
 namespace idempotency {
 
-using redis_detail::ContextPtr;
+using redis_detail::Connection;
+using redis_detail::ConnectionPtr;
+using redis_detail::IoFailure;
 using redis_detail::ReplyPtr;
 
 namespace {
-
-timeval to_timeval(std::chrono::milliseconds d) {
-  timeval tv{};
-  tv.tv_sec = static_cast<time_t>(d.count() / 1000);
-  tv.tv_usec = static_cast<suseconds_t>((d.count() % 1000) * 1000);
-  return tv;
-}
-
-using redis_detail::command;
-
-std::string connection_error(const redisContext* c) {
-  return std::string("redis: ") + (c->errstr[0] != '\0' ? c->errstr : "connection failed");
-}
 
 bool is_error(const redisReply* r) { return r->type == REDIS_REPLY_ERROR; }
 
@@ -59,9 +52,10 @@ struct RedisLock::Impl {
   Impl(std::string_view url, RedisOptions o)
       : options(validated(std::move(o))),
         endpoint(parse_redis_url(url)),
+        tls(endpoint.tls ? std::make_unique<redis_detail::TlsContext>(*endpoint.tls) : nullptr),
         pool(
             "redis", options.pool_size, options.pool_wait, [this] { return connect(); },
-            [](const ContextPtr& c) { return c->err == 0; }) {}
+            [](const ConnectionPtr& c) { return c->failure() == IoFailure::kNone; }) {}
 
   static RedisOptions validated(RedisOptions o) {
     if (o.pool_size == 0) throw std::invalid_argument("RedisOptions::pool_size must be >= 1");
@@ -79,44 +73,42 @@ struct RedisLock::Impl {
 
   RedisOptions options;
   RedisEndpoint endpoint;
+  std::unique_ptr<const redis_detail::TlsContext> tls;  // for rediss://, shared by connections
   std::string sha;  // of kScript, as the server reported it; set once in the constructor
-  store_detail::ConnectionPool<ContextPtr> pool;
-  using Lease = store_detail::ConnectionPool<ContextPtr>::Lease;
+  // How waits ended, indexed by store_detail::WaitEnd.
+  std::array<std::atomic<std::uint64_t>, store_detail::kWaitEnds> waits{};
+  store_detail::ConnectionPool<ConnectionPtr> pool;  // last: its connections are closed first
+  using Lease = store_detail::ConnectionPool<ConnectionPtr>::Lease;
 
   Lease acquire() { return pool.acquire(); }
   void drop_idle() noexcept { pool.drop_idle(); }
+  void count(store_detail::WaitEnd end) noexcept { ++waits[static_cast<std::size_t>(end)]; }
 
-  ContextPtr connect() const {
-    ContextPtr c(redisConnectWithTimeout(endpoint.host.c_str(), endpoint.port,
-                                         to_timeval(options.connect_timeout)));
-    if (!c) throw StoreError("redis: cannot allocate a connection");
-    if (c->err != 0) {
-      throw StoreError("redis: cannot connect to " + endpoint.host + ":" +
-                       std::to_string(endpoint.port) + ": " + c->errstr);
-    }
-    if (redisSetTimeout(c.get(), to_timeval(options.command_timeout)) != REDIS_OK) {
-      throw StoreError(connection_error(c.get()));
-    }
+  ConnectionPtr connect() const {
+    ConnectionPtr c = Connection::open(endpoint.host, endpoint.port,
+                                       {.connect_timeout = options.connect_timeout,
+                                        .command_timeout = options.command_timeout,
+                                        .tls = tls.get()});
     if (!endpoint.password.empty()) {
       std::vector<std::string_view> auth = {"AUTH"};
       if (!endpoint.user.empty()) auth.push_back(endpoint.user);
       auth.push_back(endpoint.password);
-      ReplyPtr r = command(c.get(), auth);
-      if (!r) throw StoreError(connection_error(c.get()));
+      ReplyPtr r = c->command(auth);
+      if (!r) throw StoreError(c->error());
       if (is_error(r.get())) throw_reply_error(r.get(), "AUTH failed");
     }
     if (endpoint.db != 0) {
       const std::string db = std::to_string(endpoint.db);
-      ReplyPtr r = command(c.get(), {"SELECT", db});
-      if (!r) throw StoreError(connection_error(c.get()));
+      ReplyPtr r = c->command({"SELECT", db});
+      if (!r) throw StoreError(c->error());
       if (is_error(r.get())) throw_reply_error(r.get(), "SELECT failed");
     }
     return c;
   }
 
-  std::string load_script(redisContext* c) {
-    ReplyPtr r = command(c, {"SCRIPT", "LOAD", redis_detail::kScript});
-    if (!r) throw StoreError(connection_error(c));
+  std::string load_script(Connection* c) {
+    ReplyPtr r = c->command({"SCRIPT", "LOAD", redis_detail::kScript});
+    if (!r) throw StoreError(c->error());
     if (is_error(r.get())) throw_reply_error(r.get(), "SCRIPT LOAD failed");
     if (r->type != REDIS_REPLY_STRING || r->len != 40) {
       throw StoreError("redis: unexpected reply to SCRIPT LOAD");
@@ -133,18 +125,16 @@ struct RedisLock::Impl {
     for (const std::string& a : argv) args.emplace_back(a);
     for (int attempt = 0;; ++attempt) {
       Lease conn = acquire();
-      ReplyPtr r = command(conn.get(), args);
+      ReplyPtr r = conn.get()->command(args);
       if (r && is_error(r.get()) && reply_text(r.get()).rfind("NOSCRIPT", 0) == 0) {
         if (load_script(conn.get()) != sha) {
           throw StoreError("redis: the server reports another digest for the script");
         }
-        r = command(conn.get(), args);
+        r = conn.get()->command(args);
       }
       if (!r) {
-        const redisContext* c = conn.get();
-        const bool closed = c->err == REDIS_ERR_EOF ||
-                            (c->err == REDIS_ERR_IO && (errno == ECONNRESET || errno == EPIPE));
-        std::string message = connection_error(c);
+        const bool closed = conn.get()->failure() == IoFailure::kClosed;
+        std::string message = conn.get()->error();
         drop_idle();
         if (closed && conn.reused() && attempt == 0) continue;
         throw StoreError(message);
@@ -164,7 +154,7 @@ struct RedisLock::Impl {
   std::optional<Millis> now() {
     if (options.backend.clock) return to_millis(options.backend.clock->now());
     Lease conn = acquire();
-    ReplyPtr t = command(conn.get(), {"TIME"});
+    ReplyPtr t = conn.get()->command({"TIME"});
     if (!t || t->type != REDIS_REPLY_ARRAY || t->elements != 2) return std::nullopt;
     return std::stoll(reply_text(t->element[0])) * 1000 +
            std::stoll(reply_text(t->element[1])) / 1000;
@@ -190,12 +180,24 @@ RedisLock::~RedisLock() = default;
 
 const std::string& RedisLock::key_prefix() const noexcept { return impl_->options.key_prefix; }
 
+RedisWaitCounts RedisLock::wait_counts() const noexcept {
+  using store_detail::WaitEnd;
+  const auto count = [&](WaitEnd end) {
+    return impl_->waits[static_cast<std::size_t>(end)].load();
+  };
+  return {.settled = count(WaitEnd::kSettled),
+          .notified = count(WaitEnd::kWoken),
+          .timed_out = count(WaitEnd::kTimedOut),
+          .stopped = count(WaitEnd::kStopped),
+          .unavailable = count(WaitEnd::kUnavailable)};
+}
+
 std::optional<Record> RedisLock::do_inspect(std::string_view key) {
   const std::string k = impl_->redis_key(key);
   Impl::Lease conn = impl_->acquire();
-  ReplyPtr r = command(conn.get(), {"HGETALL", k});
+  ReplyPtr r = conn.get()->command({"HGETALL", k});
   if (!r) {
-    std::string message = connection_error(conn.get());
+    std::string message = conn.get()->error();
     impl_->drop_idle();
     throw StoreError(message);
   }
@@ -238,26 +240,29 @@ std::size_t RedisLock::do_purge_expired() { return 0; }
 
 void RedisLock::do_wait_for_change(std::string_view key, std::chrono::milliseconds timeout,
                                    const std::stop_token& stop) {
-  ContextPtr sub;  // subscribed, it can run no other command, so it is not a pooled one
-  store_detail::wait_for_notification(
+  ConnectionPtr sub;  // subscribed, it can run no other command, so it is not a pooled one
+  bool woken_early = false;
+  const store_detail::WaitEnd end = store_detail::wait_for_notification(
       timeout, stop,
       [&]() -> std::optional<int> {
         sub = impl_->connect();
-        ReplyPtr r = command(sub.get(), {"SUBSCRIBE", impl_->redis_key(key)});
+        ReplyPtr r = sub->command({"SUBSCRIBE", impl_->redis_key(key)});
         if (!r || r->type != REDIS_REPLY_ARRAY) throw StoreError("redis: SUBSCRIBE failed");
-        // A message that arrived with the confirmation is already buffered: wake now.
-        void* raw = nullptr;
-        const int status = redisReaderGetReply(sub->reader, &raw);
-        const ReplyPtr extra(static_cast<redisReply*>(raw));
-        if (status != REDIS_OK || extra) return std::nullopt;
+        // A message that arrived with the confirmation is already read (by the reply parser or
+        // OpenSSL), where poll() cannot see it: wake now.
+        if (sub->has_unread_input()) {
+          woken_early = true;
+          return std::nullopt;
+        }
         const std::optional<Record> rec = do_inspect(key);
         if (!rec || rec->state == RecordState::kDone) return std::nullopt;
         const std::optional<Millis> now = impl_->now();
         if (!now || !store_detail::worth_waiting(rec, now)) return std::nullopt;
-        return sub->fd;
+        return sub->fd();
       },
-      [] { return true; },  // a message, EOF or an error: wake
+      [] { return true; },  // a message, EOF or an error (or a TLS record of no data): wake
       [&](std::chrono::milliseconds left) { LockBackend::do_wait_for_change(key, left, stop); });
+  impl_->count(woken_early ? store_detail::WaitEnd::kWoken : end);
 }
 
 }  // namespace idempotency

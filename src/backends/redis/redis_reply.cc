@@ -142,10 +142,7 @@ std::optional<Record> decode_record(const redisReply* reply) {
 }
 
 ReplyPtr reply_from_resp(std::string_view bytes) {
-  struct ReaderDeleter {
-    void operator()(redisReader* r) const noexcept { redisReaderFree(r); }
-  };
-  std::unique_ptr<redisReader, ReaderDeleter> reader(redisReaderCreate());
+  ReaderPtr reader(redisReaderCreate());
   if (!reader) throw std::bad_alloc();
   if (redisReaderFeed(reader.get(), bytes.data(), bytes.size()) != REDIS_OK) {
     throw std::invalid_argument("RESP bytes rejected");

@@ -1,11 +1,13 @@
-// parse_redis_url(): `redis://[[user]:password@]host[:port][/db]`. Every error names the part
-// that is wrong and never repeats the URL, which may carry a password.
+// parse_redis_url(): `redis://[[user]:password@]host[:port][/db]`, and `rediss://` with the
+// same location and TLS parameters (`ca`, `cert`, `key`, `sni`, `verify`). Every error names
+// the part that is wrong and never repeats the URL, which may carry a password.
 #include <charconv>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <system_error>
 
+#include "idempotency/backend_url.h"
 #include "idempotency/redis_lock.h"
 
 namespace idempotency {
@@ -49,19 +51,54 @@ int parse_number(std::string_view s, int max, const char* part) {
   return v;
 }
 
+// The TLS settings of a `rediss://` URL's parameters; each is taken from `url`.
+RedisTls take_tls(BackendUrl& url) {
+  RedisTls tls;
+  auto path = [&](const char* name, std::string& into) {
+    if (std::optional<std::string> v = url.take(name)) {
+      if (v->empty()) bad(std::string("the query parameter ") + name + "= needs a path");
+      into = percent_decode(*v, (std::string(name) + "= path").c_str());
+    }
+  };
+  path("ca", tls.ca_file);
+  path("cert", tls.cert_file);
+  path("key", tls.key_file);
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    bad("the query parameters cert= and key= go together");
+  }
+  if (std::optional<std::string> sni = url.take("sni")) {
+    tls.server_name = percent_decode(*sni, "sni= name");
+    if (tls.server_name.empty()) bad("the query parameter sni= needs a name");
+  }
+  if (std::optional<std::string> verify = url.take("verify")) {
+    if (*verify != "full" && *verify != "ca") bad("the query parameter verify= must be full or ca");
+    tls.verify_host = *verify == "full";
+  }
+  return tls;
+}
+
 }  // namespace
 
 RedisEndpoint parse_redis_url(std::string_view url) {
-  constexpr std::string_view kScheme = "redis://";
-  if (url.substr(0, kScheme.size()) != kScheme) {
-    if (url.substr(0, 9) == "rediss://") bad("the scheme rediss:// (TLS) is not supported");
-    bad("the scheme must be redis://");
+  const bool tls = url.substr(0, 9) == "rediss://";
+  if (!tls && url.substr(0, 8) != "redis://") bad("the scheme must be redis:// or rediss://");
+  if (url.find('#') != std::string_view::npos) bad("fragments are not supported");
+  // A '?' in the password would start the query early and put the password's tail in it.
+  const std::size_t query = url.find('?');
+  if (query != std::string_view::npos && url.find('@', query) != std::string_view::npos) {
+    bad("'?' in the userinfo and '@' in the query must be percent-encoded");
   }
-  std::string_view rest = url.substr(kScheme.size());
-  if (rest.find_first_of("?#") != std::string_view::npos) {
-    bad("query strings and fragments are not supported");
-  }
+  BackendUrl parsed = BackendUrl::parse(url);
   RedisEndpoint ep;
+  if (tls) ep.tls = take_tls(parsed);
+  if (!parsed.parameters().empty()) {
+    // A parameter's name is safe to repeat (the userinfo ends before the query); a value is not.
+    const std::string name = parsed.parameters().front().name.substr(0, 32);
+    bad("the query parameter '" + name + "' is not known" +
+        (tls ? " (rediss:// takes ca, cert, key, sni and verify)"
+             : " (redis:// takes none; TLS parameters need rediss://)"));
+  }
+  std::string_view rest = parsed.location();
 
   // The userinfo ends at the LAST '@' before the path: a password may contain '@'.
   const std::size_t slash_before_at = rest.find('/');

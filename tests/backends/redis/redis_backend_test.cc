@@ -59,13 +59,49 @@ TEST(RedisUrl, ParsesEveryForm) {
 
   RedisEndpoint e = parse_redis_url("redis://h:1/");
   EXPECT_EQ(e.db, 0);
+  EXPECT_FALSE(e.tls);
+}
+
+TEST(RedisUrl, ParsesTheTlsForm) {
+  RedisEndpoint a = parse_redis_url("rediss://:pw@10.0.0.3:6378/1");
+  ASSERT_TRUE(a.tls);
+  EXPECT_EQ(a.host, "10.0.0.3");
+  EXPECT_EQ(a.port, 6378);
+  EXPECT_EQ(a.db, 1);
+  EXPECT_EQ(a.password, "pw");
+  EXPECT_EQ(a.tls->ca_file, "");  // the system's trust store
+  EXPECT_EQ(a.tls->cert_file, "");
+  EXPECT_EQ(a.tls->server_name, "");
+  EXPECT_TRUE(a.tls->verify_host);
+
+  RedisEndpoint b = parse_redis_url(
+      "rediss://alice:p%40ss@[::1]:7000?ca=/etc/ca%20dir/ca.pem&cert=/c.pem&key=/k.pem"
+      "&sni=redis.internal&verify=ca");
+  ASSERT_TRUE(b.tls);
+  EXPECT_EQ(b.user, "alice");
+  EXPECT_EQ(b.password, "p@ss");
+  EXPECT_EQ(b.host, "::1");
+  EXPECT_EQ(b.tls->ca_file, "/etc/ca dir/ca.pem");
+  EXPECT_EQ(b.tls->cert_file, "/c.pem");
+  EXPECT_EQ(b.tls->key_file, "/k.pem");
+  EXPECT_EQ(b.tls->server_name, "redis.internal");
+  EXPECT_FALSE(b.tls->verify_host);
+  EXPECT_TRUE(parse_redis_url("rediss://h?verify=full").tls->verify_host);
 }
 
 TEST(RedisUrl, MalformedUrlsNameThePartAndNeverThePassword) {
   const std::string pw = kPassword;
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"http://u:" + pw + "@h:1", "scheme"},
-      {"rediss://u:" + pw + "@h:1", "TLS"},
+      {"rediss://u:" + pw + "@h:1?cert=/c.pem", "cert= and key="},
+      {"rediss://u:" + pw + "@h:1?key=/k.pem", "cert= and key="},
+      {"rediss://u:" + pw + "@h:1?ca=", "ca= needs a path"},
+      {"rediss://u:" + pw + "@h:1?sni=", "sni= needs a name"},
+      {"rediss://u:" + pw + "@h:1?verify=none", "verify= must be full or ca"},
+      {"rediss://u:" + pw + "@h:1?cafile=/x", "'cafile' is not known"},
+      {"redis://u:" + pw + "@h:1?ca=/x", "need rediss://"},
+      {"rediss://u:p?" + pw + "@h:1", "percent-encoded"},
+      {"rediss://u:" + pw + "@h:1#x", "fragments"},
       {"redis://u:" + pw + "@h:port", "port"},
       {"redis://u:" + pw + "@h:70000", "port"},
       {"redis://u:" + pw + "@h:0", "port"},

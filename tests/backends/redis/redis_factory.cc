@@ -1,11 +1,14 @@
-// The Redis entry of the contract, differential and concurrency suites: a RedisLock on the
-// fixture's server (or REDIS_URL), with a fresh key prefix per backend.
+// The Redis entries of the contract, differential and concurrency suites: a RedisLock on the
+// fixture's server (or REDIS_URL), and one on the same fixture's TLS port (rediss://), each with
+// a fresh key prefix per backend.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "idempotency/redis_lock.h"
 #include "support/backend_factory.h"
@@ -15,34 +18,38 @@ namespace idempotency::testing {
 
 namespace {
 
-std::string required_url() {
-  const std::string url = redis_url();
+std::string required(std::string url, const char* why) {
   if (url.empty()) {
     // No skip: a missing server must fail the run (in CI above all), never pass it.
-    const char* why =
-        "no Redis server: run through ctest (the redis_server fixture starts one) or set "
-        "REDIS_URL";
     if (std::getenv("CI") != nullptr) ADD_FAILURE() << why;
     throw std::runtime_error(why);
   }
   return url;
 }
 
-}  // namespace
+std::string required_url() {
+  return required(redis_url(),
+                  "no Redis server: run through ctest (the redis_server fixture starts one) or "
+                  "set REDIS_URL");
+}
 
-BackendFactory redis_factory() {
+std::string required_tls_url() {
+  return required(redis_tls_url(),
+                  "no Redis TLS port: run through ctest (the redis_server fixture starts one)");
+}
+
+BackendFactory factory_for(std::string name, std::function<std::string()> url) {
   BackendFactory factory;
-  factory.name = "Redis";
+  factory.name = std::move(name);
   factory.reaps_at_expiry = true;  // PEXPIREAT; the script treats an expired record as absent
-  factory.make = [](const BackendOptions& options) -> std::unique_ptr<LockBackend> {
+  factory.make = [url](const BackendOptions& options) -> std::unique_ptr<LockBackend> {
     return std::make_unique<RedisLock>(
-        required_url(),
-        RedisOptions{.backend = options, .key_prefix = unique_name("idem_contract") + ":"});
+        url(), RedisOptions{.backend = options, .key_prefix = unique_name("idem_contract") + ":"});
   };
-  factory.make_twins = [](const BackendOptions& options) {
+  factory.make_twins = [url](const BackendOptions& options) {
     const std::string prefix = unique_name("idem_twins") + ":";
     auto make = [&] {
-      return std::make_unique<RedisLock>(required_url(),
+      return std::make_unique<RedisLock>(url(),
                                          RedisOptions{.backend = options, .key_prefix = prefix});
     };
     std::unique_ptr<LockBackend> a = make();
@@ -51,5 +58,11 @@ BackendFactory redis_factory() {
   };
   return factory;
 }
+
+}  // namespace
+
+BackendFactory redis_factory() { return factory_for("Redis", required_url); }
+
+BackendFactory redis_tls_factory() { return factory_for("RedisTls", required_tls_url); }
 
 }  // namespace idempotency::testing

@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # Starts / stops a private Redis for the tests (a CTest fixture).
 #
-#   redis.sh start DIR   writes a redis:// URL to DIR/redis.url
+#   redis.sh start DIR   writes a redis:// URL to DIR/redis.url and a rediss:// one to
+#                        DIR/redis_tls.url
 #   redis.sh stop DIR    stops the server and removes its files; safe when none runs
 #
-# With REDIS_URL set, start only records that URL (and stop only forgets it). Otherwise it
-# starts Debian's redis-server on a free 127.0.0.1 port, bound to loopback only, in a
+# It starts Debian's redis-server on free 127.0.0.1 ports, bound to loopback only, in a
 # temporary directory under DIR, daemonized with a pidfile and with persistence on
-# (appendonly yes); DIR/redis.dir names that directory for `stop`. Works as root and not.
+# (appendonly yes); DIR/redis.dir names that directory for `stop`. The same server listens
+# for TLS on a second port, with certificates made here by the openssl CLI (tls/ in that
+# directory): a test CA, a server certificate for DNS:localhost only, and a client
+# certificate the server requires (tls-auth-clients yes); other-ca.crt is a CA that signed
+# nothing, for tests of a wrong trust anchor. The rediss:// URL connects to 127.0.0.1 with
+# sni=localhost and the client certificate. With REDIS_URL set, redis.url records that URL
+# and the server listens for TLS only. Works as root and not.
 set -euo pipefail
 
 die() { echo "redis.sh: $*" >&2; exit 1; }
@@ -20,6 +26,7 @@ dir=$(cd "$dir" && pwd)
 
 server=${REDIS_SERVER:-/usr/bin/redis-server}
 cli=${REDIS_CLI:-/usr/bin/redis-cli}
+openssl=${OPENSSL:-/usr/bin/openssl}
 
 
 # shellcheck source=free_port.sh
@@ -49,35 +56,84 @@ stop() {
     stop_server "$state"
     rm -rf "$state"
   fi
-  rm -f "$dir/redis.url" "$dir/redis.dir"
+  rm -f "$dir/redis.url" "$dir/redis_tls.url" "$dir/redis.dir"
+}
+
+# make_certs DIR: the test CA, server, client and wrong-CA certificates (EC P-256: quick to
+# make), valid for two days.
+make_certs() {
+  local tls=$1
+  mkdir -p "$tls"
+  local ca_ext=(-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign)
+  for name in ca other-ca server client; do
+    "$openssl" genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$tls/$name.key" \
+      2>/dev/null || die "openssl genpkey failed"
+  done
+  "$openssl" req -x509 -new -key "$tls/ca.key" -subj /CN=idempotency-test-ca -days 2 \
+    "${ca_ext[@]}" -out "$tls/ca.crt" 2>/dev/null || die "openssl: cannot make the test CA"
+  "$openssl" req -x509 -new -key "$tls/other-ca.key" -subj /CN=idempotency-other-ca -days 2 \
+    "${ca_ext[@]}" -out "$tls/other-ca.crt" 2>/dev/null || die "openssl: cannot make the other CA"
+  # sign NAME SERIAL EXTENSIONS: NAME.crt for NAME.key, signed by the test CA.
+  sign() {
+    "$openssl" req -new -key "$tls/$1.key" -subj "/CN=idempotency-test-$1" 2>/dev/null |
+      "$openssl" x509 -req -CA "$tls/ca.crt" -CAkey "$tls/ca.key" -set_serial "$2" -days 2 \
+        -extfile <(printf '%b' "$3") -out "$tls/$1.crt" 2>/dev/null ||
+      die "openssl: cannot sign the $1 certificate"
+  }
+  sign server 2 'subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth\n'
+  sign client 3 'extendedKeyUsage=clientAuth\n'
+  chmod 600 "$tls"/*.key
+}
+
+# url_path PATH: PATH with the characters a URL's query cannot hold as such percent-encoded.
+url_path() {
+  local p=${1//%/%25}
+  p=${p//&/%26}
+  p=${p//#/%23}
+  p=${p//\?/%3F}
+  p=${p//@/%40}
+  printf '%s' "${p// /%20}"
 }
 
 start() {
-  if [[ -n "${REDIS_URL:-}" ]]; then
-    printf '%s\n' "$REDIS_URL" >"$dir/redis.url"
-    exit 0
-  fi
   stop  # a leftover from an interrupted run
   [[ -x "$server" ]] || die "$server not found (install Debian's redis-server package)"
   [[ -x "$cli" ]] || die "$cli not found (install Debian's redis-tools package)"
-  local state port attempt
+  [[ -x "$openssl" ]] || die "$openssl not found (install Debian's openssl package)"
+  local state port tls_port attempt tls
   state=$(mktemp -d "$dir/redis.XXXXXX") || die "cannot create a directory under $dir"
   printf '%s\n' "$state" >"$dir/redis.dir"
+  tls=$state/tls
+  make_certs "$tls"
+  local tls_cli=(--tls --cacert "$tls/ca.crt" --cert "$tls/client.crt" --key "$tls/client.key")
   for attempt in 1 2 3 4 5; do
-    port=$(free_port) || die "no free port found"
+    port=0  # no plain port when REDIS_URL names the plain server
+    if [[ -z "${REDIS_URL:-}" ]]; then port=$(free_port) || die "no free port found"; fi
+    tls_port=$(free_port) || die "no free port found"
     rm -f "$state/redis.pid"
     if ! "$server" --port "$port" --bind 127.0.0.1 --protected-mode yes \
+        --tls-port "$tls_port" --tls-cert-file "$tls/server.crt" \
+        --tls-key-file "$tls/server.key" --tls-ca-cert-file "$tls/ca.crt" \
+        --tls-auth-clients yes \
         --dir "$state" --daemonize yes --pidfile "$state/redis.pid" \
         --logfile "$state/redis.log" --appendonly yes --save "" \
         --enable-debug-command local >/dev/null 2>&1; then
       die "redis-server failed to start: $(tail -n 1 "$state/redis.log" 2>/dev/null)"
     fi
     for _ in $(seq 1 100); do
-      if [[ "$("$cli" -h 127.0.0.1 -p "$port" ping 2>/dev/null)" == PONG ]]; then
-        printf 'redis://127.0.0.1:%s\n' "$port" >"$dir/redis.url"
+      if [[ "$("$cli" "${tls_cli[@]}" -h 127.0.0.1 -p "$tls_port" ping 2>/dev/null)" == PONG ]] &&
+          [[ "$port" == 0 || "$("$cli" -h 127.0.0.1 -p "$port" ping 2>/dev/null)" == PONG ]]; then
+        if [[ -n "${REDIS_URL:-}" ]]; then
+          printf '%s\n' "$REDIS_URL" >"$dir/redis.url"
+        else
+          printf 'redis://127.0.0.1:%s\n' "$port" >"$dir/redis.url"
+        fi
+        printf 'rediss://127.0.0.1:%s?ca=%s&cert=%s&key=%s&sni=localhost\n' "$tls_port" \
+          "$(url_path "$tls/ca.crt")" "$(url_path "$tls/client.crt")" \
+          "$(url_path "$tls/client.key")" >"$dir/redis_tls.url"
         exit 0
       fi
-      # The daemon exits at once when the port was taken between the probe and the bind.
+      # The daemon exits at once when a port was taken between the probe and the bind.
       if [[ -f "$state/redis.pid" ]] && ! kill -0 "$(cat "$state/redis.pid")" 2>/dev/null; then
         break
       fi
