@@ -18,6 +18,10 @@ std::string redis_url();
 /// There is no environment override: the TLS tests need the certificates the fixture made.
 std::string redis_tls_url();
 
+/// redis_cluster_url() returns the fixture's Redis Cluster as `redis+cluster://host:port,…`
+/// (every node), or "" when the fixture did not run.
+std::string redis_cluster_url();
+
 /// postgres_url() returns the test PostgreSQL URL, or "" when none was started or named.
 std::string postgres_url();
 
