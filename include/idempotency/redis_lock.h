@@ -33,6 +33,7 @@
 #include <stop_token>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "idempotency/backend.h"
 #include "idempotency/record.h"
@@ -79,7 +80,14 @@ struct RedisTls {
   bool verify_host = true;
 };
 
-/// RedisEndpoint is a parsed `redis://` or `rediss://` URL.
+/// RedisNode is one node's address.
+struct RedisNode {
+  std::string host;
+  int port = 6379;
+};
+
+/// RedisEndpoint is a parsed `redis://`, `rediss://`, `redis+cluster://` or
+/// `rediss+cluster://` URL.
 struct RedisEndpoint {
   std::string host;
   int port = 6379;
@@ -89,13 +97,19 @@ struct RedisEndpoint {
   std::string password;
   /// Database number for SELECT.
   int db = 0;
-  /// Set for `rediss://`: the connection speaks TLS.
+  /// Set for `rediss://` and `rediss+cluster://`: every connection speaks TLS.
   std::optional<RedisTls> tls;
+  /// True for the cluster schemes: `seeds` lists the nodes the URL names (`host` and `port`
+  /// are the first), from which the client learns the cluster's slot map.
+  bool cluster = false;
+  std::vector<RedisNode> seeds;
 };
 
-/// parse_redis_url() parses `redis://[[user]:password@]host[:port][/db]` and
+/// parse_redis_url() parses `redis://[[user]:password@]host[:port][/db]`,
 /// `rediss://…[?ca=PATH&cert=PATH&key=PATH&sni=NAME&verify=full|ca]` (user, password and
-/// parameter values percent-decoded; an IPv6 host in brackets). Throws
+/// parameter values percent-decoded; an IPv6 host in brackets), and the Redis Cluster forms
+/// `redis+cluster://[[user]:password@]host[:port][,host[:port]…]` and `rediss+cluster://…`
+/// with the same TLS parameters (no database number: a cluster has only 0). Throws
 /// `std::invalid_argument` naming the part that is wrong; the message never contains the
 /// password.
 [[nodiscard]] RedisEndpoint parse_redis_url(std::string_view url);

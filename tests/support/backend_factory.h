@@ -44,6 +44,8 @@ BackendFactory sqlite_factory();
 BackendFactory redis_factory();
 /// Redis over TLS (`rediss://`, the redis_server fixture's TLS port).
 BackendFactory redis_tls_factory();
+/// Redis Cluster (`redis+cluster://`, the redis_server fixture's 3-master cluster).
+BackendFactory redis_cluster_factory();
 BackendFactory postgres_factory();
 /// PostgreSQL over TLS (verify-full), and through PgBouncer in transaction pooling mode.
 BackendFactory postgres_tls_factory();

@@ -1,4 +1,5 @@
-// The Redis backend's registry entry: `redis://` and `rediss://` (TLS) URLs, parsed by
+// The Redis backend's registry entry: `redis://`, `rediss://` (TLS) and the Redis Cluster forms
+// `redis+cluster://` and `rediss+cluster://`, parsed by
 // parse_redis_url().
 #include <memory>
 
@@ -9,8 +10,8 @@ namespace idempotency::registry_detail {
 
 BackendEntry redis_backend_entry() {
   return BackendEntry{
-      .schemes = {"redis", "rediss"},
-      .url_form = "redis[s]://HOST:PORT[/DB][?ca=PATH]",
+      .schemes = {"redis", "rediss", "redis+cluster", "rediss+cluster"},
+      .url_form = "redis[s]://HOST:PORT[/DB][?ca=PATH] | redis[s]+cluster://HOST:PORT[,HOST:PORT…]",
       .open = [](BackendUrl& url, const BackendOptions& backend) -> std::unique_ptr<LockBackend> {
         return std::make_unique<RedisLock>(url.str(), RedisOptions{.backend = backend});
       }};

@@ -20,6 +20,7 @@
 #include "common/notify_wait.h"
 #include "idempotency/errors.h"
 #include "idempotency/key.h"
+#include "redis_cluster.h"
 #include "redis_connection.h"
 #include "redis_internal.h"
 #include "redis_tls.h"
@@ -55,7 +56,23 @@ struct RedisLock::Impl {
         tls(endpoint.tls ? std::make_unique<redis_detail::TlsContext>(*endpoint.tls) : nullptr),
         pool(
             "redis", options.pool_size, options.pool_wait, [this] { return connect(); },
-            [](const ConnectionPtr& c) { return c->failure() == IoFailure::kNone; }) {}
+            [](const ConnectionPtr& c) { return c->failure() == IoFailure::kNone; }) {
+    if (endpoint.cluster) {
+      // Wake-ups go by sharded pub/sub: SPUBLISH reaches only the nodes of the key's shard,
+      // where the waiter SSUBSCRIBEs, instead of every node of the cluster.
+      std::string s(redis_detail::kScript);
+      for (std::size_t at = s.find("redis.call('PUBLISH'"); at != std::string::npos;
+           at = s.find("redis.call('PUBLISH'", at)) {
+        s.replace(at, 20, "redis.call('SPUBLISH'");
+      }
+      script = std::move(s);
+      cluster = std::make_unique<redis_detail::ClusterRouter>(
+          endpoint.seeds, [this](const RedisNode& node) { return connect_to(node); },
+          options.pool_size, options.pool_wait);
+    } else {
+      script = std::string(redis_detail::kScript);
+    }
+  }
 
   static RedisOptions validated(RedisOptions o) {
     if (o.pool_size == 0) throw std::invalid_argument("RedisOptions::pool_size must be >= 1");
@@ -74,7 +91,9 @@ struct RedisLock::Impl {
   RedisOptions options;
   RedisEndpoint endpoint;
   std::unique_ptr<const redis_detail::TlsContext> tls;  // for rediss://, shared by connections
-  std::string sha;  // of kScript, as the server reported it; set once in the constructor
+  std::string script;  // kScript, with SPUBLISH for PUBLISH in cluster mode
+  std::string sha;     // of `script`, as the server reported it; set once in the constructor
+  std::unique_ptr<redis_detail::ClusterRouter> cluster;  // for the cluster schemes only
   // How waits ended, indexed by store_detail::WaitEnd.
   std::array<std::atomic<std::uint64_t>, store_detail::kWaitEnds> waits{};
   store_detail::ConnectionPool<ConnectionPtr> pool;  // last: its connections are closed first
@@ -84,8 +103,10 @@ struct RedisLock::Impl {
   void drop_idle() noexcept { pool.drop_idle(); }
   void count(store_detail::WaitEnd end) noexcept { ++waits[static_cast<std::size_t>(end)]; }
 
-  ConnectionPtr connect() const {
-    ConnectionPtr c = Connection::open(endpoint.host, endpoint.port,
+  ConnectionPtr connect() const { return connect_to({endpoint.host, endpoint.port}); }
+
+  ConnectionPtr connect_to(const RedisNode& node) const {
+    ConnectionPtr c = Connection::open(node.host, node.port,
                                        {.connect_timeout = options.connect_timeout,
                                         .command_timeout = options.command_timeout,
                                         .tls = tls.get()});
@@ -107,7 +128,7 @@ struct RedisLock::Impl {
   }
 
   std::string load_script(Connection* c) {
-    ReplyPtr r = c->command({"SCRIPT", "LOAD", redis_detail::kScript});
+    ReplyPtr r = c->command({"SCRIPT", "LOAD", script});
     if (!r) throw StoreError(c->error());
     if (is_error(r.get())) throw_reply_error(r.get(), "SCRIPT LOAD failed");
     if (r->type != REDIS_REPLY_STRING || r->len != 40) {
@@ -123,6 +144,11 @@ struct RedisLock::Impl {
   ReplyPtr eval(const std::string& redis_key, const std::vector<std::string>& argv) {
     std::vector<std::string_view> args = {"EVALSHA", sha, "1", redis_key};
     for (const std::string& a : argv) args.emplace_back(a);
+    if (cluster) {
+      ReplyPtr r = cluster->call(redis_key, args, script);
+      if (is_error(r.get())) throw_reply_error(r.get(), "script failed");
+      return r;
+    }
     for (int attempt = 0;; ++attempt) {
       Lease conn = acquire();
       ReplyPtr r = conn.get()->command(args);
@@ -151,10 +177,15 @@ struct RedisLock::Impl {
 
   // now() is the instant a record read outside the script is judged by: the injected clock's,
   // else the server's TIME; nullopt when the server's reply cannot be read.
-  std::optional<Millis> now() {
+  std::optional<Millis> now(std::string_view redis_key) {
     if (options.backend.clock) return to_millis(options.backend.clock->now());
-    Lease conn = acquire();
-    ReplyPtr t = conn.get()->command({"TIME"});
+    ReplyPtr t;
+    if (cluster) {
+      t = cluster->call(redis_key, {"TIME"});  // the clock of the node the script runs on
+    } else {
+      Lease conn = acquire();
+      t = conn.get()->command({"TIME"});
+    }
     if (!t || t->type != REDIS_REPLY_ARRAY || t->elements != 2) return std::nullopt;
     return std::stoll(reply_text(t->element[0])) * 1000 +
            std::stoll(reply_text(t->element[1])) / 1000;
@@ -172,6 +203,13 @@ struct RedisLock::Impl {
 RedisLock::RedisLock(std::string_view url, RedisOptions options)
     : LockBackend(options.backend), impl_(std::make_unique<Impl>(url, std::move(options))) {
   // Connect now, so a wrong address or password fails at start-up rather than mid-traffic.
+  if (impl_->cluster) {
+    impl_->cluster->refresh();
+    // The digest is the script's; each node loads it on its first NOSCRIPT.
+    ConnectionPtr conn = impl_->connect();
+    impl_->sha = impl_->load_script(conn.get());
+    return;
+  }
   Impl::Lease conn = impl_->acquire();
   impl_->sha = impl_->load_script(conn.get());
 }
@@ -194,6 +232,11 @@ RedisWaitCounts RedisLock::wait_counts() const noexcept {
 
 std::optional<Record> RedisLock::do_inspect(std::string_view key) {
   const std::string k = impl_->redis_key(key);
+  if (impl_->cluster) {
+    ReplyPtr r = impl_->cluster->call(k, {"HGETALL", k});
+    if (is_error(r.get())) throw_reply_error(r.get(), "HGETALL failed");
+    return redis_detail::decode_record(r.get());
+  }
   Impl::Lease conn = impl_->acquire();
   ReplyPtr r = conn.get()->command({"HGETALL", k});
   if (!r) {
@@ -245,8 +288,10 @@ void RedisLock::do_wait_for_change(std::string_view key, std::chrono::millisecon
   const store_detail::WaitEnd end = store_detail::wait_for_notification(
       timeout, stop,
       [&]() -> std::optional<int> {
-        sub = impl_->connect();
-        ReplyPtr r = sub->command({"SUBSCRIBE", impl_->redis_key(key)});
+        const std::string k = impl_->redis_key(key);
+        // On a cluster, the shard channel of the key's slot on the master that serves it.
+        sub = impl_->cluster ? impl_->cluster->connect_for(k) : impl_->connect();
+        ReplyPtr r = sub->command({impl_->cluster ? "SSUBSCRIBE" : "SUBSCRIBE", k});
         if (!r || r->type != REDIS_REPLY_ARRAY) throw StoreError("redis: SUBSCRIBE failed");
         // A message that arrived with the confirmation is already read (by the reply parser or
         // OpenSSL), where poll() cannot see it: wake now.
@@ -256,7 +301,7 @@ void RedisLock::do_wait_for_change(std::string_view key, std::chrono::millisecon
         }
         const std::optional<Record> rec = do_inspect(key);
         if (!rec || rec->state == RecordState::kDone) return std::nullopt;
-        const std::optional<Millis> now = impl_->now();
+        const std::optional<Millis> now = impl_->now(k);
         if (!now || !store_detail::worth_waiting(rec, now)) return std::nullopt;
         return sub->fd();
       },

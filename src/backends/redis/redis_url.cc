@@ -1,6 +1,7 @@
 // parse_redis_url(): `redis://[[user]:password@]host[:port][/db]`, and `rediss://` with the
-// same location and TLS parameters (`ca`, `cert`, `key`, `sni`, `verify`). Every error names
-// the part that is wrong and never repeats the URL, which may carry a password.
+// same location and TLS parameters (`ca`, `cert`, `key`, `sni`, `verify`); `redis+cluster://`
+// and `rediss+cluster://` name one or more seed nodes of a Redis Cluster, comma-separated. Every
+// error names the part that is wrong and never repeats the URL, which may carry a password.
 #include <charconv>
 #include <stdexcept>
 #include <string>
@@ -77,11 +78,55 @@ RedisTls take_tls(BackendUrl& url) {
   return tls;
 }
 
+// One `host[:port]` (an IPv6 host in brackets) of a URL's location.
+RedisNode parse_node(std::string_view hostport) {
+  RedisNode node;
+  std::string_view port;
+  if (!hostport.empty() && hostport.front() == '[') {  // [IPv6]:port
+    const std::size_t close = hostport.find(']');
+    if (close == std::string_view::npos) bad("the IPv6 host lacks its closing ']'");
+    node.host = std::string(hostport.substr(1, close - 1));
+    const std::string_view after = hostport.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':') bad("unexpected text after the IPv6 host");
+      port = after.substr(1);
+      if (port.empty()) bad("the port is empty");
+    }
+  } else {
+    const std::size_t colon = hostport.find(':');
+    node.host = std::string(hostport.substr(0, colon));
+    if (colon != std::string_view::npos) {
+      port = hostport.substr(colon + 1);
+      if (port.empty()) bad("the port is empty");
+    }
+  }
+  if (node.host.empty()) bad("the host is empty");
+  for (char c : node.host) {
+    if (c == '@' || c == '/' || c == ' ' || c == '[' || c == ']' || c == '%') {
+      bad("the host contains an invalid character");
+    }
+  }
+  if (!port.empty()) {
+    node.port = parse_number(port, 65535, "port");
+    if (node.port == 0) bad("the port must be from 1 to 65535");
+  }
+  return node;
+}
+
 }  // namespace
 
 RedisEndpoint parse_redis_url(std::string_view url) {
+  // The cluster schemes take the same location (with several nodes) and parameters.
+  const bool cluster = url.starts_with("redis+cluster://") || url.starts_with("rediss+cluster://");
+  std::string plain;
+  if (cluster) {
+    plain = std::string(url.substr(0, url.find('+'))) + std::string(url.substr(url.find(':')));
+    url = plain;
+  }
   const bool tls = url.substr(0, 9) == "rediss://";
-  if (!tls && url.substr(0, 8) != "redis://") bad("the scheme must be redis:// or rediss://");
+  if (!tls && url.substr(0, 8) != "redis://") {
+    bad("the scheme must be redis://, rediss://, redis+cluster:// or rediss+cluster://");
+  }
   if (url.find('#') != std::string_view::npos) bad("fragments are not supported");
   // A '?' in the password would start the query early and put the password's tail in it.
   const std::size_t query = url.find('?');
@@ -90,6 +135,7 @@ RedisEndpoint parse_redis_url(std::string_view url) {
   }
   BackendUrl parsed = BackendUrl::parse(url);
   RedisEndpoint ep;
+  ep.cluster = cluster;
   if (tls) ep.tls = take_tls(parsed);
   if (!parsed.parameters().empty()) {
     // A parameter's name is safe to repeat (the userinfo ends before the query); a value is not.
@@ -122,35 +168,23 @@ RedisEndpoint parse_redis_url(std::string_view url) {
     if (!db.empty()) ep.db = parse_number(db, 1'000'000, "database number");
   }
 
-  std::string_view port;
-  if (!hostport.empty() && hostport.front() == '[') {  // [IPv6]:port
-    const std::size_t close = hostport.find(']');
-    if (close == std::string_view::npos) bad("the IPv6 host lacks its closing ']'");
-    ep.host = std::string(hostport.substr(1, close - 1));
-    const std::string_view after = hostport.substr(close + 1);
-    if (!after.empty()) {
-      if (after.front() != ':') bad("unexpected text after the IPv6 host");
-      port = after.substr(1);
-      if (port.empty()) bad("the port is empty");
-    }
-  } else {
-    const std::size_t colon = hostport.find(':');
-    ep.host = std::string(hostport.substr(0, colon));
-    if (colon != std::string_view::npos) {
-      port = hostport.substr(colon + 1);
-      if (port.empty()) bad("the port is empty");
-    }
+  if (!cluster) {
+    RedisNode node = parse_node(hostport);
+    ep.host = std::move(node.host);
+    ep.port = node.port;
+    return ep;
   }
-  if (ep.host.empty()) bad("the host is empty");
-  for (char c : ep.host) {
-    if (c == '@' || c == '/' || c == ' ' || c == '[' || c == ']' || c == '%') {
-      bad("the host contains an invalid character");
-    }
+  if (slash != std::string_view::npos && !rest.substr(slash + 1).empty()) {
+    bad("a cluster has only database 0: no /db in a redis+cluster:// URL");
   }
-  if (!port.empty()) {
-    ep.port = parse_number(port, 65535, "port");
-    if (ep.port == 0) bad("the port must be from 1 to 65535");
+  while (true) {
+    const std::size_t comma = hostport.find(',');
+    ep.seeds.push_back(parse_node(hostport.substr(0, comma)));
+    if (comma == std::string_view::npos) break;
+    hostport = hostport.substr(comma + 1);
   }
+  ep.host = ep.seeds.front().host;
+  ep.port = ep.seeds.front().port;
   return ep;
 }
 

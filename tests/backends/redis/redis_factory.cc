@@ -1,6 +1,6 @@
 // The Redis entries of the contract, differential and concurrency suites: a RedisLock on the
 // fixture's server (or REDIS_URL), and one on the same fixture's TLS port (rediss://), each with
-// a fresh key prefix per backend.
+// a fresh key prefix per backend, and one on the same fixture's Redis Cluster.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -38,6 +38,11 @@ std::string required_tls_url() {
                   "no Redis TLS port: run through ctest (the redis_server fixture starts one)");
 }
 
+std::string required_cluster_url() {
+  return required(redis_cluster_url(),
+                  "no Redis Cluster: run through ctest (the redis_server fixture starts one)");
+}
+
 BackendFactory factory_for(std::string name, std::function<std::string()> url) {
   BackendFactory factory;
   factory.name = std::move(name);
@@ -64,5 +69,7 @@ BackendFactory factory_for(std::string name, std::function<std::string()> url) {
 BackendFactory redis_factory() { return factory_for("Redis", required_url); }
 
 BackendFactory redis_tls_factory() { return factory_for("RedisTls", required_tls_url); }
+
+BackendFactory redis_cluster_factory() { return factory_for("RedisCluster", required_cluster_url); }
 
 }  // namespace idempotency::testing

@@ -1,0 +1,283 @@
+// ClusterRouter: the slot map, the per-node pools and the redirect / retry loop.
+#include "redis_cluster.h"
+
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <charconv>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "idempotency/errors.h"
+
+namespace idempotency::redis_detail {
+namespace {
+
+// Attempts per call: redirects and retryable states together. A resharding moves one slot at
+// a time, so a command meets at most a MOVED and an ASK in a row; the rest is for failover
+// (CLUSTERDOWN / refused connections until a replica is promoted, node timeout + election).
+constexpr int kAttempts = 12;
+// Back-off before retry n (n ≥ 1) after TRYAGAIN, CLUSTERDOWN or a lost connection: 25 ms
+// doubling, capped at 800 ms, so the retries span about 6 s — longer than a failover with the
+// usual node timeouts of a few seconds, short enough that a dead cluster fails a call soon.
+std::chrono::milliseconds backoff(int retry) {
+  return std::chrono::milliseconds(std::min(800, 25 << std::min(retry, 6)));
+}
+
+std::string text(const redisReply* r) { return {r->str, r->len}; }
+
+bool starts_with(const redisReply* r, std::string_view prefix) {
+  return r->type == REDIS_REPLY_ERROR && std::string_view(r->str, r->len).starts_with(prefix);
+}
+
+// The node named by a "MOVED 3999 127.0.0.1:6381" / "ASK …" error; nullopt when malformed.
+// An empty host ("MOVED 3999 :6381", a node with no announced endpoint) means the node asked.
+std::optional<RedisNode> redirect_target(const redisReply* r, const RedisNode& asked) {
+  const std::string_view s(r->str, r->len);
+  const std::size_t space = s.rfind(' ');
+  const std::size_t colon = s.rfind(':');
+  if (space == std::string_view::npos || colon == std::string_view::npos || colon < space) {
+    return std::nullopt;
+  }
+  RedisNode node;
+  node.host = std::string(s.substr(space + 1, colon - space - 1));
+  if (node.host.empty()) node.host = asked.host;
+  const std::string_view port = s.substr(colon + 1);
+  auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), node.port);
+  if (ec != std::errc() || ptr != port.data() + port.size()) return std::nullopt;
+  return node;
+}
+
+bool same(const RedisNode& a, const RedisNode& b) { return a.port == b.port && a.host == b.host; }
+
+}  // namespace
+
+ClusterRouter::ClusterRouter(std::vector<RedisNode> seeds, Connect connect, std::size_t pool_size,
+                             std::chrono::milliseconds pool_wait)
+    : seeds_(std::move(seeds)),
+      connect_(std::move(connect)),
+      pool_size_(pool_size),
+      pool_wait_(pool_wait) {
+  slots_.fill(kNoNode);
+}
+
+std::size_t ClusterRouter::node_index(const RedisNode& address) {
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    if (same(nodes_[i].address, address)) return i;
+  }
+  auto pool = std::make_unique<Pool>(
+      "redis " + address.host + ":" + std::to_string(address.port), pool_size_, pool_wait_,
+      [this, address] { return connect_(address); },
+      [](const ConnectionPtr& c) { return c->failure() == IoFailure::kNone; });
+  nodes_.push_back(Node{address, std::move(pool)});
+  return nodes_.size() - 1;
+}
+
+ClusterRouter::Pool* ClusterRouter::pool_for(const RedisNode& address) {
+  {
+    std::shared_lock lock(mu_);
+    for (const Node& n : nodes_) {
+      if (same(n.address, address)) return n.pool.get();
+    }
+  }
+  std::unique_lock lock(mu_);
+  return nodes_[node_index(address)].pool.get();
+}
+
+ClusterRouter::Pool* ClusterRouter::pool_for_slot(std::uint16_t slot) {
+  for (int pass = 0; pass < 2; ++pass) {
+    {
+      std::shared_lock lock(mu_);
+      if (loaded_ && slots_[slot] != kNoNode) return nodes_[slots_[slot]].pool.get();
+    }
+    refresh();
+  }
+  throw StoreError("redis: cluster slot " + std::to_string(slot) + " has no master");
+}
+
+bool ClusterRouter::load_from(const RedisNode& address, std::string& why) {
+  ConnectionPtr conn;
+  try {
+    conn = connect_(address);
+  } catch (const StoreError& e) {
+    why = e.what();
+    return false;
+  }
+  ReplyPtr r = conn->command({"CLUSTER", "SLOTS"});
+  if (!r) {
+    why = conn->error();
+    return false;
+  }
+  if (r->type == REDIS_REPLY_ERROR) {
+    why = "redis: CLUSTER SLOTS failed: " + text(r.get());
+    return false;
+  }
+  if (r->type != REDIS_REPLY_ARRAY) {
+    why = "redis: unexpected reply to CLUSTER SLOTS";
+    return false;
+  }
+  // Each entry: start, end, then the master [host, port, id, …] and its replicas.
+  std::array<std::uint32_t, kClusterSlots> map{};
+  map.fill(kNoNode);
+  std::unique_lock lock(mu_);
+  for (std::size_t i = 0; i < r->elements; ++i) {
+    const redisReply* e = r->element[i];
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+        e->element[0]->type != REDIS_REPLY_INTEGER || e->element[1]->type != REDIS_REPLY_INTEGER ||
+        e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2 ||
+        e->element[2]->element[0]->type != REDIS_REPLY_STRING ||
+        e->element[2]->element[1]->type != REDIS_REPLY_INTEGER) {
+      why = "redis: unexpected entry in the reply to CLUSTER SLOTS";
+      return false;
+    }
+    const long long first = e->element[0]->integer;
+    const long long last = e->element[1]->integer;
+    if (first < 0 || last >= kClusterSlots || first > last) {
+      why = "redis: CLUSTER SLOTS names a slot out of range";
+      return false;
+    }
+    RedisNode master{text(e->element[2]->element[0]),
+                     static_cast<int>(e->element[2]->element[1]->integer)};
+    // "" or "?": the node has no announced endpoint; it is reached where we asked.
+    if (master.host.empty() || master.host == "?") master.host = address.host;
+    const auto index = static_cast<std::uint32_t>(node_index(master));
+    std::fill(map.begin() + first, map.begin() + last + 1, index);
+  }
+  if (std::find(map.begin(), map.end(), kNoNode) != map.end()) {
+    why = "redis: the cluster does not serve every slot (CLUSTERDOWN?)";
+    return false;
+  }
+  slots_ = map;
+  loaded_ = true;
+  return true;
+}
+
+void ClusterRouter::refresh() {
+  std::lock_guard one(refresh_mu_);
+  // Ask the masters known from the last map first (they are current), then the seeds.
+  std::vector<RedisNode> candidates;
+  {
+    std::shared_lock lock(mu_);
+    for (const Node& n : nodes_) candidates.push_back(n.address);
+  }
+  candidates.insert(candidates.end(), seeds_.begin(), seeds_.end());
+  std::string why = "redis: no cluster node given";
+  for (const RedisNode& node : candidates) {
+    if (load_from(node, why)) return;
+  }
+  throw StoreError(why);
+}
+
+std::size_t ClusterRouter::masters() const {
+  std::shared_lock lock(mu_);
+  std::vector<std::uint32_t> seen(slots_.begin(), slots_.end());
+  std::sort(seen.begin(), seen.end());
+  return static_cast<std::size_t>(std::unique(seen.begin(), seen.end()) - seen.begin());
+}
+
+ConnectionPtr ClusterRouter::connect_for(std::string_view key) {
+  const std::uint16_t slot = key_slot(key);
+  RedisNode address;
+  {
+    (void)pool_for_slot(slot);  // loads the map when needed
+    std::shared_lock lock(mu_);
+    address = nodes_[slots_[slot]].address;
+  }
+  return connect_(address);
+}
+
+ReplyPtr ClusterRouter::call(std::string_view key, const std::vector<std::string_view>& args,
+                             std::string_view script) {
+  const std::uint16_t slot = key_slot(key);
+  std::optional<RedisNode> ask;  // set after an ASK: the next attempt goes there, once
+  std::string last_error = "redis: cluster call failed";
+  int retries = 0;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    Pool* pool = nullptr;
+    try {
+      pool = ask ? pool_for(*ask) : pool_for_slot(slot);
+    } catch (const StoreError& e) {  // no node answered CLUSTER SLOTS: the cluster is down
+      last_error = e.what();
+      std::this_thread::sleep_for(backoff(++retries));
+      continue;
+    }
+    std::optional<Pool::Lease> lease;
+    try {
+      lease.emplace(pool->acquire());
+    } catch (const StoreError& e) {  // refused: the node may be dead and its replica rising
+      last_error = e.what();
+      std::this_thread::sleep_for(backoff(++retries));
+      refresh_quietly();
+      continue;
+    }
+    Connection* conn = lease->get();
+    const RedisNode target = ask.value_or(RedisNode{});
+    if (ask) {
+      ReplyPtr asking = conn->command({"ASKING"});
+      ask.reset();
+      if (!asking || asking->type == REDIS_REPLY_ERROR) {
+        last_error = asking ? "redis: ASKING failed: " + text(asking.get()) : conn->error();
+        if (!asking) pool->drop_idle();
+        continue;
+      }
+    }
+    ReplyPtr r = conn->command(args);
+    if (r && starts_with(r.get(), "NOSCRIPT") && !script.empty()) {
+      ReplyPtr loaded = conn->command({"SCRIPT", "LOAD", script});
+      if (!loaded) {
+        r = nullptr;
+      } else if (loaded->type == REDIS_REPLY_ERROR) {
+        throw StoreError("redis: SCRIPT LOAD failed: " + text(loaded.get()));
+      } else {
+        r = conn->command(args);
+      }
+    }
+    if (!r) {
+      last_error = conn->error();
+      const IoFailure failure = conn->failure();
+      pool->drop_idle();
+      // A timeout may have run the command: never repeat it as if it had not.
+      if (failure == IoFailure::kTimedOut) throw StoreError(last_error);
+      std::this_thread::sleep_for(backoff(++retries));
+      refresh_quietly();
+      continue;
+    }
+    if (starts_with(r.get(), "MOVED ")) {
+      lease.reset();
+      last_error = "redis: too many cluster redirects";
+      const std::optional<RedisNode> moved = redirect_target(r.get(), target);
+      if (!moved) throw StoreError("redis: malformed MOVED redirect");
+      refresh_quietly();
+      // The redirect is the owner's own word, newer than any map a replica may still serve.
+      std::unique_lock lock(mu_);
+      slots_[slot] = static_cast<std::uint32_t>(node_index(*moved));
+      continue;
+    }
+    if (starts_with(r.get(), "ASK ")) {
+      ask = redirect_target(r.get(), target);
+      if (!ask) throw StoreError("redis: malformed ASK redirect");
+      last_error = "redis: too many cluster redirects";
+      continue;
+    }
+    if (starts_with(r.get(), "TRYAGAIN") || starts_with(r.get(), "CLUSTERDOWN")) {
+      last_error = "redis: " + text(r.get());
+      lease.reset();
+      std::this_thread::sleep_for(backoff(++retries));
+      if (starts_with(r.get(), "CLUSTERDOWN")) refresh_quietly();
+      continue;
+    }
+    return r;
+  }
+  throw StoreError(last_error + " (gave up after " + std::to_string(kAttempts) + " attempts)");
+}
+
+void ClusterRouter::refresh_quietly() noexcept {
+  try {
+    refresh();
+  } catch (const std::exception&) {
+    // The next attempt finds the old map (or none) and fails or retries on its own.
+  }
+}
+
+}  // namespace idempotency::redis_detail

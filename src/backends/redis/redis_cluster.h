@@ -1,0 +1,92 @@
+// ClusterRouter: sends each command of a Redis Cluster client to the master that serves its
+// key's slot. It learns the slot map with CLUSTER SLOTS (from any node it knows, the URL's
+// seeds first), keeps a bounded pool of connections per master, and follows the cluster's
+// answers: MOVED → reload the map and retry on the named node; ASK → ASKING and the command
+// once on the named node (the slot is migrating; the map stays); TRYAGAIN, CLUSTERDOWN and a
+// lost or refused connection → a few retries with back-off, then `StoreError`. A command is
+// only ever repeated when repeating it is safe (the lock's scripts are: a claim carries its
+// claim token, complete / release / extend their fence), and a timeout is never retried: the
+// command may have run.
+//
+// Thread safety: every member is safe from any number of threads.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/connection_pool.h"
+#include "idempotency/redis_lock.h"
+#include "redis_cluster_slot.h"
+#include "redis_connection.h"
+
+namespace idempotency::redis_detail {
+
+/// ClusterRouter routes commands by key slot over per-node connection pools.
+class ClusterRouter {
+ public:
+  /// Opens a connection to a node, authenticated; throws `StoreError` when it cannot.
+  using Connect = std::function<ConnectionPtr(const RedisNode&)>;
+  using Pool = store_detail::ConnectionPool<ConnectionPtr>;
+
+  /// ClusterRouter() keeps `seeds` and opens nothing; each node's pool holds at most
+  /// `pool_size` connections, waited for up to `pool_wait`.
+  ClusterRouter(std::vector<RedisNode> seeds, Connect connect, std::size_t pool_size,
+                std::chrono::milliseconds pool_wait);
+
+  /// refresh() reloads the slot map from the first known node that answers CLUSTER SLOTS.
+  /// Throws `StoreError` when none does or the map does not cover every slot.
+  void refresh();
+
+  /// call() runs `args` on the master serving `key`'s slot and returns its reply (an error
+  /// reply other than a redirect or a retryable state is returned as it is). When the reply
+  /// is NOSCRIPT, `script` is loaded on that node (SCRIPT LOAD) and the command sent once
+  /// more. Throws `StoreError` when the retries run out.
+  [[nodiscard]] ReplyPtr call(std::string_view key, const std::vector<std::string_view>& args,
+                              std::string_view script = {});
+
+  /// connect_for() opens a connection of its own (outside the pools) to the master serving
+  /// `key`'s slot, for a subscriber. Throws `StoreError` when it cannot.
+  [[nodiscard]] ConnectionPtr connect_for(std::string_view key);
+
+  /// masters() counts the masters in the current slot map (for tests).
+  [[nodiscard]] std::size_t masters() const;
+
+ private:
+  struct Node {
+    RedisNode address;
+    std::unique_ptr<Pool> pool;
+  };
+
+  // node_index() finds or adds the node at `address`. Under mu_ (exclusive).
+  std::size_t node_index(const RedisNode& address);
+  // pool_for_slot() is the pool of the slot's master, loading the map first when it is empty.
+  Pool* pool_for_slot(std::uint16_t slot);
+  Pool* pool_for(const RedisNode& address);
+  // refresh_quietly() is refresh() for a retry loop: a failure is left to the next attempt.
+  void refresh_quietly() noexcept;
+  // load_from() reads CLUSTER SLOTS from `address`; false when that node cannot answer.
+  bool load_from(const RedisNode& address, std::string& why);
+
+  const std::vector<RedisNode> seeds_;
+  const Connect connect_;
+  const std::size_t pool_size_;
+  const std::chrono::milliseconds pool_wait_;
+
+  mutable std::shared_mutex mu_;
+  std::vector<Node> nodes_;  // only appended to: indices and pools stay valid
+  static constexpr std::uint32_t kNoNode = 0xFFFFFFFF;
+  std::array<std::uint32_t, kClusterSlots> slots_{};  // index into nodes_, or kNoNode
+  bool loaded_ = false;
+  std::mutex refresh_mu_;  // one CLUSTER SLOTS at a time
+};
+
+}  // namespace idempotency::redis_detail
