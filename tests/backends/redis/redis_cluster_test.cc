@@ -1,0 +1,218 @@
+// RedisLock on the fixture's Redis Cluster (tests/support/servers/redis_cluster.sh): the
+// cluster URL forms, keys spread over every master, a slot migrated under a live claim (ASK
+// while it migrates, MOVED once it moved: the claim's complete and a duplicate's replay land on
+// the right node), and wake-ups by sharded pub/sub. The shared suites run on the cluster in
+// contract_redis ("RedisCluster/…").
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <set>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "idempotency/redis_lock.h"
+#include "redis_cluster_slot.h"
+#include "redis_connection.h"
+#include "redis_test_util.h"
+#include "support/eventually.h"
+#include "support/test_servers.h"
+
+namespace idempotency::testing {
+namespace {
+
+using redis_detail::Connection;
+using redis_detail::ReplyPtr;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string cluster_url() {
+  std::string url = redis_cluster_url();
+  if (url.empty()) {
+    if (std::getenv("CI") != nullptr) ADD_FAILURE() << "no Redis Cluster fixture";
+    throw std::runtime_error("no Redis Cluster: run through ctest (the redis_server fixture)");
+  }
+  return url;
+}
+
+// A master of the cluster, as CLUSTER SLOTS names it.
+struct Master {
+  std::string host;
+  int port = 0;
+  std::string id;
+};
+
+// Direct connections to the cluster's nodes, for what the test must see or do by hand.
+class ClusterAdmin {
+ public:
+  ClusterAdmin() {
+    const RedisEndpoint ep = parse_redis_url(cluster_url());
+    seed_ = ep.seeds.front();
+  }
+  ReplyPtr on(const RedisNode& node, const std::vector<std::string_view>& args) {
+    auto conn = Connection::open(node.host, node.port, {});
+    ReplyPtr r = conn->command(args);
+    if (!r) throw std::runtime_error(conn->error());
+    return r;
+  }
+  ReplyPtr on(const Master& m, const std::vector<std::string_view>& args) {
+    return on(RedisNode{m.host, m.port}, args);
+  }
+  // The master serving `slot`, by the seed's view.
+  Master master_of(std::uint16_t slot) {
+    ReplyPtr r = on(seed_, {"CLUSTER", "SLOTS"});
+    for (std::size_t i = 0; i < r->elements; ++i) {
+      const redisReply* e = r->element[i];
+      if (e->element[0]->integer <= slot && slot <= e->element[1]->integer) {
+        const redisReply* m = e->element[2];
+        return {std::string(m->element[0]->str, m->element[0]->len),
+                static_cast<int>(m->element[1]->integer),
+                std::string(m->element[2]->str, m->element[2]->len)};
+      }
+    }
+    throw std::runtime_error("slot not served");
+  }
+  std::vector<Master> masters() {
+    std::vector<Master> all;
+    std::set<std::string> ids;
+    for (std::uint16_t slot = 0; slot < redis_detail::kClusterSlots; slot += 512) {
+      Master m = master_of(slot);
+      if (ids.insert(m.id).second) all.push_back(m);
+    }
+    return all;
+  }
+
+ private:
+  RedisNode seed_;
+};
+
+std::string text(const ReplyPtr& r) { return {r->str, r->len}; }
+
+TEST(RedisCluster, ParsesTheClusterUrlForms) {
+  const RedisEndpoint a = parse_redis_url("redis+cluster://u:pw@10.0.0.1:7000,10.0.0.2,[::1]:7002");
+  EXPECT_TRUE(a.cluster);
+  ASSERT_EQ(a.seeds.size(), 3U);
+  EXPECT_EQ(a.seeds[0].host, "10.0.0.1");
+  EXPECT_EQ(a.seeds[0].port, 7000);
+  EXPECT_EQ(a.seeds[1].port, 6379);
+  EXPECT_EQ(a.seeds[2].host, "::1");
+  EXPECT_EQ(a.user, "u");
+  EXPECT_EQ(a.password, "pw");
+  EXPECT_FALSE(a.tls);
+  const RedisEndpoint b = parse_redis_url("rediss+cluster://h:1?ca=/x.pem&sni=name");
+  EXPECT_TRUE(b.cluster);
+  ASSERT_TRUE(b.tls);
+  EXPECT_EQ(b.tls->ca_file, "/x.pem");
+  EXPECT_EQ(b.tls->server_name, "name");
+  EXPECT_FALSE(parse_redis_url("redis://h:1").cluster);
+  for (const char* bad : {"redis+cluster://:pw@h:1/2", "redis+cluster://:pw@h:1,,h:2",
+                          "redis+cluster://:pw@h:1,h:", "redis+cluster://h?ca=/x"}) {
+    try {
+      (void)parse_redis_url(bad);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_THAT(e.what(), Not(HasSubstr("pw"))) << bad;
+    }
+  }
+}
+
+TEST(RedisCluster, KeysSpreadOverEveryMasterAndEachLivesOnItsSlotsMaster) {
+  ClusterAdmin admin;
+  const std::vector<Master> masters = admin.masters();
+  ASSERT_EQ(masters.size(), 3U);
+  const std::string prefix = unique_name("idem_cluster_spread") + ":";
+  RedisLock lock(cluster_url(), RedisOptions{.key_prefix = prefix, .pool_size = 4});
+  std::set<std::string> used;
+  for (int i = 0; i < 48; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    const Claim c = won(lock.claim(key, std::chrono::minutes(1)));
+    ASSERT_TRUE(lock.complete(c, "r" + std::to_string(i)));
+    const Master m = admin.master_of(redis_detail::key_slot(prefix + key));
+    used.insert(m.id);
+    // Stored on that master (a plain EXISTS there: a wrong node would answer MOVED).
+    const ReplyPtr exists = admin.on(m, {"EXISTS", prefix + key});
+    ASSERT_EQ(exists->type, REDIS_REPLY_INTEGER) << text(exists);
+    EXPECT_EQ(exists->integer, 1);
+    EXPECT_EQ(outcome(lock.claim(key, std::chrono::minutes(1))), std::string("AlreadyDone"));
+  }
+  EXPECT_EQ(used.size(), 3U);
+}
+
+// The slot of the test's key is moved by hand from its master to another, in the steps
+// `redis-cli --cluster reshard` takes: IMPORTING / MIGRATING, MIGRATE of the key, SETSLOT NODE.
+TEST(RedisCluster, AClaimFollowsItsSlotThroughAskAndMovedWhileTheSlotMigrates) {
+  ClusterAdmin admin;
+  const std::string prefix = unique_name("idem_cluster_move") + ":";
+  RedisLock lock(cluster_url(), RedisOptions{.key_prefix = prefix, .pool_size = 2});
+  const std::string key = "moving";
+  const std::string stored = prefix + key;
+  const std::uint16_t slot = redis_detail::key_slot(stored);
+  const std::string slot_text = std::to_string(slot);
+  const Master from = admin.master_of(slot);
+  Master to;
+  for (const Master& m : admin.masters()) {
+    if (m.id != from.id) to = m;
+  }
+  const Claim claim = won(lock.claim(key, std::chrono::minutes(1)));
+
+  ASSERT_EQ(text(admin.on(to, {"CLUSTER", "SETSLOT", slot_text, "IMPORTING", from.id})), "OK");
+  ASSERT_EQ(text(admin.on(from, {"CLUSTER", "SETSLOT", slot_text, "MIGRATING", to.id})), "OK");
+  const std::string port = std::to_string(to.port);
+  ASSERT_EQ(text(admin.on(from, {"MIGRATE", to.host, port, stored, "0", "5000"})), "OK");
+  // The key left its old master while the slot still belongs to it: that master answers ASK,
+  // and the complete runs on the importing node after ASKING.
+  EXPECT_TRUE(lock.complete(claim, "result"));
+  EXPECT_EQ(admin.on(from, {"EXISTS", stored})->integer, 0);
+
+  for (const Master& m : {to, from}) {
+    ASSERT_EQ(text(admin.on(m, {"CLUSTER", "SETSLOT", slot_text, "NODE", to.id})), "OK");
+  }
+  // The old master now answers MOVED; the lock reloads its map and finds the record.
+  const ClaimResult replay = lock.claim(key, std::chrono::minutes(1));
+  ASSERT_EQ(outcome(replay), std::string("AlreadyDone"));
+  EXPECT_EQ(std::get<AlreadyDone>(replay).result, "result");
+  EXPECT_EQ(admin.on(to, {"EXISTS", stored})->integer, 1);
+}
+
+TEST(RedisCluster, AWaiterIsWokenBySharedPubSubOnTheKeysMaster) {
+  ClusterAdmin admin;
+  const std::string prefix = unique_name("idem_cluster_wait") + ":";
+  const std::string stored = prefix + "k";
+  RedisLock holder(cluster_url(), RedisOptions{.key_prefix = prefix});
+  RedisLock waiter(cluster_url(), RedisOptions{.key_prefix = prefix});
+  const Claim c = won(holder.claim("k", std::chrono::minutes(1)));
+  std::jthread waiting([&](const std::stop_token& stop) {
+    waiter.wait_for_change("k", std::chrono::minutes(2), stop);
+  });
+  const Master m = admin.master_of(redis_detail::key_slot(stored));
+  const auto shard_subscribers = [&] {
+    const ReplyPtr r = admin.on(m, {"PUBSUB", "SHARDNUMSUB", stored});
+    return r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? r->element[1]->integer : -1;
+  };
+  // By hand, once the waiter is subscribed (see RedisTls's wake-up test for why).
+  ASSERT_TRUE(eventually([&] { return shard_subscribers() == 1; }));
+  EXPECT_EQ(admin.on(m, {"SPUBLISH", stored, "done"})->integer, 1);
+  waiting.join();
+  const RedisWaitCounts counts = waiter.wait_counts();
+  EXPECT_EQ(counts.notified, 1U);
+  EXPECT_EQ(counts.timed_out + counts.unavailable + counts.settled + counts.stopped, 0U);
+
+  // And the script itself publishes on the key's shard channel when the claim completes.
+  auto sub = Connection::open(m.host, m.port, {});
+  ASSERT_NE(sub->command({"SSUBSCRIBE", stored}), nullptr);
+  EXPECT_TRUE(holder.complete(c, "r"));
+  const ReplyPtr message = sub->command({"PING"});  // the smessage arrives first
+  ASSERT_NE(message, nullptr) << sub->error();
+  ASSERT_EQ(message->type, REDIS_REPLY_ARRAY);
+  ASSERT_GE(message->elements, 3U);
+  EXPECT_EQ(std::string(message->element[0]->str, message->element[0]->len), "smessage");
+  EXPECT_EQ(std::string(message->element[2]->str, message->element[2]->len), "complete");
+}
+
+}  // namespace
+}  // namespace idempotency::testing
