@@ -8,8 +8,8 @@
 // system's trust store) and name the host (or `sni=`); see parse_redis_url().
 //
 // Each record is one Redis hash under `RedisOptions::key_prefix`, so every call touches a
-// single key (a layout Redis Cluster could shard; the client itself talks to the one node
-// its URL names and follows no MOVED/ASK redirect, so Cluster is not supported yet).
+// single key. `redis+cluster://host:port[,host:port…]` (and `rediss+cluster://`) talks to a
+// Redis Cluster: each call goes to the master of its key's slot, following MOVED / ASK.
 // claim, complete and release are each one round trip: a Lua script, loaded once and called
 // with EVALSHA, re-expresses the core's `transition()` and decides on the server. Time is
 // the server's own (`TIME`), so clock skew between client instances cannot break a lease;
@@ -21,8 +21,8 @@
 // an outcome it did not receive. A dropped connection is re-established on the next call.
 //
 // Thread safety: safe from any number of threads; calls share a bounded pool of
-// connections (`RedisOptions::pool_size`) and wait up to `RedisOptions::pool_wait` for a free
-// one when all are busy.
+// connections (`RedisOptions::pool_size`, per master on a cluster) and wait up to
+// `RedisOptions::pool_wait` for a free one when all are busy.
 #pragma once
 
 #include <chrono>
