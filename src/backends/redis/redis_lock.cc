@@ -205,9 +205,14 @@ RedisLock::RedisLock(std::string_view url, RedisOptions options)
   // Connect now, so a wrong address or password fails at start-up rather than mid-traffic.
   if (impl_->cluster) {
     impl_->cluster->refresh();
-    // The digest is the script's; each node loads it on its first NOSCRIPT.
-    ConnectionPtr conn = impl_->connect();
-    impl_->sha = impl_->load_script(conn.get());
+    // The digest is the script's, the same on every node; each node loads it on its first
+    // NOSCRIPT. Loaded here on slot 0's master, through the router's retries.
+    ReplyPtr r = impl_->cluster->call("", {"SCRIPT", "LOAD", impl_->script});
+    if (is_error(r.get())) throw_reply_error(r.get(), "SCRIPT LOAD failed");
+    if (r->type != REDIS_REPLY_STRING || r->len != 40) {
+      throw StoreError("redis: unexpected reply to SCRIPT LOAD");
+    }
+    impl_->sha = reply_text(r.get());
     return;
   }
   Impl::Lease conn = impl_->acquire();

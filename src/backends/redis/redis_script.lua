@@ -94,20 +94,30 @@ local function load()
   return rec
 end
 
+-- The record is overwritten in place (HSET, then HDEL of an optional field it lacks), never
+-- deleted and re-created: on a Redis Cluster node whose slot is migrating, a key that stops
+-- existing mid-script makes the next write fail with "non local key" after the DEL already
+-- took effect (scripts are not rolled back), which lost the record and let a second claimant
+-- win (RedisCluster.ReshardingTheKeysSlotsUnderLoadLosesAndDoublesNoClaim).
 local function store(rec)
-  redis.call('DEL', key)
   local args = {'HSET', key, 'state', rec.state, 'fence', fmt(rec.fence),
                 'lease_expiry', fmt(rec.lease_expiry), 'expires_at', fmt(rec.expires_at),
                 'claim_token', rec.claim_token}
+  local absent = {}
   if rec.result then
     table.insert(args, 'result')
     table.insert(args, rec.result)
+  else
+    table.insert(absent, 'result')
   end
   if rec.fingerprint then
     table.insert(args, 'fingerprint')
     table.insert(args, rec.fingerprint)
+  else
+    table.insert(absent, 'fingerprint')
   end
   redis.call(unpack(args))
+  if #absent > 0 then redis.call('HDEL', key, unpack(absent)) end
   if server_clock then
     redis.call('PEXPIREAT', key, fmt(rec.expires_at))
   else

@@ -1,12 +1,16 @@
 // RedisLock on the fixture's Redis Cluster (tests/support/servers/redis_cluster.sh): the
 // cluster URL forms, keys spread over every master, a slot migrated under a live claim (ASK
 // while it migrates, MOVED once it moved: the claim's complete and a duplicate's replay land on
-// the right node), and wake-ups by sharded pub/sub. The shared suites run on the cluster in
+// the right node), `redis-cli --cluster reshard` of the test keys' slots under load (no lost
+// or doubled claim), and wake-ups by sharded pub/sub. The shared suites run on the cluster in
 // contract_redis ("RedisCluster/…").
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <set>
@@ -16,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "idempotency/errors.h"
 #include "idempotency/redis_lock.h"
 #include "redis_cluster_slot.h"
 #include "redis_connection.h"
@@ -212,6 +217,101 @@ TEST(RedisCluster, AWaiterIsWokenBySharedPubSubOnTheKeysMaster) {
   ASSERT_GE(message->elements, 3U);
   EXPECT_EQ(std::string(message->element[0]->str, message->element[0]->len), "smessage");
   EXPECT_EQ(std::string(message->element[2]->str, message->element[2]->len), "complete");
+}
+
+// Two instances race for every key while `redis-cli --cluster reshard` moves the keys' slots
+// to another master. Each key must be won exactly once (never by both: doubled; never by
+// neither: lost) and end completed with its winner's result, wherever its slot went.
+TEST(RedisCluster, ReshardingTheKeysSlotsUnderLoadLosesAndDoublesNoClaim) {
+  ClusterAdmin admin;
+  const std::string prefix = unique_name("idem_cluster_reshard") + ":";
+  const Master from = admin.master_of(0);  // reshard moves the source's lowest slots first
+  Master to;
+  for (const Master& m : admin.masters()) {
+    if (m.id != from.id) to = m;
+  }
+  constexpr int kSlots = 48;
+  // Keys in the slots that will move: the lowest kSlots slots the source serves.
+  std::vector<std::uint16_t> moving;
+  for (std::uint16_t slot = 0; moving.size() < kSlots; ++slot) {
+    if (admin.master_of(slot).id == from.id) moving.push_back(slot);
+  }
+  // A hash tag per moving slot; the keys cycle through them.
+  std::vector<std::string> tags;
+  for (const std::uint16_t slot : moving) {
+    for (int i = 0;; ++i) {
+      const std::string tag = "t" + std::to_string(i);
+      if (redis_detail::key_slot(tag) == slot) {
+        tags.push_back(tag);
+        break;
+      }
+    }
+  }
+  std::vector<std::string> keys;
+  for (std::size_t i = 0; i < 3000; ++i) {
+    keys.push_back("{" + tags[i % tags.size()] + "}:" + std::to_string(i));
+  }
+  RedisLock a(cluster_url(), RedisOptions{.key_prefix = prefix, .pool_size = 4});
+  RedisLock b(cluster_url(), RedisOptions{.key_prefix = prefix, .pool_size = 4});
+  std::vector<std::atomic<int>> wins(keys.size());
+  std::atomic<int> operations{0};
+  std::atomic<int> errors{0};
+  std::atomic<bool> resharded{false};
+  std::atomic<int> won_while_resharding{0};
+  auto race = [&](RedisLock& lock, const std::string& tag) {
+    // Passes over the keys until the resharding is over, then one more.
+    for (bool last = false; !last;) {
+      last = resharded.load();
+      for (std::size_t i = 0; i < keys.size(); ++i) {
+        try {
+          const ClaimResult r = lock.claim(keys[i], std::chrono::minutes(5));
+          ++operations;
+          if (const Won* w = std::get_if<Won>(&r)) {
+            ++wins[i];
+            if (!resharded) ++won_while_resharding;
+            if (!lock.complete(w->claim, tag)) ++errors;
+            ++operations;
+          }
+        } catch (const StoreError& e) {
+          ++errors;
+          ADD_FAILURE() << e.what();
+        }
+      }
+    }
+  };
+  std::thread ta([&] { race(a, "a"); });
+  std::thread tb([&] { race(b, "b"); });
+  const std::string cli =
+      std::getenv("REDIS_CLI") ? std::getenv("REDIS_CLI") : "/usr/bin/redis-cli";
+  const std::string command = cli + " --cluster reshard " + from.host + ":" +
+                              std::to_string(from.port) + " --cluster-from " + from.id +
+                              " --cluster-to " + to.id + " --cluster-slots " +
+                              std::to_string(kSlots) + " --cluster-yes >/dev/null 2>&1";
+  const int status = std::system(command.c_str());
+  resharded = true;
+  ta.join();
+  tb.join();
+  EXPECT_EQ(status, 0) << command;
+  for (const std::uint16_t slot : moving) EXPECT_EQ(admin.master_of(slot).id, to.id);
+
+  int lost = 0;
+  int doubled = 0;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (wins[i] == 0) ++lost;
+    if (wins[i] > 1) ++doubled;
+    const ClaimResult replay = a.claim(keys[i], std::chrono::minutes(5));
+    EXPECT_EQ(outcome(replay), std::string("AlreadyDone")) << "key #" << i;
+  }
+  std::printf(
+      "reshard of %d slots under load: %zu keys (%d won while resharding), %d operations, "
+      "%d lost, %d doubled, %d errors\n",
+      kSlots, keys.size(), won_while_resharding.load(), operations.load(), lost, doubled,
+      errors.load());
+  // The race overlapped the migration, or the test proved nothing about it.
+  EXPECT_GT(won_while_resharding, 0);
+  EXPECT_EQ(lost, 0);
+  EXPECT_EQ(doubled, 0);
+  EXPECT_EQ(errors, 0);
 }
 
 }  // namespace
