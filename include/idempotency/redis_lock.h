@@ -103,6 +103,10 @@ struct RedisEndpoint {
   /// are the first), from which the client learns the cluster's slot map.
   bool cluster = false;
   std::vector<RedisNode> seeds;
+  /// `?replicas=N`: a claim that wins and a complete that stores wait (WAIT) until N replicas
+  /// have the write, for up to half of `command_timeout`, and throw `StoreError` when fewer
+  /// did (never a silent success). 0 (the default): acknowledged by the master alone.
+  int replicas = 0;
 };
 
 /// parse_redis_url() parses `redis://[[user]:password@]host[:port][/db]`,

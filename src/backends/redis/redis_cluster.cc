@@ -188,7 +188,8 @@ ConnectionPtr ClusterRouter::connect_for(std::string_view key) {
 }
 
 ReplyPtr ClusterRouter::call(std::string_view key, const std::vector<std::string_view>& args,
-                             std::string_view script) {
+                             std::string_view script, const std::vector<std::string_view>& then,
+                             ReplyPtr* then_reply) {
   const std::uint16_t slot = key_slot(key);
   std::optional<RedisNode> ask;  // set after an ASK: the next attempt goes there, once
   std::string last_error = "redis: cluster call failed";
@@ -266,6 +267,13 @@ ReplyPtr ClusterRouter::call(std::string_view key, const std::vector<std::string
       std::this_thread::sleep_for(backoff(++retries));
       if (starts_with(r.get(), "CLUSTERDOWN")) refresh_quietly();
       continue;
+    }
+    if (!then.empty() && r->type != REDIS_REPLY_ERROR) {
+      *then_reply = conn->command(then);
+      if (!*then_reply) {
+        pool->drop_idle();
+        throw StoreError(conn->error());
+      }
     }
     return r;
   }

@@ -49,9 +49,13 @@ class ClusterRouter {
   /// call() runs `args` on the master serving `key`'s slot and returns its reply (an error
   /// reply other than a redirect or a retryable state is returned as it is). When the reply
   /// is NOSCRIPT, `script` is loaded on that node (SCRIPT LOAD) and the command sent once
-  /// more. Throws `StoreError` when the retries run out.
+  /// more. With `then` (e.g. WAIT), that command follows on the same connection once `args`
+  /// succeeded, and its reply goes to `*then_reply`. Throws `StoreError` when the retries run
+  /// out, or when `then` fails (it is never retried: `args` already ran).
   [[nodiscard]] ReplyPtr call(std::string_view key, const std::vector<std::string_view>& args,
-                              std::string_view script = {});
+                              std::string_view script = {},
+                              const std::vector<std::string_view>& then = {},
+                              ReplyPtr* then_reply = nullptr);
 
   /// connect_for() opens a connection of its own (outside the pools) to the master serving
   /// `key`'s slot, for a subscriber. Throws `StoreError` when it cannot.

@@ -14,6 +14,7 @@
 #include <stop_token>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "common/connection_pool.h"
@@ -141,11 +142,22 @@ struct RedisLock::Impl {
   // server lost its script cache). Every operation is safe to repeat (a retried claim carries
   // its claim token, complete and release their fence), so a call that finds its pooled
   // connection closed by the server retries once on a fresh one. A timeout is not retried.
-  ReplyPtr eval(const std::string& redis_key, const std::vector<std::string>& argv) {
+  // With `waited` (and `?replicas=N`), WAIT N follows on the same connection and its reply
+  // is stored there, for the caller to judge once it knows whether the script wrote.
+  ReplyPtr eval(const std::string& redis_key, const std::vector<std::string>& argv,
+                ReplyPtr* waited = nullptr) {
     std::vector<std::string_view> args = {"EVALSHA", sha, "1", redis_key};
     for (const std::string& a : argv) args.emplace_back(a);
+    std::string replicas;
+    std::string wait_ms;
+    std::vector<std::string_view> wait;  // empty without ?replicas=: nothing added per call
+    if (waited != nullptr && endpoint.replicas > 0) {
+      replicas = std::to_string(endpoint.replicas);
+      wait_ms = std::to_string(options.command_timeout.count() / 2);
+      wait = {"WAIT", replicas, wait_ms};
+    }
     if (cluster) {
-      ReplyPtr r = cluster->call(redis_key, args, script);
+      ReplyPtr r = cluster->call(redis_key, args, script, wait, waited);
       if (is_error(r.get())) throw_reply_error(r.get(), "script failed");
       return r;
     }
@@ -166,7 +178,27 @@ struct RedisLock::Impl {
         throw StoreError(message);
       }
       if (is_error(r.get())) throw_reply_error(r.get(), "script failed");
+      if (!wait.empty()) {
+        *waited = conn.get()->command(wait);
+        if (!*waited) throw StoreError(conn.get()->error());
+      }
       return r;
+    }
+  }
+
+  // require_replicas() throws unless WAIT's reply says `?replicas=N` replicas have the write:
+  // a shortfall is an error (the message is nacked and redelivered), never a silent success.
+  void require_replicas(const ReplyPtr& waited, std::string_view op) const {
+    if (endpoint.replicas == 0) return;
+    if (!waited || waited->type != REDIS_REPLY_INTEGER) {
+      throw StoreError("redis: unexpected reply to WAIT after " + std::string(op));
+    }
+    if (waited->integer < endpoint.replicas) {
+      throw StoreError("redis: the " + std::string(op) + " reached " +
+                       std::to_string(waited->integer) + " of " +
+                       std::to_string(endpoint.replicas) + " replicas within " +
+                       std::to_string(options.command_timeout.count() / 2) +
+                       " ms (replicas=" + std::to_string(endpoint.replicas) + ")");
     }
   }
 
@@ -255,18 +287,27 @@ std::optional<Record> RedisLock::do_inspect(std::string_view key) {
 
 ClaimResult RedisLock::do_claim(std::string_view key, std::chrono::milliseconds lease,
                                 const ClaimRequest& request) {
+  ReplyPtr waited;
   ReplyPtr r =
       impl_->eval(impl_->redis_key(key),
                   {"claim", impl_->now_arg(), request.claim_token, std::to_string(lease.count()),
-                   std::to_string(ttl().count()), optional_arg(request.fingerprint)});
-  return redis_detail::decode_claim_reply(r.get(), key, request.claim_token);
+                   std::to_string(ttl().count()), optional_arg(request.fingerprint)},
+                  &waited);
+  ClaimResult result = redis_detail::decode_claim_reply(r.get(), key, request.claim_token);
+  // Only a win wrote something a failover could lose; a replay or a held key did not.
+  if (std::holds_alternative<Won>(result)) impl_->require_replicas(waited, "claim");
+  return result;
 }
 
 bool RedisLock::do_complete(const Claim& claim, std::optional<std::string> result) {
+  ReplyPtr waited;
   ReplyPtr r = impl_->eval(impl_->redis_key(claim.key),
                            {"complete", impl_->now_arg(), std::to_string(claim.fence),
-                            std::to_string(ttl().count()), optional_arg(result)});
-  return redis_detail::decode_flag_reply(r.get(), "complete");
+                            std::to_string(ttl().count()), optional_arg(result)},
+                           &waited);
+  const bool completed = redis_detail::decode_flag_reply(r.get(), "complete");
+  if (completed) impl_->require_replicas(waited, "complete");
+  return completed;
 }
 
 void RedisLock::do_release(const Claim& claim) {

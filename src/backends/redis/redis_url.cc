@@ -137,12 +137,15 @@ RedisEndpoint parse_redis_url(std::string_view url) {
   RedisEndpoint ep;
   ep.cluster = cluster;
   if (tls) ep.tls = take_tls(parsed);
+  if (std::optional<std::string> replicas = parsed.take("replicas")) {
+    ep.replicas = parse_number(*replicas, 100, "replicas= count");
+  }
   if (!parsed.parameters().empty()) {
     // A parameter's name is safe to repeat (the userinfo ends before the query); a value is not.
     const std::string name = parsed.parameters().front().name.substr(0, 32);
     bad("the query parameter '" + name + "' is not known" +
-        (tls ? " (rediss:// takes ca, cert, key, sni and verify)"
-             : " (redis:// takes none; TLS parameters need rediss://)"));
+        (tls ? " (rediss:// takes ca, cert, key, sni, verify and replicas)"
+             : " (redis:// takes replicas; TLS parameters need rediss://)"));
   }
   std::string_view rest = parsed.location();
 

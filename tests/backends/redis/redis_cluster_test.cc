@@ -219,6 +219,37 @@ TEST(RedisCluster, AWaiterIsWokenBySharedPubSubOnTheKeysMaster) {
   EXPECT_EQ(std::string(message->element[2]->str, message->element[2]->len), "complete");
 }
 
+// `?replicas=N`: with one replica per master, replicas=1 lets a claim and a complete through
+// (WAIT counted the replica); replicas=2 can never be met, so a winning claim is an error, not
+// a win, while a replay (nothing written) still answers. A single node with no replica fails
+// the same way.
+TEST(RedisCluster, AReplicaWaitThatFallsShortIsAnErrorNeverAWin) {
+  const std::string prefix = unique_name("idem_cluster_replicas") + ":";
+  const std::string url = cluster_url();
+  RedisLock one(url + "?replicas=1", RedisOptions{.key_prefix = prefix, .pool_size = 2});
+  const Claim c = won(one.claim("k", std::chrono::minutes(1)));
+  EXPECT_TRUE(one.complete(c, "r"));
+
+  RedisLock two(
+      url + "?replicas=2",
+      RedisOptions{
+          .key_prefix = prefix, .pool_size = 2, .command_timeout = std::chrono::milliseconds(400)});
+  EXPECT_EQ(outcome(two.claim("k", std::chrono::minutes(1))), std::string("AlreadyDone"));
+  try {
+    (void)two.claim("fresh", std::chrono::minutes(1));
+    ADD_FAILURE() << "a claim short of its replicas was reported";
+  } catch (const StoreError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("reached 1 of 2 replicas"));
+    EXPECT_THAT(e.what(), Not(HasSubstr("fresh")));
+  }
+  RedisLock single(
+      fixture_redis_url() + "?replicas=1",
+      RedisOptions{.key_prefix = prefix, .command_timeout = std::chrono::milliseconds(400)});
+  EXPECT_THROW((void)single.claim("k", std::chrono::minutes(1)), StoreError);
+  EXPECT_THROW((void)parse_redis_url("redis://h?replicas=x"), std::invalid_argument);
+  EXPECT_EQ(parse_redis_url("rediss+cluster://h?replicas=1&ca=/c").replicas, 1);
+}
+
 // Two instances race for every key while `redis-cli --cluster reshard` moves the keys' slots
 // to another master. Each key must be won exactly once (never by both: doubled; never by
 // neither: lost) and end completed with its winner's result, wherever its slot went.

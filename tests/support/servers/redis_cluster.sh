@@ -10,7 +10,8 @@
 # range), bound to loopback only, each in its own directory under a temporary one under DIR
 # (DIR/redis_cluster.dir names it for `stop`). `redis-cli --cluster create` makes them three
 # masters with one replica each; start returns once every node reports cluster_state:ok and
-# agrees on the slot map. No persistence (save "", appendonly no): a test cluster lives for one
+# agrees on the slot map, and every replica is in sync with its master (diskless sync without
+# the default 5 s delay). No persistence (save "", appendonly no): a test cluster lives for one
 # run; shutdown-timeout 0: a stopping master does not wait for its replica. cluster-node-timeout
 # is short (2 s) so a failover test promotes a replica quickly.
 set -euo pipefail
@@ -72,7 +73,7 @@ start_node() {
     : >"$node/redis.log"
     "$server" --port "$port" --cluster-port "$bus" --bind 127.0.0.1 --protected-mode yes \
       --cluster-enabled yes --cluster-config-file "$node/nodes.conf" \
-      --cluster-node-timeout 2000 --shutdown-timeout 0 --dir "$node" --daemonize yes \
+      --cluster-node-timeout 2000 --shutdown-timeout 0 --repl-diskless-sync-delay 0 --dir "$node" --daemonize yes \
       --pidfile "$node/redis.pid" --logfile "$node/redis.log" --appendonly no --save "" \
       --enable-debug-command local >/dev/null 2>&1 ||
       die "redis-server failed to start: $(tail -n 1 "$node/redis.log" 2>/dev/null)"
@@ -90,13 +91,18 @@ start_node() {
   die "a cluster node did not answer PING: $(tail -n 1 "$node/redis.log" 2>/dev/null)"
 }
 
-# cluster_ready PORT...: every node says cluster_state:ok and `--cluster check` finds all
-# 16384 slots covered and every node agreeing about them.
+# cluster_ready PORT...: every node says cluster_state:ok, every replica's link to its master
+# is up (so WAIT can count it), and `--cluster check` finds all 16384 slots covered and every
+# node agreeing about them.
 cluster_ready() {
-  local port
+  local port info
   for port in "$@"; do
     "$cli" -h 127.0.0.1 -p "$port" cluster info 2>/dev/null | grep -q '^cluster_state:ok' ||
       return 1
+    info=$("$cli" -h 127.0.0.1 -p "$port" info replication 2>/dev/null) || return 1
+    if grep -q '^role:slave' <<<"$info"; then
+      grep -q '^master_link_status:up' <<<"$info" || return 1
+    fi
   done
   "$cli" --cluster check "127.0.0.1:$1" >/dev/null 2>&1
 }
