@@ -13,7 +13,8 @@
 # agrees on the slot map, and every replica is in sync with its master (diskless sync without
 # the default 5 s delay). No persistence (save "", appendonly no): a test cluster lives for one
 # run; shutdown-timeout 0: a stopping master does not wait for its replica. cluster-node-timeout
-# is short (2 s) so a failover test promotes a replica quickly.
+# is short (2 s) so a failover test promotes a replica quickly; each node's directory holds
+# start.cmd, the shell command that started it, so such a test can restart the node it killed.
 set -euo pipefail
 
 die() { echo "redis_cluster.sh: $*" >&2; exit 1; }
@@ -71,11 +72,14 @@ start_node() {
     [[ "$port" != "$bus" ]] || continue
     rm -f "$node/redis.pid" "$node/nodes.conf"
     : >"$node/redis.log"
-    "$server" --port "$port" --cluster-port "$bus" --bind 127.0.0.1 --protected-mode yes \
-      --cluster-enabled yes --cluster-config-file "$node/nodes.conf" \
-      --cluster-node-timeout 2000 --shutdown-timeout 0 --repl-diskless-sync-delay 0 --dir "$node" --daemonize yes \
-      --pidfile "$node/redis.pid" --logfile "$node/redis.log" --appendonly no --save "" \
-      --enable-debug-command local >/dev/null 2>&1 ||
+    local args=(--port "$port" --cluster-port "$bus" --bind 127.0.0.1 --protected-mode yes
+      --cluster-enabled yes --cluster-config-file "$node/nodes.conf"
+      --cluster-node-timeout 2000 --shutdown-timeout 0 --repl-diskless-sync-delay 0
+      --dir "$node" --daemonize yes --pidfile "$node/redis.pid" --logfile "$node/redis.log"
+      --appendonly no --save "" --enable-debug-command local)
+    # The node's own start command, for a test that kills a node and restarts it.
+    printf '%q ' "$server" "${args[@]}" >"$node/start.cmd"
+    "$server" "${args[@]}" >/dev/null 2>&1 ||
       die "redis-server failed to start: $(tail -n 1 "$node/redis.log" 2>/dev/null)"
     for _ in $(seq 1 100); do
       if [[ "$("$cli" -h 127.0.0.1 -p "$port" ping 2>/dev/null)" == PONG ]]; then
