@@ -35,6 +35,7 @@
 
 #include "idempotency/backend.h"
 #include "idempotency/record.h"
+#include "idempotency/wait_counts.h"
 
 namespace idempotency {
 
@@ -74,17 +75,8 @@ struct PostgresOptions {
   PostgresPoolMode pool_mode = PostgresPoolMode::kSession;
 };
 
-/// PostgresWaitCounts tallies how an instance's cross-instance waits (`once` with `wait_for`
-/// while a holder elsewhere runs) ended: for metrics, and for tests that must tell a wake-up
-/// by NOTIFY from a timeout without measuring time.
-struct PostgresWaitCounts {
-  std::uint64_t settled = 0;      ///< the record was settled or lapsed: no wait
-  std::uint64_t notified = 0;     ///< woken by the key's NOTIFY
-  std::uint64_t timed_out = 0;    ///< the wait's timeout passed first
-  std::uint64_t stopped = 0;      ///< the caller's stop token fired
-  std::uint64_t unavailable = 0;  ///< the server or the listening connection failed: slept
-  std::uint64_t polled = 0;       ///< no LISTEN (kTransaction): slept, then `once` claims again
-};
+/// PostgresWaitCounts: how this instance's cross-instance waits ended (wait_counts.h).
+using PostgresWaitCounts = WaitCounts;
 
 /// PostgresLock stores records in a PostgreSQL table through libpq.
 class PostgresLock final : public LockBackend {

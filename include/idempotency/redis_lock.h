@@ -37,6 +37,7 @@
 
 #include "idempotency/backend.h"
 #include "idempotency/record.h"
+#include "idempotency/wait_counts.h"
 
 namespace idempotency {
 
@@ -118,16 +119,8 @@ struct RedisEndpoint {
 /// password.
 [[nodiscard]] RedisEndpoint parse_redis_url(std::string_view url);
 
-/// RedisWaitCounts tallies how an instance's cross-instance waits (`once` with `wait_for`
-/// while a holder elsewhere runs) ended: for metrics, and for tests that must tell a wake-up
-/// by the key's message from a timeout without measuring time.
-struct RedisWaitCounts {
-  std::uint64_t settled = 0;      ///< the record was settled or lapsed: no wait
-  std::uint64_t notified = 0;     ///< woken by the key's message
-  std::uint64_t timed_out = 0;    ///< the wait's timeout passed first
-  std::uint64_t stopped = 0;      ///< the caller's stop token fired
-  std::uint64_t unavailable = 0;  ///< the server or the subscribing connection failed: slept
-};
+/// RedisWaitCounts: how this instance's cross-instance waits ended (wait_counts.h).
+using RedisWaitCounts = WaitCounts;
 
 /// RedisLock stores records in Redis, deciding every transition server-side in Lua.
 class RedisLock final : public LockBackend {

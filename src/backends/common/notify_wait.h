@@ -8,6 +8,8 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
@@ -17,6 +19,7 @@
 #include <stop_token>
 
 #include "idempotency/record.h"
+#include "idempotency/wait_counts.h"
 
 namespace idempotency::store_detail {
 
@@ -40,6 +43,25 @@ enum class WaitEnd {
 };
 /// How many WaitEnds there are, for a table of counts indexed by them.
 inline constexpr std::size_t kWaitEnds = 5;
+
+/// WaitTally counts a store's waits by how they ended; safe from any number of threads.
+class WaitTally {
+ public:
+  /// count() adds one wait that ended as `end`.
+  void count(WaitEnd end) noexcept { ++ends_[static_cast<std::size_t>(end)]; }
+  /// counts() reads the tally as the public WaitCounts (`polled` left 0).
+  [[nodiscard]] WaitCounts counts() const noexcept {
+    const auto of = [&](WaitEnd end) { return ends_[static_cast<std::size_t>(end)].load(); };
+    return {.settled = of(WaitEnd::kSettled),
+            .notified = of(WaitEnd::kWoken),
+            .timed_out = of(WaitEnd::kTimedOut),
+            .stopped = of(WaitEnd::kStopped),
+            .unavailable = of(WaitEnd::kUnavailable)};
+  }
+
+ private:
+  std::array<std::atomic<std::uint64_t>, kWaitEnds> ends_{};
+};
 
 /// wait_for_notification() waits up to `timeout` for a store's notification about one key.
 /// `subscribe()` opens the store's own listening connection, subscribes, then looks at the

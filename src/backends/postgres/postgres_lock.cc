@@ -192,7 +192,7 @@ struct PostgresLock::Impl {
     const ResultPtr res = postgres_detail::exec_unprepared(conn, sql.unwait, p);
   }
 
-  void count(store_detail::WaitEnd end) noexcept { ++waits[static_cast<std::size_t>(end)]; }
+  void count(store_detail::WaitEnd end) noexcept { waits.count(end); }
 
   void prepare(PGconn* conn) {
     for (const postgres_detail::Statement* s : sql.all()) {
@@ -252,8 +252,8 @@ struct PostgresLock::Impl {
   postgres_detail::TableName table;
   PostgresOptions options;
   postgres_detail::Statements sql;
-  // How waits ended, indexed by store_detail::WaitEnd; and the waits slept instead (kTransaction).
-  std::array<std::atomic<std::uint64_t>, store_detail::kWaitEnds> waits{};
+  // How waits ended; and the waits slept instead (kTransaction).
+  store_detail::WaitTally waits;
   std::atomic<std::uint64_t> polled{0};
   store_detail::ConnectionPool<ConnPtr> pool;  // last: its connections are closed first
 };
@@ -267,17 +267,10 @@ std::string PostgresLock::schema(std::string_view table) {
   return postgres_detail::ddl(postgres_detail::parse_table(table));
 }
 
-PostgresWaitCounts PostgresLock::wait_counts() const noexcept {
-  using store_detail::WaitEnd;
-  const auto count = [&](WaitEnd end) {
-    return impl_->waits[static_cast<std::size_t>(end)].load();
-  };
-  return {.settled = count(WaitEnd::kSettled),
-          .notified = count(WaitEnd::kWoken),
-          .timed_out = count(WaitEnd::kTimedOut),
-          .stopped = count(WaitEnd::kStopped),
-          .unavailable = count(WaitEnd::kUnavailable),
-          .polled = impl_->polled.load()};
+WaitCounts PostgresLock::wait_counts() const noexcept {
+  WaitCounts counts = impl_->waits.counts();
+  counts.polled = impl_->polled.load();
+  return counts;
 }
 
 ClaimResult PostgresLock::do_claim(std::string_view key, std::chrono::milliseconds lease,

@@ -95,14 +95,14 @@ struct RedisLock::Impl {
   std::string script;  // kScript, with SPUBLISH for PUBLISH in cluster mode
   std::string sha;     // of `script`, as the server reported it; set once in the constructor
   std::unique_ptr<redis_detail::ClusterRouter> cluster;  // for the cluster schemes only
-  // How waits ended, indexed by store_detail::WaitEnd.
-  std::array<std::atomic<std::uint64_t>, store_detail::kWaitEnds> waits{};
+  // How waits ended.
+  store_detail::WaitTally waits;
   store_detail::ConnectionPool<ConnectionPtr> pool;  // last: its connections are closed first
   using Lease = store_detail::ConnectionPool<ConnectionPtr>::Lease;
 
   Lease acquire() { return pool.acquire(); }
   void drop_idle() noexcept { pool.drop_idle(); }
-  void count(store_detail::WaitEnd end) noexcept { ++waits[static_cast<std::size_t>(end)]; }
+  void count(store_detail::WaitEnd end) noexcept { waits.count(end); }
 
   ConnectionPtr connect() const { return connect_to({endpoint.host, endpoint.port}); }
 
@@ -255,17 +255,7 @@ RedisLock::~RedisLock() = default;
 
 const std::string& RedisLock::key_prefix() const noexcept { return impl_->options.key_prefix; }
 
-RedisWaitCounts RedisLock::wait_counts() const noexcept {
-  using store_detail::WaitEnd;
-  const auto count = [&](WaitEnd end) {
-    return impl_->waits[static_cast<std::size_t>(end)].load();
-  };
-  return {.settled = count(WaitEnd::kSettled),
-          .notified = count(WaitEnd::kWoken),
-          .timed_out = count(WaitEnd::kTimedOut),
-          .stopped = count(WaitEnd::kStopped),
-          .unavailable = count(WaitEnd::kUnavailable)};
-}
+WaitCounts RedisLock::wait_counts() const noexcept { return impl_->waits.counts(); }
 
 std::optional<Record> RedisLock::do_inspect(std::string_view key) {
   const std::string k = impl_->redis_key(key);
