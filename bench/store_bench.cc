@@ -81,9 +81,10 @@ double pct_us(const std::vector<std::int64_t>& sorted, double p) {
   return static_cast<double>(sorted[i]) / 1000.0;
 }
 
+// One decimal; two below 10 µs, where the memory store's calls are.
 std::string fmt(double v) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.1f", v);
+  std::snprintf(buf, sizeof buf, v < 10 ? "%.2f" : "%.1f", v);
   return buf;
 }
 

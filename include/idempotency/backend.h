@@ -220,9 +220,9 @@ class LockBackend {
 };
 
 /// claim_result() turns the record a claim left behind and its answer into what `claim`
-/// returns, for backends built on `transition()`.
-[[nodiscard]] ClaimResult claim_result(std::string_view key, const Record& record,
-                                       ClaimAnswer answer);
+/// returns, for backends built on `transition()`. Pass the record with `std::move` when it is
+/// no longer needed: its strings then move into the result.
+[[nodiscard]] ClaimResult claim_result(std::string_view key, Record record, ClaimAnswer answer);
 
 /// extend_result() turns what `transition` did with an `ExtendOp` into what `extend` returns,
 /// for backends built on `transition()`.
