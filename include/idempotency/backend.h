@@ -59,6 +59,10 @@ struct Won {
 struct AlreadyDone {
   std::optional<std::string> result;
   std::optional<std::string> fingerprint;
+  /// Until when the record suppresses duplicates (its `expires_at`), by the clock the store
+  /// judges by; a DONE record answers every claim the same way until then. Every shipped backend
+  /// sets it; nullopt from a backend that does not say.
+  std::optional<TimePoint> expires_at;
 };
 
 /// A live holder has the key. `lease_expiry` says when it may be reclaimed at the latest.

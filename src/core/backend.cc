@@ -60,7 +60,8 @@ ClaimResult claim_result(std::string_view key, Record record, ClaimAnswer answer
       return Won{Claim{std::string(key), record.fence, from_millis(record.lease_expiry),
                        std::move(record.claim_token)}};
     case ClaimAnswer::kAlreadyDone:
-      return AlreadyDone{std::move(record.result), std::move(record.fingerprint)};
+      return AlreadyDone{std::move(record.result), std::move(record.fingerprint),
+                         from_millis(record.expires_at)};
     case ClaimAnswer::kHeldByOther:
       break;
   }

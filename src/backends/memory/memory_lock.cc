@@ -1,17 +1,13 @@
 #include "idempotency/memory_lock.h"
 
-#include <openssl/rand.h>
-
 #include <array>
 #include <cstdint>
-#include <cstring>
 #include <mutex>
 #include <string>
 #include <utility>
 
-#include "idempotency/errors.h"
+#include "idempotency/detail/sip_hash.h"
 #include "record_table.h"
-#include "sip_hash.h"
 
 namespace idempotency {
 
@@ -32,16 +28,8 @@ struct InMemoryLock::State {
   };
   std::array<Shard, kShards> shards;
   std::shared_ptr<const Clock> clock;
-  detail::SipKey hash_key;  // random per store: callers cannot aim keys at one slot run
-
-  State() {
-    std::array<unsigned char, sizeof hash_key> bytes{};
-    if (RAND_bytes(bytes.data(), static_cast<int>(bytes.size())) != 1) {
-      throw Error("memory backend: the system random generator failed");
-    }
-    static_assert(sizeof hash_key == 16);
-    std::memcpy(&hash_key, bytes.data(), bytes.size());
-  }
+  // Random per store: callers cannot aim keys at one run of slots.
+  detail::SipKey hash_key = detail::random_sip_key();
 
   static std::uint64_t shard_of(std::uint64_t hash) { return hash >> (64 - kShardBits); }
   std::uint64_t hash(std::string_view key) const { return detail::sip_hash13(hash_key, key); }

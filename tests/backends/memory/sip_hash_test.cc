@@ -2,7 +2,7 @@
 // as in the SipHash paper's test vectors (2-4); the 1-3 values are OpenSSL's
 // (`openssl mac -macopt c-rounds:1 -macopt d-rounds:3 SIPHASH`). The lengths cover the empty
 // message, a tail alone, whole blocks and a tail after whole blocks.
-#include "memory/sip_hash.h"
+#include "idempotency/detail/sip_hash.h"
 
 #include <gtest/gtest.h>
 

@@ -1,9 +1,10 @@
 // sip_hash(): SipHash-c-d (Aumasson and Bernstein), a keyed 64-bit hash of a byte string, for
-// the memory backend's tables. Keyed with random bits per store, so that idempotency keys chosen
-// by callers (message ids, HTTP headers) cannot be crafted to collide and turn every lookup into
-// a scan; SipHash-1-3 is the variant Rust's HashMap and CPython use for the same reason.
+// the memory backend's tables and the DONE cache. Keyed with random bits per store, so that
+// idempotency keys chosen by callers (message ids, HTTP headers) cannot be crafted to collide and
+// turn every lookup into a scan; SipHash-1-3 is the variant Rust's HashMap and CPython use for the
+// same reason.
 //
-// Thread safety: pure functions.
+// Thread safety: safe from any thread; sip_hash() is a pure function.
 #pragma once
 
 #include <bit>
@@ -82,6 +83,10 @@ template <int kCompression, int kFinalization>
   for (int i = 0; i < kFinalization; ++i) s.round();
   return s.v0 ^ s.v1 ^ s.v2 ^ s.v3;
 }
+
+/// random_sip_key() returns a key of 128 bits from OpenSSL's generator, for one table. Throws
+/// `idempotency::Error` when the generator fails.
+[[nodiscard]] SipKey random_sip_key();
 
 /// sip_hash13() is SipHash-1-3, the memory backend's key hash.
 [[nodiscard]] inline std::uint64_t sip_hash13(const SipKey& key, std::string_view bytes) noexcept {
