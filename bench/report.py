@@ -190,15 +190,16 @@ def store_report(recs, p):
             p(f"| {b}: {label} | {t} | {num(rate)} | {p50txt} | {num(p99, 1)} |")
         p("")
 
-    other = {k: v for k, v in groups.items() if k[1] in ("dup", "hot")}
+    other = {k: v for k, v in groups.items() if k[1] in ("dup", "dupcache", "hot")}
     if other:
         p("| backend | threads | duplicate claims/s (AlreadyDone) | p50 µs | p99 µs "
+          "| duplicates behind a DoneCache, claims/s | p50 µs | p99 µs "
           "| one hot key claims/s (HeldByOther) | p50 µs | p99 µs |")
-        p("|---|---:|---:|---:|---:|---:|---:|---:|")
+        p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for b in STORE_ORDER:
             for t in sorted({k[2] for k in other if k[0] == b}):
                 cells = []
-                for path in ("dup", "hot"):
+                for path in ("dup", "dupcache", "hot"):
                     rs = other.get((b, path, t))
                     if not rs:
                         cells += ["—"] * 3

@@ -512,11 +512,11 @@ part_store() {
     say "store: the peer with and without a registered Lambda context, $PEER_OVERLAP_KEYS keys each called twice at once"
     peer_run 1 overlap "$redis_url" "$PEER_OVERLAP_KEYS"
   fi
-  say "store: the duplicate and one-hot-key paths (one round)"
-  if has memory; then store_run 1 run memory:// memory "$STORE_THREADS" "$STORE_SECONDS" dup,hot; fi
-  if has sqlite; then store_run 1 run "sqlite://$sqlite_dir/ours.db" sqlite "$STORE_THREADS" "$STORE_SECONDS" dup,hot; fi
-  if has redis; then store_run 1 run "$redis_url" redis "$STORE_THREADS" "$STORE_SECONDS" dup,hot; fi
-  if has postgres; then store_run 1 run "$pg_url" postgres "$STORE_THREADS" "$STORE_SECONDS" dup,hot; fi
+  say "store: the duplicate path (direct and behind a DoneCache) and the one-hot-key path (one round)"
+  if has memory; then store_run 1 run memory:// memory "$STORE_THREADS" "$STORE_SECONDS" dup,dupcache,hot; fi
+  if has sqlite; then store_run 1 run "sqlite://$sqlite_dir/ours.db" sqlite "$STORE_THREADS" "$STORE_SECONDS" dup,dupcache,hot; fi
+  if has redis; then store_run 1 run "$redis_url" redis "$STORE_THREADS" "$STORE_SECONDS" dup,dupcache,hot; fi
+  if has postgres; then store_run 1 run "$pg_url" postgres "$STORE_THREADS" "$STORE_SECONDS" dup,dupcache,hot; fi
 
   if [ -n "$STORE_SCALE" ]; then
     say "store: claim latency against live records"

@@ -3,7 +3,8 @@
 // statements reach without the library; bench/run.sh measures the Redis and PostgreSQL limits
 // with redis-benchmark and pgbench, back to back with these runs. One JSON object a line.
 //
-//   store_bench run URL NAME THREADS SECONDS PATHS  paths: pair,dup,hot (comma-separated)
+//   store_bench run URL NAME THREADS SECONDS PATHS  paths: pair,dup,dupcache,hot (comma-
+//                                                   separated; dupcache: dup behind a DoneCache)
 //   store_bench sqlite-limit PATH THREADS SECONDS   raw BEGIN IMMEDIATE / SELECT / UPSERT /
 //                                                   COMMIT pairs, synchronous=FULL, WAL
 //   store_bench pgbench-script [TABLE]              the claim + complete statements as a
@@ -13,7 +14,8 @@
 //   store_bench purge NAME URL COUNTS               purge_expired() time against expired count
 //
 // A pair is claim (must be Won) then complete (must be true) of a key no run used before. The
-// duplicate path is claim of a DONE key (must be AlreadyDone); the hot path is every thread
+// duplicate path is claim of a DONE key (must be AlreadyDone), directly (dup) or through a
+// DoneCache with its defaults (dupcache); the hot path is every thread
 // claiming one key that one earlier claim holds (must be HeldByOther). Each run also reports the
 // client CPU it took per operation (cpu_us_per_op): the whole process's user + system time over
 // the measured window (getrusage RUSAGE_SELF, every thread) ÷ operations — what the library costs
@@ -47,6 +49,7 @@
 
 #include "idempotency/backend.h"
 #include "idempotency/clock.h"
+#include "idempotency/done_cache.h"
 #include "idempotency/memory_lock.h"
 #include "idempotency/open_backend.h"
 #include "idempotency/postgres_lock.h"
@@ -81,9 +84,10 @@ double pct_us(const std::vector<std::int64_t>& sorted, double p) {
   return static_cast<double>(sorted[i]) / 1000.0;
 }
 
+// One decimal; two below 10 µs, where the memory store's calls are.
 std::string fmt(double v) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.1f", v);
+  std::snprintf(buf, sizeof buf, v < 10 ? "%.2f" : "%.1f", v);
   return buf;
 }
 
@@ -188,6 +192,16 @@ std::string pool_info(std::string_view url, int threads) {
          ",\"pool_limited\":" + (static_cast<std::size_t>(threads) > pool ? "true" : "false");
 }
 
+// Whether the comma-separated `paths` names `path` ("dup" is not "dupcache").
+bool has_path(const std::string& paths, std::string_view path) {
+  std::stringstream in(paths);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (item == path) return true;
+  }
+  return false;
+}
+
 int cmd_run(const std::string& url, const std::string& name, const std::vector<int>& counts,
             double seconds, const std::string& paths) {
   std::unique_ptr<LockBackend> backend = idempotency::open_backend(url);
@@ -196,7 +210,7 @@ int cmd_run(const std::string& url, const std::string& name, const std::vector<i
   auto fresh = [&] { return "bench-" + run + "-setup-" + std::to_string(serial++); };
   for (int threads : counts) {
     const std::string extra = pool_info(url, threads);
-    if (paths.find("pair") != std::string::npos) {
+    if (has_path(paths, "pair")) {
       std::vector<std::uint64_t> next(static_cast<std::size_t>(threads), 0);
       const std::string prefix = "bench-" + run + "-pair-" + std::to_string(threads) + "-";
       auto [t, s] = drive(threads, seconds, [&](int th, Tally& tally, bool record) {
@@ -218,8 +232,9 @@ int cmd_run(const std::string& url, const std::string& name, const std::vector<i
       });
       emit("store", name, "pair", threads, t, s, extra);
     }
-    if (paths.find("dup") != std::string::npos) {
-      // 256 DONE keys, claimed again at random: spread so that rows are not all one hot row.
+    // The duplicate path through `via`: 256 DONE keys, claimed again at random (spread so
+    // that rows are not all one hot row).
+    auto duplicates = [&](LockBackend& via, const char* path) {
       std::vector<std::string> done;
       for (int i = 0; i < 256; ++i) {
         std::string k = fresh();
@@ -230,7 +245,7 @@ int cmd_run(const std::string& url, const std::string& name, const std::vector<i
       auto [t, s] = drive(threads, seconds, [&](int th, Tally& tally, bool record) {
         thread_local std::minstd_rand rng(static_cast<unsigned>(th) + 1);
         const std::string& key = done[rng() % done.size()];
-        ClaimResult r = timed(tally, record, [&] { return backend->claim(key, kLease); });
+        ClaimResult r = timed(tally, record, [&] { return via.claim(key, kLease); });
         if (!record) return;
         if (std::holds_alternative<AlreadyDone>(r)) {
           ++tally.ops;
@@ -238,9 +253,16 @@ int cmd_run(const std::string& url, const std::string& name, const std::vector<i
           ++tally.unexpected;
         }
       });
-      emit("store", name, "dup", threads, t, s, extra);
+      emit("store", name, path, threads, t, s, extra);
+    };
+    if (has_path(paths, "dup")) duplicates(*backend, "dup");
+    if (has_path(paths, "dupcache")) {
+      // The same behind a DoneCache (its defaults): from a key's first duplicate on, answered
+      // in this process without a store call.
+      idempotency::DoneCache cached(*backend);
+      duplicates(cached, "dupcache");
     }
-    if (paths.find("hot") != std::string::npos) {
+    if (has_path(paths, "hot")) {
       const std::string hot = fresh();
       ClaimResult owner = backend->claim(hot, kLease);  // held for the whole run
       if (!std::holds_alternative<Won>(owner)) throw std::runtime_error("hot key not won");

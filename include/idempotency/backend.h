@@ -59,6 +59,10 @@ struct Won {
 struct AlreadyDone {
   std::optional<std::string> result;
   std::optional<std::string> fingerprint;
+  /// Until when the record suppresses duplicates (its `expires_at`), by the clock the store
+  /// judges by; a DONE record answers every claim the same way until then. Every shipped backend
+  /// sets it; nullopt from a backend that does not say.
+  std::optional<TimePoint> expires_at;
 };
 
 /// A live holder has the key. `lease_expiry` says when it may be reclaimed at the latest.
@@ -220,9 +224,9 @@ class LockBackend {
 };
 
 /// claim_result() turns the record a claim left behind and its answer into what `claim`
-/// returns, for backends built on `transition()`.
-[[nodiscard]] ClaimResult claim_result(std::string_view key, const Record& record,
-                                       ClaimAnswer answer);
+/// returns, for backends built on `transition()`. Pass the record with `std::move` when it is
+/// no longer needed: its strings then move into the result.
+[[nodiscard]] ClaimResult claim_result(std::string_view key, Record record, ClaimAnswer answer);
 
 /// extend_result() turns what `transition` did with an `ExtendOp` into what `extend` returns,
 /// for backends built on `transition()`.

@@ -7,6 +7,7 @@
 #include "idempotency/backend.h"
 #include "idempotency/clock.h"
 #include "idempotency/codec.h"
+#include "idempotency/done_cache.h"
 #include "idempotency/errors.h"
 #include "idempotency/forwarding_backend.h"
 #include "idempotency/guard.h"

@@ -2,7 +2,7 @@
 //
 // It is a first-class implementation of the port (not a mock): the same transition
 // function, lazy expiry on every read, expired records reclaimed a few at a time by every
-// write, and the same contract suite as every other backend.
+// write that adds one, and the same contract suite as every other backend.
 // It is not shared between processes and does not survive a restart.
 //
 // Thread safety: safe from any number of threads; keys are sharded so threads working on
@@ -20,7 +20,8 @@
 
 namespace idempotency {
 
-/// InMemoryLock keeps records in a sharded hash map.
+/// InMemoryLock keeps records packed in sharded open-addressing tables (~130 bytes each plus
+/// the key), hashed with SipHash keyed at random per store.
 class InMemoryLock final : public LockBackend {
  public:
   /// InMemoryLock() builds an empty store. Throws `std::invalid_argument` for a bad ttl.
@@ -31,8 +32,8 @@ class InMemoryLock final : public LockBackend {
   [[nodiscard]] std::size_t entry_count();
 
   /// stored_count() returns how many records are held, expired ones not yet reclaimed
-  /// included: what the store costs in memory. Every write reclaims a few expired records, so
-  /// it stays within about twice the live records without `purge_expired()`.
+  /// included: what the store costs in memory. Every write that adds a record reclaims a few
+  /// expired ones, so it stays within about twice the live records without `purge_expired()`.
   [[nodiscard]] std::size_t stored_count() const;
 
  protected:

@@ -115,7 +115,9 @@ struct Transition {
 /// Re-affirm: a claim whose token equals a CLAIMED record's answers Won with that record's
 /// fence, unchanged, only while `now < lease_expiry` (and before `expires_at`). Past the lease
 /// it is an ordinary reclaim (fence + 1); after a release there is no token to match.
-[[nodiscard]] Transition transition(const std::optional<Record>& current, const Operation& op,
-                                    Millis now);
+///
+/// Both inputs are taken by value and moved into the result: a caller that no longer needs
+/// them passes them with `std::move` and no string is copied.
+[[nodiscard]] Transition transition(std::optional<Record> current, Operation op, Millis now);
 
 }  // namespace idempotency

@@ -54,17 +54,18 @@ std::optional<TimePoint> extend_result(const Transition& t) {
   return from_millis(t.record->lease_expiry);
 }
 
-ClaimResult claim_result(std::string_view key, const Record& record, ClaimAnswer answer) {
+ClaimResult claim_result(std::string_view key, Record record, ClaimAnswer answer) {
   switch (answer) {
     case ClaimAnswer::kWon:
       return Won{Claim{std::string(key), record.fence, from_millis(record.lease_expiry),
-                       record.claim_token}};
+                       std::move(record.claim_token)}};
     case ClaimAnswer::kAlreadyDone:
-      return AlreadyDone{record.result, record.fingerprint};
+      return AlreadyDone{std::move(record.result), std::move(record.fingerprint),
+                         from_millis(record.expires_at)};
     case ClaimAnswer::kHeldByOther:
       break;
   }
-  return HeldByOther{from_millis(record.lease_expiry), record.fingerprint};
+  return HeldByOther{from_millis(record.lease_expiry), std::move(record.fingerprint)};
 }
 
 LockBackend::LockBackend(const BackendOptions& options) : ttl_(options.ttl) {
@@ -123,7 +124,11 @@ void LockBackend::do_wait_for_change(std::string_view /*key*/, std::chrono::mill
 }
 
 void LockBackend::warn_sizing_once(std::chrono::milliseconds lease) {
-  if (lease + ttl_ > kMaxHolderLifetime || sizing_warned_.exchange(true)) return;
+  // A load first: an exchange on every claim would bounce this line between every core.
+  if (lease + ttl_ > kMaxHolderLifetime || sizing_warned_.load(std::memory_order_relaxed) ||
+      sizing_warned_.exchange(true)) {
+    return;
+  }
   log(LogRecord{
       Severity::kWarning,
       "sizing_invariant",

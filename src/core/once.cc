@@ -2,9 +2,11 @@
 //
 // A process-wide table maps (backend, key) to the calls that own it here: at most one
 // `once` flight (joinable: later callers wait on it) and any number of lock/mutex guards (not
-// joinable; registered only so a thread asking for a key it already owns is caught). Lock
-// order is always table, then flight.
+// joinable; registered only so a thread asking for a key it already owns is caught). The table
+// is split into shards by key, each with its own mutex, so calls on different keys do not queue
+// for one process-wide lock. Lock order is always table shard, then flight.
 #include <algorithm>
+#include <array>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -73,11 +75,17 @@ struct TableKeyHash {
   }
 };
 
-class Table {
+// One shard of the table: every call on a key works in the key's shard only. A cache line
+// or more each, so that two shards' mutexes never share one.
+class alignas(64) Table {
  public:
-  static Table& instance() {
-    static Table table;
-    return table;
+  // Shards enough that threads on different keys rarely meet, on 2 cores or 64.
+  static constexpr std::size_t kShards = 64;
+
+  // for_key() returns the shard that holds `k`.
+  static Table& for_key(const TableKey& k) {
+    static std::array<Table, kShards> shards;
+    return shards[TableKeyHash{}(k) % kShards];
   }
 
   std::mutex mutex;
@@ -121,7 +129,7 @@ struct GuardRegistration {
   TableKey key;
   std::uint64_t id;
   ~GuardRegistration() {
-    Table& table = Table::instance();
+    Table& table = Table::for_key(key);
     std::lock_guard lock(table.mutex);
     auto it = table.entries.find(key);
     if (it == table.entries.end()) return;
@@ -213,7 +221,7 @@ ErasedOutcome as_joined(ErasedOutcome outcome) {
 // Publishes the owner's outcome to the joined callers and retires the flight.
 void finish(const TableKey& k, const std::shared_ptr<Flight>& flight, std::exception_ptr error,
             ErasedOutcome outcome) {
-  Table& table = Table::instance();
+  Table& table = Table::for_key(k);
   std::vector<JoinCallback> waiting;
   {
     std::lock_guard tl(table.mutex);
@@ -237,7 +245,7 @@ void finish(const TableKey& k, const std::shared_ptr<Flight>& flight, std::excep
 
 // The owner was cancelled: one waiting joiner takes over; with none, the flight ends.
 void hand_off(const TableKey& k, const std::shared_ptr<Flight>& flight) {
-  Table& table = Table::instance();
+  Table& table = Table::for_key(k);
   std::vector<JoinCallback> waiting;
   {
     std::lock_guard tl(table.mutex);
@@ -280,7 +288,7 @@ ErasedOutcome run_once(std::string_view key, LockBackend& backend, const OnceOpt
   validate_heartbeat(options.heartbeat, options.lease);
   if (options.stop.stop_requested()) throw Cancelled();
   const TableKey k{&backend, std::string(key)};
-  Table& table = Table::instance();
+  Table& table = Table::for_key(k);
   std::shared_ptr<Flight> flight;
   {
     std::unique_lock tl(table.mutex);
@@ -363,9 +371,9 @@ void AsyncFlight::fail(std::exception_ptr error) noexcept {
 std::unique_ptr<AsyncFlight> begin_async_flight(std::string_view key, const LockBackend& backend,
                                                 std::type_index type, JoinCallback on_joined) {
   validate_key(key);
-  Table& table = Table::instance();
-  std::lock_guard lock(table.mutex);
   TableKey k{&backend, std::string(key)};
+  Table& table = Table::for_key(k);
+  std::lock_guard lock(table.mutex);
   Entry& entry = table.entries[k];
   if (entry.flight) {
     std::lock_guard fl(entry.flight->mutex);
@@ -385,9 +393,9 @@ std::unique_ptr<AsyncFlight> begin_async_flight(std::string_view key, const Lock
 }
 
 std::shared_ptr<void> register_guard(const LockBackend& backend, std::string_view key) {
-  Table& table = Table::instance();
-  std::lock_guard lock(table.mutex);
   TableKey k{&backend, std::string(key)};
+  Table& table = Table::for_key(k);
+  std::lock_guard lock(table.mutex);
   Entry& entry = table.entries[k];
   try {
     table.check_reentry(entry, key);

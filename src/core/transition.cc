@@ -12,20 +12,22 @@ namespace {
 // a claim's fence: a surviving record keeps rising (fence + 1), a deleted one restarts at 1.
 bool is_expired(const Record& r, Millis now) { return now >= r.expires_at; }
 
-Transition unchanged(const std::optional<Record>& current, Answer answer) {
-  return Transition{current, answer, false};
+// The apply_* functions own their inputs (transition() takes them by value): they move the
+// record and the operation's strings into the result instead of copying them.
+Transition unchanged(std::optional<Record>& current, Answer answer) {
+  return Transition{std::move(current), answer, false};
 }
 
-Transition apply_claim(const std::optional<Record>& current, const ClaimOp& op, Millis now) {
+Transition apply_claim(std::optional<Record>& current, ClaimOp& op, Millis now) {
   auto fresh = [&](std::int64_t fence) {
     Record r;
     r.state = RecordState::kClaimed;
     r.fence = fence;
     r.lease_expiry = now + op.lease;
     r.expires_at = now + op.lease + op.ttl;
-    r.claim_token = op.claim_token;
-    r.fingerprint = op.fingerprint;
-    return Transition{r, Answer{ClaimAnswer::kWon, true}, true};
+    r.claim_token = std::move(op.claim_token);
+    r.fingerprint = std::move(op.fingerprint);
+    return Transition{std::move(r), Answer{ClaimAnswer::kWon, true}, true};
   };
   if (!current) return fresh(1);
   const Record& r = *current;
@@ -43,59 +45,61 @@ Transition apply_claim(const std::optional<Record>& current, const ClaimOp& op, 
   return fresh(r.fence + 1);  // the holder crashed or gave up: reclaim (self-heal)
 }
 
-Transition apply_complete(const std::optional<Record>& current, const CompleteOp& op, Millis now) {
+Transition apply_complete(std::optional<Record>& current, CompleteOp& op, Millis now) {
   if (!current || is_expired(*current, now) || current->fence != op.fence) {
     return unchanged(current, Answer{std::nullopt, false});
   }
   if (current->state == RecordState::kDone) return unchanged(current, Answer{std::nullopt, true});
   // No lease guard: until someone reclaims, the lapsed holder is the only one that ran the work.
-  Record r = *current;
+  Record r = std::move(*current);
   r.state = RecordState::kDone;
-  r.result = op.result;
+  r.result = std::move(op.result);
   r.expires_at = now + op.ttl;
-  return Transition{r, Answer{std::nullopt, true}, true};
+  return Transition{std::move(r), Answer{std::nullopt, true}, true};
 }
 
-Transition apply_release(const std::optional<Record>& current, const ReleaseOp& op, Millis now) {
+Transition apply_release(std::optional<Record>& current, const ReleaseOp& op, Millis now) {
   if (!current || is_expired(*current, now) || current->fence != op.fence ||
       current->state == RecordState::kDone) {
     return unchanged(current, Answer{std::nullopt, false});
   }
-  Record r = *current;
+  Record r = std::move(*current);
   r.lease_expiry = now;
   // Advancing the fence kills the released claim; keeping the record keeps the fence.
   r.fence += 1;
   // Nobody holds the new fence, so no token may re-affirm it, whatever the clocks say.
   r.claim_token.clear();
   r.expires_at = std::max(r.expires_at, now + op.ttl);
-  return Transition{r, Answer{std::nullopt, true}, true};
+  return Transition{std::move(r), Answer{std::nullopt, true}, true};
 }
 
 // A heartbeat. Fence and token say who holds the key: a reclaim advanced the fence, a release
 // advanced it and cleared the token, so a match is the sole holder even past its lease (nobody
 // reclaimed in between), just as complete has no lease guard. Re-sent after a lost reply, it
 // extends again: idempotent.
-Transition apply_extend(const std::optional<Record>& current, const ExtendOp& op, Millis now) {
+Transition apply_extend(std::optional<Record>& current, const ExtendOp& op, Millis now) {
   if (!current || is_expired(*current, now) || current->fence != op.fence ||
       current->state != RecordState::kClaimed || op.claim_token.empty() ||
       current->claim_token != op.claim_token) {
     return unchanged(current, Answer{std::nullopt, false});
   }
-  Record r = *current;
-  r.lease_expiry = now + op.lease;
-  r.expires_at = std::max(r.expires_at, now + op.lease + op.ttl);
-  const bool changed = r != *current;
+  const Millis lease_expiry = now + op.lease;
+  const Millis expires_at = std::max(current->expires_at, now + op.lease + op.ttl);
+  const bool changed = lease_expiry != current->lease_expiry || expires_at != current->expires_at;
+  Record r = std::move(*current);
+  r.lease_expiry = lease_expiry;
+  r.expires_at = expires_at;
   return Transition{std::move(r), Answer{std::nullopt, true}, changed};
 }
 
 }  // namespace
 
-Transition transition(const std::optional<Record>& current, const Operation& op, Millis now) {
+Transition transition(std::optional<Record> current, Operation op, Millis now) {
   struct Visitor {
-    const std::optional<Record>& current;
+    std::optional<Record>& current;
     Millis now;
-    Transition operator()(const ClaimOp& o) const { return apply_claim(current, o, now); }
-    Transition operator()(const CompleteOp& o) const { return apply_complete(current, o, now); }
+    Transition operator()(ClaimOp& o) const { return apply_claim(current, o, now); }
+    Transition operator()(CompleteOp& o) const { return apply_complete(current, o, now); }
     Transition operator()(const ReleaseOp& o) const { return apply_release(current, o, now); }
     Transition operator()(const ExtendOp& o) const { return apply_extend(current, o, now); }
   };

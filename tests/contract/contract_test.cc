@@ -231,6 +231,17 @@ TEST_P(BackendContract, DoneWithinTtlAnswersAlreadyDoneWithResultAndFingerprint)
   EXPECT_EQ(d.fingerprint, std::optional<std::string>("fp-1"));
 }
 
+// Until when the answer holds: what a cache of DONE records (DoneCache) trusts.
+TEST_P(BackendContract, AlreadyDoneSaysWhenTheRecordExpires) {
+  Claim c = won(backend_->claim("k", kLease));
+  clock_->advance(milliseconds(250));
+  const TimePoint completed = clock_->now();
+  EXPECT_TRUE(backend_->complete(c));
+  clock_->advance(milliseconds(100));
+  EXPECT_EQ(done(backend_->claim("k", kLease)).expires_at,
+            std::optional<TimePoint>(completed + backend_->ttl()));
+}
+
 TEST_P(BackendContract, DoneAnswersCompleteTrueOnlyForItsOwnFence) {
   Claim c = won(backend_->claim("k", kLease));
   EXPECT_TRUE(backend_->complete(c, std::string("first")));

@@ -13,9 +13,12 @@ namespace idempotency::detail {
 [[nodiscard]] inline std::string to_hex(const unsigned char* data, std::size_t size) {
   static constexpr char kDigits[] = "0123456789abcdef";
   std::string out(size * 2, '\0');
+  // Through a plain pointer: a store through out[] may alias the string's own fields, so the
+  // compiler would reload them after every digit.
+  char* p = out.data();
   for (std::size_t i = 0; i < size; ++i) {
-    out[2 * i] = kDigits[data[i] >> 4];
-    out[2 * i + 1] = kDigits[data[i] & 0xf];
+    p[2 * i] = kDigits[data[i] >> 4];
+    p[2 * i + 1] = kDigits[data[i] & 0xf];
   }
   return out;
 }

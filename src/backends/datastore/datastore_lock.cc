@@ -213,7 +213,7 @@ struct DatastoreLock::Impl {
       auto found = lookup({name}, tx);
       std::optional<Record> current;
       if (auto it = found.find(name); it != found.end()) current = record_from_entity(it->second);
-      Transition t = transition(current, op, now());
+      Transition t = transition(std::move(current), op, now());
       if (!t.changed) {
         rollback(tx);
         return t;
@@ -386,7 +386,7 @@ ClaimResult DatastoreLock::do_claim(std::string_view key, std::chrono::milliseco
   Transition t =
       impl_->apply("claim", key,
                    ClaimOp{request.claim_token, lease.count(), ttl().count(), request.fingerprint});
-  return claim_result(key, *t.record, *t.answer.claim);
+  return claim_result(key, std::move(*t.record), *t.answer.claim);
 }
 
 bool DatastoreLock::do_complete(const Claim& claim, std::optional<std::string> result) {

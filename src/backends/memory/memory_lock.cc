@@ -1,83 +1,66 @@
 #include "idempotency/memory_lock.h"
 
 #include <array>
-#include <functional>
+#include <cstdint>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <utility>
+
+#include "idempotency/detail/sip_hash.h"
+#include "record_table.h"
 
 namespace idempotency {
 
 struct InMemoryLock::State {
-  // Enough shards that threads on different keys rarely meet, few enough to stay small.
-  static constexpr std::size_t kShards = 32;
-  // Buckets inspected for expired records on each write to a shard. A write adds at most one
-  // record and the map keeps at least one bucket per record, so sweeping two per write goes
-  // round the whole shard faster than it can grow: the shard stays within about twice its
-  // live records with no thread of its own.
-  static constexpr std::size_t kSweepBuckets = 2;
-  // Looks records up by string_view, so a lookup builds no std::string.
-  struct KeyHash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view key) const noexcept {
-      return std::hash<std::string_view>{}(key);
-    }
-  };
-  struct Shard {
-    mutable std::mutex mutex;
-    std::unordered_map<std::string, Record, KeyHash, std::equal_to<>> records;
-    std::size_t sweep_cursor = 0;  // the next bucket to inspect
+  // Enough shards that threads on different keys rarely meet, few enough to stay small. A
+  // power of two: the top bits of a key's hash pick its shard, the low bits its slot.
+  static constexpr std::size_t kShardBits = 5;
+  static constexpr std::size_t kShards = std::size_t{1} << kShardBits;
+  // Slots inspected for expired records each time a record is added to a shard. Only
+  // additions make a table grow, and at four slots each a sweep goes round a table of C slots
+  // in C/4 additions, fewer than the 3C/8 that fill it from half to its 3/4 limit: the shard
+  // stays within about twice its live records with no thread of its own.
+  static constexpr std::size_t kSweepSlots = 4;
+  // One cache line each, so that threads working in two shards do not share a line.
+  struct alignas(64) Shard {
+    std::mutex mutex;
+    detail::RecordTable table;
   };
   std::array<Shard, kShards> shards;
   std::shared_ptr<const Clock> clock;
+  // Random per store: callers cannot aim keys at one run of slots.
+  detail::SipKey hash_key = detail::random_sip_key();
 
-  Shard& shard_for(std::string_view key) {
-    return shards[std::hash<std::string_view>{}(key) % kShards];
-  }
-  const Shard& shard_for(std::string_view key) const {
-    return shards[std::hash<std::string_view>{}(key) % kShards];
-  }
+  static std::uint64_t shard_of(std::uint64_t hash) { return hash >> (64 - kShardBits); }
+  std::uint64_t hash(std::string_view key) const { return detail::sip_hash13(hash_key, key); }
   Millis now() const { return to_millis(clock->now()); }
 
   // Applies `op` to `key` under its shard's lock and stores the outcome.
-  Transition apply(std::string_view key, const Operation& op) {
-    Shard& shard = shard_for(key);
+  Transition apply(std::string_view key, Operation op) {
+    const std::uint64_t h = hash(key);
+    Shard& shard = shards[shard_of(h)];
     std::lock_guard lock(shard.mutex);
-    auto it = shard.records.find(key);
+    detail::RecordTable& table = shard.table;
+    const std::size_t slot = table.find(key, h);
     const Millis at = now();
     // An expired record is absent, exactly as if the sweep below had reached it already (and
     // as on Redis, which deletes at expires_at): so when the sweep runs changes no answer.
     std::optional<Record> current;
-    if (it != shard.records.end() && at < it->second.expires_at) current = it->second;
-    Transition t = transition(current, op, at);
+    if (slot != detail::RecordTable::kNone && at < table.expires_at(slot)) {
+      current = table.record(slot);
+    }
+    Transition t = transition(std::move(current), std::move(op), at);
     if (t.changed) {
-      if (t.record && it != shard.records.end()) {
-        it->second = *t.record;
+      if (t.record && slot != detail::RecordTable::kNone) {
+        table.assign(slot, *t.record);
       } else if (t.record) {
-        shard.records.emplace(std::string(key), *t.record);
-      } else if (it != shard.records.end()) {
-        shard.records.erase(it);
+        table.insert(key, h, *t.record);
+        table.sweep(at, kSweepSlots);
+      } else if (slot != detail::RecordTable::kNone) {
+        table.erase(slot);
       }
     }
-    sweep(shard, at);
     return t;
-  }
-
-  // Deletes the expired records of the next kSweepBuckets buckets. Expired records answer as
-  // absent already, so this changes no answer.
-  static void sweep(Shard& shard, Millis at) {
-    auto& records = shard.records;
-    for (std::size_t i = 0; i < kSweepBuckets; ++i) {
-      const std::size_t bucket = shard.sweep_cursor++ % records.bucket_count();
-      for (auto it = records.begin(bucket); it != records.end(bucket);) {
-        const auto current = it++;  // advance first: erasing invalidates `current` only
-        if (at >= current->second.expires_at) {
-          const std::string victim = current->first;  // not a reference into the dying node
-          records.erase(victim);
-        }
-      }
-    }
   }
 };
 
@@ -92,7 +75,8 @@ ClaimResult InMemoryLock::do_claim(std::string_view key, std::chrono::millisecon
                                    const ClaimRequest& request) {
   Transition t = state_->apply(
       key, ClaimOp{request.claim_token, lease.count(), ttl().count(), request.fingerprint});
-  return claim_result(key, *t.record, *t.answer.claim);
+  // The record is stored already: its strings move into the answer.
+  return claim_result(key, std::move(*t.record), *t.answer.claim);
 }
 
 bool InMemoryLock::do_complete(const Claim& claim, std::optional<std::string> result) {
@@ -115,37 +99,32 @@ std::size_t InMemoryLock::do_purge_expired() {
   std::size_t purged = 0;
   for (auto& shard : state_->shards) {
     std::lock_guard lock(shard.mutex);
-    purged += std::erase_if(shard.records,
-                            [now](const auto& entry) { return now >= entry.second.expires_at; });
+    purged += shard.table.purge_expired(now);
   }
   return purged;
 }
 
 std::size_t InMemoryLock::stored_count() const {
   std::size_t count = 0;
-  for (const auto& shard : state_->shards) {
+  for (auto& shard : state_->shards) {
     std::lock_guard lock(shard.mutex);
-    count += shard.records.size();
+    count += shard.table.size();
   }
   return count;
 }
 
 std::size_t InMemoryLock::entry_count() {
   (void)purge_expired();
-  std::size_t count = 0;
-  for (auto& shard : state_->shards) {
-    std::lock_guard lock(shard.mutex);
-    count += shard.records.size();
-  }
-  return count;
+  return stored_count();
 }
 
 std::optional<Record> InMemoryLock::do_inspect(std::string_view key) {
-  const auto& shard = state_->shard_for(key);
+  const std::uint64_t h = state_->hash(key);
+  auto& shard = state_->shards[State::shard_of(h)];
   std::lock_guard lock(shard.mutex);
-  auto it = shard.records.find(key);
-  if (it == shard.records.end()) return std::nullopt;
-  return it->second;
+  const std::size_t slot = shard.table.find(key, h);
+  if (slot == detail::RecordTable::kNone) return std::nullopt;
+  return shard.table.record(slot);
 }
 
 }  // namespace idempotency

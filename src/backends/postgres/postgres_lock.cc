@@ -287,13 +287,17 @@ ClaimResult PostgresLock::do_claim(std::string_view key, std::chrono::millisecon
   p.bytes(std::string_view(request.claim_token));
   p.bytes(request.fingerprint);
   return impl_->run(impl_->sql.claim, "claim", key, p, [&](const PGresult* r) -> ClaimResult {
-    expect_shape(r, "claim", 1, 1, {kInt2Oid, kInt8Oid, kInt8Oid, kBoolOid, kByteaOid, kByteaOid});
+    expect_shape(r, "claim", 1, 1,
+                 {kInt2Oid, kInt8Oid, kInt8Oid, kBoolOid, kByteaOid, kByteaOid, kInt8Oid});
     const RecordState state = get_state(r, 0, 0, "claim");
     const std::int64_t fence = get_int(r, 0, 1, "claim");
     const TimePoint lease_expiry = from_millis(get_int(r, 0, 2, "claim"));
     const bool mine = get_bool(r, 0, 3, "claim");
     if (fence < 1) bad_shape("claim", "fence " + std::to_string(fence));
-    if (state == RecordState::kDone) return AlreadyDone{get_bytes(r, 0, 4), get_bytes(r, 0, 5)};
+    if (state == RecordState::kDone) {
+      return AlreadyDone{get_bytes(r, 0, 4), get_bytes(r, 0, 5),
+                         from_millis(get_int(r, 0, 6, "claim"))};
+    }
     if (mine) return Won{Claim{std::string(key), fence, lease_expiry, request.claim_token}};
     return HeldByOther{lease_expiry, get_bytes(r, 0, 5)};
   });

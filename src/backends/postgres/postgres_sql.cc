@@ -73,7 +73,7 @@ std::string claim_sql(const std::string& t) {
          ", result = " + pick("NULL", "r.result") +
          ", fingerprint = " + pick("excluded.fingerprint", "r.fingerprint") +
          " RETURNING r.state, r.fence, r.lease_expiry, (r.claim_token = $5), r.result, "
-         "r.fingerprint";
+         "r.fingerprint, r.expires_at";
 }
 
 // complete() and release() wake cross-instance waiters in the same round trip, and only when

@@ -61,9 +61,10 @@ ClaimResult decode_claim_reply(const redisReply* reply, std::string_view key,
     if (fence < 1) unexpected(kWhat);
     return Won{Claim{std::string(key), fence, from_millis(lease_expiry), claim_token}};
   }
-  if (has_tag(reply, "done", 3)) {
+  if (has_tag(reply, "done", 4)) {
     return AlreadyDone{optional_element(reply->element[1], kWhat),
-                       optional_element(reply->element[2], kWhat)};
+                       optional_element(reply->element[2], kWhat),
+                       from_millis(int_element(reply->element[3], kWhat))};
   }
   if (has_tag(reply, "held", 3)) {
     return HeldByOther{from_millis(int_element(reply->element[1], kWhat)),

@@ -146,7 +146,7 @@ if op == 'claim' then
     return {'won', fmt(rec.fence), fmt(rec.lease_expiry)}
   end
   if rec and rec.state == 'DONE' then
-    return {'done', rec.result or false, rec.fingerprint or false}
+    return {'done', rec.result or false, rec.fingerprint or false, fmt(rec.expires_at)}
   end
   if rec and now < rec.lease_expiry then
     return {'held', fmt(rec.lease_expiry), rec.fingerprint or false}

@@ -310,7 +310,7 @@ ClaimResult SqliteLock::do_claim(std::string_view key, std::chrono::milliseconds
                                  const ClaimRequest& request) {
   Transition t = impl_->apply(
       key, ClaimOp{request.claim_token, lease.count(), ttl().count(), request.fingerprint});
-  return claim_result(key, *t.record, *t.answer.claim);
+  return claim_result(key, std::move(*t.record), *t.answer.claim);
 }
 
 bool SqliteLock::do_complete(const Claim& claim, std::optional<std::string> result) {

@@ -156,11 +156,12 @@ TEST(RedisReply, DecodesEveryDocumentedShape) {
   EXPECT_EQ(std::get<Won>(w).claim.claim_token, "tok");
   EXPECT_EQ(std::get<Won>(w).claim.key, "k");
 
-  ClaimResult d =
-      decode_claim_reply(resp("*3\r\n$4\r\ndone\r\n$0\r\n\r\n$-1\r\n").get(), "k", "tok");
+  ClaimResult d = decode_claim_reply(
+      resp("*4\r\n$4\r\ndone\r\n$0\r\n\r\n$-1\r\n$4\r\n5678\r\n").get(), "k", "tok");
   ASSERT_TRUE(std::holds_alternative<AlreadyDone>(d));
   EXPECT_EQ(std::get<AlreadyDone>(d).result, std::optional<std::string>(""));
   EXPECT_EQ(std::get<AlreadyDone>(d).fingerprint, std::nullopt);
+  EXPECT_EQ(std::get<AlreadyDone>(d).expires_at, std::optional<TimePoint>(from_millis(5678)));
 
   ClaimResult h =
       decode_claim_reply(resp("*3\r\n$4\r\nheld\r\n$2\r\n99\r\n$2\r\nfp\r\n").get(), "k", "t");
@@ -188,8 +189,10 @@ TEST(RedisReply, UnexpectedShapesAreStoreErrorsNeverGuesses) {
       "*3\r\n$3\r\nwon\r\n:1\r\n$1\r\n2\r\n",                  // fence as an integer
       "*3\r\n$3\r\nwon\r\n$1\r\n1\r\n$-1\r\n",                 // lease missing
       "*3\r\n$4\r\nheld\r\n$2\r\n1x\r\n$-1\r\n",               // lease not a number
-      "*3\r\n$4\r\ndone\r\n:5\r\n$-1\r\n",                     // result as an integer
-      "*3\r\n$4\r\ndone\r\n*0\r\n$-1\r\n",                     // result as an array
+      "*4\r\n$4\r\ndone\r\n:5\r\n$-1\r\n$1\r\n9\r\n",          // result as an integer
+      "*4\r\n$4\r\ndone\r\n*0\r\n$-1\r\n$1\r\n9\r\n",          // result as an array
+      "*3\r\n$4\r\ndone\r\n$1\r\nr\r\n$-1\r\n",                // expires_at missing
+      "*4\r\n$4\r\ndone\r\n$1\r\nr\r\n$-1\r\n$-1\r\n",         // expires_at nil
   };
   for (const auto& bytes : bad_claims) {
     SCOPED_TRACE(bytes);

@@ -1,0 +1,158 @@
+#include "idempotency/done_cache.h"
+
+#include <array>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <variant>
+
+#include "idempotency/detail/sip_hash.h"
+
+namespace idempotency {
+
+struct DoneCache::State {
+  // A power of two: the top bits of a key's hash pick its shard.
+  static constexpr std::size_t kShardBits = 4;
+  static constexpr std::size_t kShards = std::size_t{1} << kShardBits;
+
+  // An AlreadyDone answer, good until expires_at.
+  struct Copy {
+    AlreadyDone answer;
+    TimePoint expires_at;
+    std::uint64_t serial = 0;  // which of `order`'s entries is this copy's
+  };
+
+  // Keyed like the memory store (detail/sip_hash.h): keys come from callers, and a map of
+  // colliding keys would make every claim a scan of it.
+  struct KeyHash {
+    using is_transparent = void;
+    detail::SipKey key;
+    std::size_t operator()(std::string_view k) const noexcept {
+      return static_cast<std::size_t>(detail::sip_hash13(key, k));
+    }
+  };
+
+  struct alignas(64) Shard {
+    mutable std::mutex mutex;
+    std::unordered_map<std::string, Copy, KeyHash, std::equal_to<>> copies;
+    // Keys in the order their copies were made, oldest first, for eviction. An entry whose
+    // serial no longer matches its key's copy is a leftover, skipped when it comes up.
+    std::deque<std::pair<std::string, std::uint64_t>> order;
+    std::uint64_t next_serial = 0;
+    std::uint64_t hits = 0;
+
+    explicit Shard(const KeyHash& hash) : copies(0, hash) {}
+  };
+
+  explicit State(const DoneCacheOptions& options)
+      : clock(options.clock ? options.clock : system_clock()),
+        margin(options.clock_margin),
+        per_shard((options.capacity + kShards - 1) / kShards),
+        hash{detail::random_sip_key()},
+        shards(make_shards(hash)) {}
+
+  static std::array<Shard, kShards> make_shards(const KeyHash& hash) {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return std::array<Shard, kShards>{((void)I, Shard(hash))...};
+    }
+    (std::make_index_sequence<kShards>());
+  }
+
+  Shard& shard_for(std::string_view key) {
+    return shards[detail::sip_hash13(hash.key, key) >> (64 - kShardBits)];
+  }
+
+  // A copy may be given out at `now` only while now + margin < expires_at.
+  bool fresh(TimePoint expires_at, TimePoint now) const { return now + margin < expires_at; }
+
+  // The kept answer for `key`, if one is fresh; drops a lapsed one.
+  std::optional<AlreadyDone> lookup(std::string_view key) {
+    Shard& shard = shard_for(key);
+    const TimePoint now = clock->now();
+    std::lock_guard lock(shard.mutex);
+    auto it = shard.copies.find(key);
+    if (it == shard.copies.end()) return std::nullopt;
+    if (!fresh(it->second.expires_at, now)) {
+      shard.copies.erase(it);
+      return std::nullopt;
+    }
+    ++shard.hits;
+    return it->second.answer;
+  }
+
+  // Keeps `answer` for `key` if it is still fresh, evicting the oldest copies past capacity.
+  void keep(std::string_view key, const AlreadyDone& answer) {
+    if (!answer.expires_at || !fresh(*answer.expires_at, clock->now())) return;
+    Shard& shard = shard_for(key);
+    std::lock_guard lock(shard.mutex);
+    const std::uint64_t serial = shard.next_serial++;
+    shard.copies.insert_or_assign(std::string(key), Copy{answer, *answer.expires_at, serial});
+    shard.order.emplace_back(std::string(key), serial);
+    // `order` holds one entry per copy plus leftovers; at most twice the capacity in all.
+    while (shard.copies.size() > per_shard || shard.order.size() > 2 * per_shard) {
+      auto& [oldest, oldest_serial] = shard.order.front();
+      auto it = shard.copies.find(oldest);
+      if (it != shard.copies.end() && it->second.serial == oldest_serial) shard.copies.erase(it);
+      shard.order.pop_front();
+    }
+  }
+
+  std::shared_ptr<const Clock> clock;
+  std::chrono::milliseconds margin;
+  std::size_t per_shard;
+  KeyHash hash;
+  std::array<Shard, kShards> shards;
+};
+
+namespace {
+
+const DoneCacheOptions& checked(const DoneCacheOptions& options) {
+  if (options.capacity == 0) throw std::invalid_argument("DoneCache: capacity must be positive");
+  if (options.clock_margin < std::chrono::milliseconds::zero()) {
+    throw std::invalid_argument("DoneCache: clock_margin must not be negative");
+  }
+  return options;
+}
+
+}  // namespace
+
+DoneCache::DoneCache(std::shared_ptr<LockBackend> inner, const DoneCacheOptions& options)
+    : ForwardingBackend(std::move(inner)), state_(std::make_unique<State>(checked(options))) {}
+
+DoneCache::DoneCache(LockBackend& inner, const DoneCacheOptions& options)
+    : ForwardingBackend(inner), state_(std::make_unique<State>(checked(options))) {}
+
+DoneCache::~DoneCache() = default;
+
+ClaimResult DoneCache::do_claim(std::string_view key, std::chrono::milliseconds lease,
+                                const ClaimRequest& request) {
+  if (std::optional<AlreadyDone> kept = state_->lookup(key)) return std::move(*kept);
+  ClaimResult result = ForwardingBackend::do_claim(key, lease, request);
+  if (const auto* done = std::get_if<AlreadyDone>(&result)) state_->keep(key, *done);
+  return result;
+}
+
+std::size_t DoneCache::cached_count() const {
+  std::size_t count = 0;
+  for (const auto& shard : state_->shards) {
+    std::lock_guard lock(shard.mutex);
+    count += shard.copies.size();
+  }
+  return count;
+}
+
+std::uint64_t DoneCache::hits() const {
+  std::uint64_t count = 0;
+  for (const auto& shard : state_->shards) {
+    std::lock_guard lock(shard.mutex);
+    count += shard.hits;
+  }
+  return count;
+}
+
+}  // namespace idempotency

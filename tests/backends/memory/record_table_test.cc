@@ -1,0 +1,136 @@
+// RecordTable, the memory backend's packed storage: records round-trip byte for byte, deletion
+// keeps every other key reachable (runs of colliding keys, runs that wrap round the end), and
+// sweeps delete exactly the expired records. Hashes are chosen by the tests to force collisions.
+#include "memory/record_table.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace idempotency::detail {
+namespace {
+
+Record record(std::int64_t fence, Millis expires_at) {
+  Record r;
+  r.state = RecordState::kClaimed;
+  r.fence = fence;
+  r.lease_expiry = expires_at - 10;
+  r.expires_at = expires_at;
+  r.claim_token = "0123456789abcdef0123456789abcdef";
+  return r;
+}
+
+TEST(RecordTable, RecordsRoundTripWithEveryField) {
+  RecordTable table;
+  Record r = record(7, 5000);
+  r.state = RecordState::kDone;
+  r.fingerprint = "fp";
+  r.result = std::string("res\0ult", 7);
+  table.insert("k", 1, r);
+  Record bare = record(1, 6000);
+  bare.claim_token.clear();
+  bare.fingerprint = "";  // present but empty is not absent
+  table.insert("bare", 2, bare);
+  ASSERT_NE(table.find("k", 1), RecordTable::kNone);
+  EXPECT_EQ(table.record(table.find("k", 1)), r);
+  EXPECT_EQ(table.record(table.find("bare", 2)), bare);
+  EXPECT_EQ(table.expires_at(table.find("k", 1)), 5000);
+  EXPECT_EQ(table.find("k", 2), RecordTable::kNone);  // same key, other hash: not this record
+  EXPECT_EQ(table.find("absent", 1), RecordTable::kNone);
+  EXPECT_EQ(table.size(), 2U);
+}
+
+TEST(RecordTable, AssignKeepsTheKeyWhetherTheRecordGrowsOrShrinks) {
+  RecordTable table;
+  table.insert("key", 9, record(1, 5000));
+  Record done = record(1, 8000);
+  done.state = RecordState::kDone;
+  done.result = std::string(300, 'r');  // a bigger block
+  table.assign(table.find("key", 9), done);
+  EXPECT_EQ(table.record(table.find("key", 9)), done);
+  Record released = record(2, 9000);
+  released.claim_token.clear();  // a smaller one
+  table.assign(table.find("key", 9), released);
+  EXPECT_EQ(table.record(table.find("key", 9)), released);
+  EXPECT_EQ(table.size(), 1U);
+}
+
+// Every key of a run that wrapped round the end of the table stays reachable after a delete
+// anywhere in it, and after the table grows.
+TEST(RecordTable, EraseInACollidingRunKeepsTheOthersReachable) {
+  for (std::uint64_t home : {std::uint64_t{3}, std::uint64_t{14}}) {  // 14: wraps past 15
+    for (int victim = 0; victim < 6; ++victim) {
+      RecordTable table;
+      for (int i = 0; i < 6; ++i) table.insert("k" + std::to_string(i), home, record(i, 9000));
+      table.insert("other", home + 1, record(99, 9000));  // its home is inside the run
+      table.erase(table.find("k" + std::to_string(victim), home));
+      for (int i = 0; i < 6; ++i) {
+        const std::size_t slot = table.find("k" + std::to_string(i), home);
+        if (i == victim) {
+          EXPECT_EQ(slot, RecordTable::kNone);
+        } else {
+          ASSERT_NE(slot, RecordTable::kNone) << "home " << home << " victim " << victim;
+          EXPECT_EQ(table.record(slot).fence, i);
+        }
+      }
+      ASSERT_NE(table.find("other", home + 1), RecordTable::kNone);
+      EXPECT_EQ(table.size(), 6U);
+    }
+  }
+}
+
+TEST(RecordTable, GrowingKeepsEveryRecord) {
+  RecordTable table;
+  for (int i = 0; i < 5000; ++i) {
+    table.insert("k" + std::to_string(i), static_cast<std::uint64_t>(i) * 2654435761U,
+                 record(i, 9000));
+  }
+  for (int i = 0; i < 5000; ++i) {
+    const std::size_t slot =
+        table.find("k" + std::to_string(i), static_cast<std::uint64_t>(i) * 2654435761U);
+    ASSERT_NE(slot, RecordTable::kNone) << i;
+    EXPECT_EQ(table.record(slot).fence, i);
+  }
+}
+
+// The slots' coarse expiry is whole seconds, rounded up: a record that expires later within
+// the same second as `now` must survive, one that expired a millisecond ago must go.
+TEST(RecordTable, PurgeDeletesExactlyTheExpiredRecords) {
+  RecordTable table;
+  const Millis now = 1'000'500;
+  table.insert("gone", 1, record(1, now - 1));
+  table.insert("at-now", 1, record(2, now));  // expired: now >= expires_at
+  table.insert("same-second", 1, record(3, now + 1));
+  table.insert("later", 1, record(4, now + 60'000));
+  table.insert("epoch", 1, record(5, 0));
+  table.insert("before-epoch", 1, record(6, -5));
+  EXPECT_EQ(table.purge_expired(now), 4U);
+  EXPECT_EQ(table.size(), 2U);
+  EXPECT_NE(table.find("same-second", 1), RecordTable::kNone);
+  EXPECT_NE(table.find("later", 1), RecordTable::kNone);
+  EXPECT_EQ(table.purge_expired(now + 1), 1U);
+  EXPECT_EQ(table.find("same-second", 1), RecordTable::kNone);
+}
+
+TEST(RecordTable, SweepsGoRoundTheTableAndDeleteOnlyTheExpired) {
+  RecordTable table;
+  std::vector<std::string> live;
+  for (int i = 0; i < 10; ++i) {
+    table.insert("old" + std::to_string(i), static_cast<std::uint64_t>(i) * 7, record(i, 100));
+    live.push_back("new" + std::to_string(i));
+    table.insert(live.back(), static_cast<std::uint64_t>(i) * 7 + 3, record(i, 50'000));
+  }
+  // 32 slots; a deletion re-inspects its slot, so 32 + 10 steps pass every slot at least once.
+  for (int i = 0; i < 42; ++i) table.sweep(1'000, 1);
+  EXPECT_EQ(table.size(), 10U);
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_NE(table.find(live[static_cast<std::size_t>(i)], static_cast<std::uint64_t>(i) * 7 + 3),
+              RecordTable::kNone);
+  }
+}
+
+}  // namespace
+}  // namespace idempotency::detail
