@@ -32,28 +32,14 @@ openssl=${OPENSSL:-/usr/bin/openssl}
 # shellcheck source=free_port.sh
 . "$(dirname "$0")/free_port.sh"
 
-# stop_server STATE_DIR: ends the redis-server whose pidfile is in STATE_DIR, by its pid.
-stop_server() {
-  local state=$1 pid
-  [[ -f "$state/redis.pid" ]] || return 0
-  pid=$(cat "$state/redis.pid" 2>/dev/null || true)
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 0
-  # Only a live redis-server: a stale pidfile may name a pid reused by something else.
-  if [[ "$(cat "/proc/$pid/comm" 2>/dev/null || true)" == redis-server* ]]; then
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do
-      kill -0 "$pid" 2>/dev/null || return 0
-      sleep 0.1
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-}
+# shellcheck source=stop_redis.sh
+. "$(dirname "$0")/stop_redis.sh"
 
 stop() {
   local state
   state=$(cat "$dir/redis.dir" 2>/dev/null || true)
   if [[ -n "$state" && -d "$state" ]]; then
-    stop_server "$state"
+    stop_redis "$state"
     rm -rf "$state"
   fi
   rm -f "$dir/redis.url" "$dir/redis_tls.url" "$dir/redis.dir"
@@ -140,7 +126,7 @@ start() {
       if grep -q "Address already in use" "$state/redis.log" 2>/dev/null; then break; fi
       sleep 0.1
     done
-    stop_server "$state"
+    stop_redis "$state"
     grep -q "Address already in use" "$state/redis.log" 2>/dev/null || break
     : >"$state/redis.log"
   done

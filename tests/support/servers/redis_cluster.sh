@@ -32,29 +32,15 @@ nodes=6
 # shellcheck source=free_port.sh
 . "$(dirname "$0")/free_port.sh"
 
-# stop_node NODE_DIR: ends the redis-server whose pidfile is in NODE_DIR, by its pid.
-stop_node() {
-  local node=$1 pid
-  [[ -f "$node/redis.pid" ]] || return 0
-  pid=$(cat "$node/redis.pid" 2>/dev/null || true)
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 0
-  # Only a live redis-server: a stale pidfile may name a pid reused by something else.
-  if [[ "$(cat "/proc/$pid/comm" 2>/dev/null || true)" == redis-server* ]]; then
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do
-      kill -0 "$pid" 2>/dev/null || return 0
-      sleep 0.1
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-}
+# shellcheck source=stop_redis.sh
+. "$(dirname "$0")/stop_redis.sh"
 
 stop() {
   local state node
   state=$(cat "$dir/redis_cluster.dir" 2>/dev/null || true)
   if [[ -n "$state" && -d "$state" ]]; then
     # In parallel: a master told to stop would otherwise wait for its replica to catch up.
-    for node in "$state"/node*; do [[ -d "$node" ]] && stop_node "$node" & done
+    for node in "$state"/node*; do [[ -d "$node" ]] && stop_redis "$node" & done
     wait
     rm -rf "$state"
   fi
@@ -89,7 +75,7 @@ start_node() {
       grep -q "Address already in use" "$node/redis.log" 2>/dev/null && break
       sleep 0.05
     done
-    stop_node "$node"
+    stop_redis "$node"
     grep -q "Address already in use" "$node/redis.log" 2>/dev/null || break
   done
   die "a cluster node did not answer PING: $(tail -n 1 "$node/redis.log" 2>/dev/null)"
