@@ -40,23 +40,25 @@ enum class WaitEnd {
   kTimedOut,     ///< `timeout` passed first
   kStopped,      ///< `stop` was requested
   kUnavailable,  ///< subscribe() threw, so the rest was slept; or poll() failed
+  kPolled,       ///< the store has no notifications here (a pooler): slept, to claim again
 };
 /// How many WaitEnds there are, for a table of counts indexed by them.
-inline constexpr std::size_t kWaitEnds = 5;
+inline constexpr std::size_t kWaitEnds = 6;
 
 /// WaitTally counts a store's waits by how they ended; safe from any number of threads.
 class WaitTally {
  public:
   /// count() adds one wait that ended as `end`.
   void count(WaitEnd end) noexcept { ++ends_[static_cast<std::size_t>(end)]; }
-  /// counts() reads the tally as the public WaitCounts (`polled` left 0).
+  /// counts() reads the tally as the public WaitCounts.
   [[nodiscard]] WaitCounts counts() const noexcept {
     const auto of = [&](WaitEnd end) { return ends_[static_cast<std::size_t>(end)].load(); };
     return {.settled = of(WaitEnd::kSettled),
             .notified = of(WaitEnd::kWoken),
             .timed_out = of(WaitEnd::kTimedOut),
             .stopped = of(WaitEnd::kStopped),
-            .unavailable = of(WaitEnd::kUnavailable)};
+            .unavailable = of(WaitEnd::kUnavailable),
+            .polled = of(WaitEnd::kPolled)};
   }
 
  private:

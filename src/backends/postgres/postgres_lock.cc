@@ -192,8 +192,6 @@ struct PostgresLock::Impl {
     const ResultPtr res = postgres_detail::exec_unprepared(conn, sql.unwait, p);
   }
 
-  void count(store_detail::WaitEnd end) noexcept { waits.count(end); }
-
   void prepare(PGconn* conn) {
     for (const postgres_detail::Statement* s : sql.all()) {
       ResultPtr res(PQprepare(conn, s->name, s->sql.c_str(), static_cast<int>(s->types.size()),
@@ -252,9 +250,8 @@ struct PostgresLock::Impl {
   postgres_detail::TableName table;
   PostgresOptions options;
   postgres_detail::Statements sql;
-  // How waits ended; and the waits slept instead (kTransaction).
+  // How waits ended, the ones slept instead of notified (kTransaction) among them.
   store_detail::WaitTally waits;
-  std::atomic<std::uint64_t> polled{0};
   store_detail::ConnectionPool<ConnPtr> pool;  // last: its connections are closed first
 };
 
@@ -267,11 +264,7 @@ std::string PostgresLock::schema(std::string_view table) {
   return postgres_detail::ddl(postgres_detail::parse_table(table));
 }
 
-WaitCounts PostgresLock::wait_counts() const noexcept {
-  WaitCounts counts = impl_->waits.counts();
-  counts.polled = impl_->polled.load();
-  return counts;
-}
+WaitCounts PostgresLock::wait_counts() const noexcept { return impl_->waits.counts(); }
 
 ClaimResult PostgresLock::do_claim(std::string_view key, std::chrono::milliseconds lease,
                                    const ClaimRequest& request) {
@@ -386,7 +379,7 @@ void PostgresLock::do_wait_for_change(std::string_view key, std::chrono::millise
                                       const std::stop_token& stop) {
   if (!impl_->own_session()) {
     // A LISTEN would end with its transaction: sleep the slice, and once()'s next claim polls.
-    ++impl_->polled;
+    impl_->waits.count(store_detail::WaitEnd::kPolled);
     LockBackend::do_wait_for_change(key, timeout, stop);
     return;
   }
@@ -431,9 +424,9 @@ void PostgresLock::do_wait_for_change(std::string_view key, std::chrono::millise
       [&](std::chrono::milliseconds left) { LockBackend::do_wait_for_change(key, left, stop); });
   if (registered && !lost) impl_->unregister_waiter(listener.get(), key);
   if (lost) {
-    impl_->count(store_detail::WaitEnd::kUnavailable);
+    impl_->waits.count(store_detail::WaitEnd::kUnavailable);
   } else {
-    impl_->count(woken_early ? store_detail::WaitEnd::kWoken : end);
+    impl_->waits.count(woken_early ? store_detail::WaitEnd::kWoken : end);
   }
 }
 
