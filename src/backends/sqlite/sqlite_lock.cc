@@ -188,15 +188,12 @@ struct SqliteLock::Impl {
   void run_group(const std::vector<Pending*>& group) {
     std::lock_guard lock(mutex);
     if (group.size() > 1) {
-      std::vector<Transition> decided;
-      decided.reserve(group.size());
       try {
+        // An outcome set here is only read once `finished`, after the COMMIT; the reruns below
+        // overwrite every one if the group fails.
         exec(db.get(), "BEGIN IMMEDIATE", "begin");
-        for (Pending* p : group) decided.push_back(decide(p->key, *p->op));
+        for (Pending* p : group) p->transition = decide(p->key, *p->op);
         exec(db.get(), "COMMIT", "commit");
-        for (std::size_t i = 0; i < group.size(); ++i) {
-          group[i]->transition = std::move(decided[i]);
-        }
         return;
       } catch (...) {
         sqlite3_exec(db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
