@@ -2,7 +2,6 @@
 
 #include <array>
 #include <deque>
-#include <functional>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -20,64 +19,70 @@ struct DoneCache::State {
   static constexpr std::size_t kShardBits = 4;
   static constexpr std::size_t kShards = std::size_t{1} << kShardBits;
 
-  // An AlreadyDone answer, good until expires_at.
+  // An AlreadyDone answer (kept only with its expires_at), good until then.
   struct Copy {
     AlreadyDone answer;
-    TimePoint expires_at;
     std::uint64_t serial = 0;  // which of `order`'s entries is this copy's
   };
 
   // Keyed like the memory store (detail/sip_hash.h): keys come from callers, and a map of
-  // colliding keys would make every claim a scan of it.
+  // colliding keys would make every claim a scan of it. One secret key for the process.
+  static const detail::SipKey& sip_key() {
+    static const detail::SipKey key = detail::random_sip_key();
+    return key;
+  }
+  static std::uint64_t hash_of(std::string_view key) { return detail::sip_hash13(sip_key(), key); }
+
+  // A key with its hash computed once: it picks the shard and is the map's hash, so a lookup
+  // hashes the key once.
+  struct Hashed {
+    std::string_view key;
+    std::uint64_t hash;
+  };
   struct KeyHash {
     using is_transparent = void;
-    detail::SipKey key;
-    std::size_t operator()(std::string_view k) const noexcept {
-      return static_cast<std::size_t>(detail::sip_hash13(key, k));
+    std::size_t operator()(const Hashed& k) const noexcept {
+      return static_cast<std::size_t>(k.hash);
     }
+    std::size_t operator()(std::string_view k) const noexcept {
+      return static_cast<std::size_t>(hash_of(k));
+    }
+  };
+  struct KeyEqual {
+    using is_transparent = void;
+    bool operator()(const Hashed& a, std::string_view b) const noexcept { return a.key == b; }
+    bool operator()(std::string_view a, const Hashed& b) const noexcept { return a == b.key; }
+    bool operator()(std::string_view a, std::string_view b) const noexcept { return a == b; }
   };
 
   struct alignas(64) Shard {
     mutable std::mutex mutex;
-    std::unordered_map<std::string, Copy, KeyHash, std::equal_to<>> copies;
+    std::unordered_map<std::string, Copy, KeyHash, KeyEqual> copies;
     // Keys in the order their copies were made, oldest first, for eviction. An entry whose
     // serial no longer matches its key's copy is a leftover, skipped when it comes up.
     std::deque<std::pair<std::string, std::uint64_t>> order;
     std::uint64_t next_serial = 0;
     std::uint64_t hits = 0;
-
-    explicit Shard(const KeyHash& hash) : copies(0, hash) {}
   };
 
   explicit State(const DoneCacheOptions& options)
       : clock(options.clock ? options.clock : system_clock()),
         margin(options.clock_margin),
-        per_shard((options.capacity + kShards - 1) / kShards),
-        hash{detail::random_sip_key()},
-        shards(make_shards(hash)) {}
+        per_shard((options.capacity + kShards - 1) / kShards) {}
 
-  static std::array<Shard, kShards> make_shards(const KeyHash& hash) {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return std::array<Shard, kShards>{((void)I, Shard(hash))...};
-    }
-    (std::make_index_sequence<kShards>());
-  }
-
-  Shard& shard_for(std::string_view key) {
-    return shards[detail::sip_hash13(hash.key, key) >> (64 - kShardBits)];
-  }
+  Shard& shard_for(const Hashed& key) { return shards[key.hash >> (64 - kShardBits)]; }
 
   // A copy may be given out at `now` only while now + margin < expires_at.
   bool fresh(TimePoint expires_at, TimePoint now) const { return now + margin < expires_at; }
 
   // The kept answer for `key`, if one is fresh; drops a lapsed one.
   std::optional<AlreadyDone> lookup(std::string_view key) {
-    Shard& shard = shard_for(key);
-    const TimePoint now = clock->now();
+    const Hashed hashed{key, hash_of(key)};
+    Shard& shard = shard_for(hashed);
     std::lock_guard lock(shard.mutex);
-    auto it = shard.copies.find(key);
+    auto it = shard.copies.find(hashed);
     if (it == shard.copies.end()) return std::nullopt;
-    if (!fresh(it->second.expires_at, now)) {
+    if (!fresh(*it->second.answer.expires_at, clock->now())) {
       shard.copies.erase(it);
       return std::nullopt;
     }
@@ -88,10 +93,10 @@ struct DoneCache::State {
   // Keeps `answer` for `key` if it is still fresh, evicting the oldest copies past capacity.
   void keep(std::string_view key, const AlreadyDone& answer) {
     if (!answer.expires_at || !fresh(*answer.expires_at, clock->now())) return;
-    Shard& shard = shard_for(key);
+    Shard& shard = shard_for(Hashed{key, hash_of(key)});
     std::lock_guard lock(shard.mutex);
     const std::uint64_t serial = shard.next_serial++;
-    shard.copies.insert_or_assign(std::string(key), Copy{answer, *answer.expires_at, serial});
+    shard.copies.insert_or_assign(std::string(key), Copy{answer, serial});
     shard.order.emplace_back(std::string(key), serial);
     // `order` holds one entry per copy plus leftovers; at most twice the capacity in all.
     while (shard.copies.size() > per_shard || shard.order.size() > 2 * per_shard) {
@@ -105,7 +110,6 @@ struct DoneCache::State {
   std::shared_ptr<const Clock> clock;
   std::chrono::milliseconds margin;
   std::size_t per_shard;
-  KeyHash hash;
   std::array<Shard, kShards> shards;
 };
 
