@@ -10,7 +10,8 @@
 # the cluster belongs to the `postgres` system user and its commands run through runuser.
 #
 # The server also speaks TLS, with a certificate from a test CA made here by the openssl CLI
-# for the name `localhost` only (so verify-full to 127.0.0.1 is a hostname mismatch):
+# (test_certs.sh) for the name `localhost` only (so verify-full to 127.0.0.1 is a hostname
+# mismatch):
 #   DIR/postgres.url          plain TCP (sslmode=disable: the other suites pay no handshakes)
 #   DIR/postgres_tls.url      host localhost (hostaddr 127.0.0.1), sslmode=verify-full, the CA
 #   DIR/postgres_ca.path      the CA certificate's path
@@ -52,6 +53,9 @@ find_bin() {
 # shellcheck source=free_port.sh
 . "$(dirname "$0")/free_port.sh"
 
+# shellcheck source=test_certs.sh
+. "$(dirname "$0")/test_certs.sh"
+
 stop() {
   "$(dirname "$0")/pgbouncer.sh" stop "$dir"
   if [[ -f "$state/data/postmaster.pid" ]]; then
@@ -61,39 +65,6 @@ stop() {
   rm -rf "$state"
   rm -f "$dir/postgres.url" "$dir/postgres.dir" "$dir/postgres_tls.url" "$dir/postgres_ca.path" \
     "$dir/postgres_wrong_ca.path" "$dir/postgres_client_cert.url"
-}
-
-# make_certificates TLSDIR: a test CA, a server certificate it signs for DNS:localhost only, a
-# client certificate for the role idem_cert, and an unrelated CA; EC P-256 keys, so the
-# handshakes stay cheap.
-make_certificates() {
-  local tls=$1 log="$1/openssl.log"
-  command -v openssl >/dev/null 2>&1 || die "openssl not found (install Debian's openssl package)"
-  mkdir -p "$tls"
-  local ca
-  for ca in ca wrong-ca; do
-    openssl req -x509 -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
-      -keyout "$tls/$ca.key" -out "$tls/$ca.crt" -subj "/CN=idempotency test $ca" \
-      -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign \
-      >>"$log" 2>&1 || die "openssl: making the $ca failed: $(tail -n 1 "$log")"
-  done
-  printf 'subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' \
-    >"$tls/server.ext"
-  printf 'basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n' >"$tls/client.ext"
-  local who subject
-  for who in server client; do
-    subject="/CN=idempotency test server"
-    [[ $who == server ]] || subject="/CN=idem_cert"
-    openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
-      -keyout "$tls/$who.key" -out "$tls/$who.csr" -subj "$subject" >>"$log" 2>&1 ||
-      die "openssl: making the $who key failed: $(tail -n 1 "$log")"
-    openssl x509 -req -in "$tls/$who.csr" -CA "$tls/ca.crt" -CAkey "$tls/ca.key" \
-      -set_serial "0x$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')" -days 2 \
-      -extfile "$tls/$who.ext" -out "$tls/$who.crt" >>"$log" 2>&1 ||
-      die "openssl: signing the $who certificate failed: $(tail -n 1 "$log")"
-    # Server and libpq both refuse a key others can read.
-    chmod 600 "$tls/$who.key"
-  done
 }
 
 start() {
@@ -115,7 +86,7 @@ start() {
   password=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
   mkdir -p "$state/data" "$state/run"
   printf '%s\n' "$password" >"$state/pwfile"
-  make_certificates "$state/tls"
+  make_test_certs "$state/tls" idem_cert
   if [[ $(id -u) -eq 0 ]]; then
     getent passwd postgres >/dev/null || die "running as root but no 'postgres' user exists"
     chown -R postgres: "$state"
@@ -165,7 +136,7 @@ CONF
     "sslmode=verify-full&sslrootcert=$state/tls/ca.crt" \
     "sslcert=$state/tls/client.crt&sslkey=$state/tls/client.key" >"$dir/postgres_client_cert.url"
   printf '%s\n' "$state/tls/ca.crt" >"$dir/postgres_ca.path"
-  printf '%s\n' "$state/tls/wrong-ca.crt" >"$dir/postgres_wrong_ca.path"
+  printf '%s\n' "$state/tls/other-ca.crt" >"$dir/postgres_wrong_ca.path"
   "$(dirname "$0")/pgbouncer.sh" start "$dir"
 }
 

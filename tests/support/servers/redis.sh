@@ -8,11 +8,11 @@
 # It starts Debian's redis-server on free 127.0.0.1 ports, bound to loopback only, in a
 # temporary directory under DIR, daemonized with a pidfile and with persistence on
 # (appendonly yes); DIR/redis.dir names that directory for `stop`. The same server listens
-# for TLS on a second port, with certificates made here by the openssl CLI (tls/ in that
-# directory): a test CA, a server certificate for DNS:localhost only, and a client
-# certificate the server requires (tls-auth-clients yes); other-ca.crt is a CA that signed
-# nothing, for tests of a wrong trust anchor. The rediss:// URL connects to 127.0.0.1 with
-# sni=localhost and the client certificate. With REDIS_URL set, redis.url records that URL
+# for TLS on a second port, with certificates made here by the openssl CLI (test_certs.sh, in
+# tls/ in that directory): a test CA, a server certificate for DNS:localhost only, and a
+# client certificate the server requires (tls-auth-clients yes); other-ca.crt is a CA that
+# signed nothing, for tests of a wrong trust anchor. The rediss:// URL connects to 127.0.0.1
+# with sni=localhost and the client certificate. With REDIS_URL set, redis.url records that URL
 # and the server listens for TLS only. Works as root and not.
 set -euo pipefail
 
@@ -26,7 +26,6 @@ dir=$(cd "$dir" && pwd)
 
 server=${REDIS_SERVER:-/usr/bin/redis-server}
 cli=${REDIS_CLI:-/usr/bin/redis-cli}
-openssl=${OPENSSL:-/usr/bin/openssl}
 
 
 # shellcheck source=free_port.sh
@@ -34,6 +33,9 @@ openssl=${OPENSSL:-/usr/bin/openssl}
 
 # shellcheck source=stop_redis.sh
 . "$(dirname "$0")/stop_redis.sh"
+
+# shellcheck source=test_certs.sh
+. "$(dirname "$0")/test_certs.sh"
 
 stop() {
   local state
@@ -43,32 +45,6 @@ stop() {
     rm -rf "$state"
   fi
   rm -f "$dir/redis.url" "$dir/redis_tls.url" "$dir/redis.dir"
-}
-
-# make_certs DIR: the test CA, server, client and wrong-CA certificates (EC P-256: quick to
-# make), valid for two days.
-make_certs() {
-  local tls=$1
-  mkdir -p "$tls"
-  local ca_ext=(-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign)
-  for name in ca other-ca server client; do
-    "$openssl" genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$tls/$name.key" \
-      2>/dev/null || die "openssl genpkey failed"
-  done
-  "$openssl" req -x509 -new -key "$tls/ca.key" -subj /CN=idempotency-test-ca -days 2 \
-    "${ca_ext[@]}" -out "$tls/ca.crt" 2>/dev/null || die "openssl: cannot make the test CA"
-  "$openssl" req -x509 -new -key "$tls/other-ca.key" -subj /CN=idempotency-other-ca -days 2 \
-    "${ca_ext[@]}" -out "$tls/other-ca.crt" 2>/dev/null || die "openssl: cannot make the other CA"
-  # sign NAME SERIAL EXTENSIONS: NAME.crt for NAME.key, signed by the test CA.
-  sign() {
-    "$openssl" req -new -key "$tls/$1.key" -subj "/CN=idempotency-test-$1" 2>/dev/null |
-      "$openssl" x509 -req -CA "$tls/ca.crt" -CAkey "$tls/ca.key" -set_serial "$2" -days 2 \
-        -extfile <(printf '%b' "$3") -out "$tls/$1.crt" 2>/dev/null ||
-      die "openssl: cannot sign the $1 certificate"
-  }
-  sign server 2 'subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth\n'
-  sign client 3 'extendedKeyUsage=clientAuth\n'
-  chmod 600 "$tls"/*.key
 }
 
 # url_path PATH: PATH with the characters a URL's query cannot hold as such percent-encoded.
@@ -85,12 +61,11 @@ start() {
   stop  # a leftover from an interrupted run
   [[ -x "$server" ]] || die "$server not found (install Debian's redis-server package)"
   [[ -x "$cli" ]] || die "$cli not found (install Debian's redis-tools package)"
-  [[ -x "$openssl" ]] || die "$openssl not found (install Debian's openssl package)"
   local state port tls_port attempt tls
   state=$(mktemp -d "$dir/redis.XXXXXX") || die "cannot create a directory under $dir"
   printf '%s\n' "$state" >"$dir/redis.dir"
   tls=$state/tls
-  make_certs "$tls"
+  make_test_certs "$tls" idempotency-test-client
   local tls_cli=(--tls --cacert "$tls/ca.crt" --cert "$tls/client.crt" --key "$tls/client.key")
   for attempt in 1 2 3 4 5; do
     port=0  # no plain port when REDIS_URL names the plain server
