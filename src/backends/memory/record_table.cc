@@ -110,6 +110,12 @@ void check_fits(const Record& r) {
 
 }  // namespace
 
+void RecordTable::place(Slot* slots, std::size_t mask, const Slot& slot) noexcept {
+  std::size_t i = slot.hash & mask;
+  while (slots[i].block != nullptr) i = (i + 1) & mask;
+  slots[i] = slot;
+}
+
 RecordTable::~RecordTable() {
   if (!slots_) return;
   for (std::size_t i = 0; i <= mask_; ++i) Block::release(slots_[i].block);
@@ -165,10 +171,8 @@ void RecordTable::insert(std::string_view key, std::uint64_t hash, const Record&
   Block* b = Block::allocate(key.size(), Block::tail_size(record));
   std::memcpy(b->bytes(), key.data(), key.size());
   b->store(record);
-  const auto h = static_cast<std::uint32_t>(hash);
-  std::size_t i = h & mask_;
-  while (slots_[i].block != nullptr) i = (i + 1) & mask_;
-  slots_[i] = Slot{b, h, coarse_expiry(record.expires_at)};
+  place(slots_.get(), mask_,
+        Slot{b, static_cast<std::uint32_t>(hash), coarse_expiry(record.expires_at)});
   ++size_;
 }
 
@@ -244,11 +248,7 @@ void RecordTable::grow() {
   const std::size_t mask = capacity - 1;
   if (slots_) {
     for (std::size_t i = 0; i <= mask_; ++i) {
-      const Slot& s = slots_[i];
-      if (s.block == nullptr) continue;
-      std::size_t j = s.hash & mask;
-      while (fresh[j].block != nullptr) j = (j + 1) & mask;
-      fresh[j] = s;
+      if (slots_[i].block != nullptr) place(fresh.get(), mask, slots_[i]);
     }
   }
   slots_ = std::move(fresh);

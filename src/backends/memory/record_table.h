@@ -73,6 +73,8 @@ class RecordTable {
   using SlotArray = std::unique_ptr<Slot[], FreeSlots>;
 
   static SlotArray allocate_slots(std::size_t capacity);
+  // place() puts `slot` in the first empty slot of its run, from its home `hash & mask`.
+  static void place(Slot* slots, std::size_t mask, const Slot& slot) noexcept;
   void grow();
   [[nodiscard]] bool expired(const Slot& slot, Millis now, std::uint32_t coarse_now) const noexcept;
 
