@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "idempotency/errors.h"
+#include "redis_script_call.h"
 
 namespace idempotency::redis_detail {
 namespace {
@@ -23,12 +24,6 @@ constexpr int kAttempts = 12;
 // usual node timeouts of a few seconds, short enough that a dead cluster fails a call soon.
 std::chrono::milliseconds backoff(int retry) {
   return std::chrono::milliseconds(std::min(800, 25 << std::min(retry, 6)));
-}
-
-std::string text(const redisReply* r) { return {r->str, r->len}; }
-
-bool starts_with(const redisReply* r, std::string_view prefix) {
-  return r->type == REDIS_REPLY_ERROR && std::string_view(r->str, r->len).starts_with(prefix);
 }
 
 // The node named by a "MOVED 3999 127.0.0.1:6381" / "ASK …" error; nullopt when malformed.
@@ -110,7 +105,7 @@ bool ClusterRouter::load_from(const RedisNode& address, std::string& why) {
     return false;
   }
   if (r->type == REDIS_REPLY_ERROR) {
-    why = "redis: CLUSTER SLOTS failed: " + text(r.get());
+    why = "redis: CLUSTER SLOTS failed: " + std::string(reply_view(r.get()));
     return false;
   }
   if (r->type != REDIS_REPLY_ARRAY) {
@@ -137,7 +132,7 @@ bool ClusterRouter::load_from(const RedisNode& address, std::string& why) {
       why = "redis: CLUSTER SLOTS names a slot out of range";
       return false;
     }
-    RedisNode master{text(e->element[2]->element[0]),
+    RedisNode master{std::string(reply_view(e->element[2]->element[0])),
                      static_cast<int>(e->element[2]->element[1]->integer)};
     // "" or "?": the node has no announced endpoint; it is reached where we asked.
     if (master.host.empty() || master.host == "?") master.host = address.host;
@@ -188,7 +183,7 @@ ConnectionPtr ClusterRouter::connect_for(std::string_view key) {
 }
 
 ReplyPtr ClusterRouter::call(std::string_view key, const std::vector<std::string_view>& args,
-                             std::string_view script, const std::vector<std::string_view>& then,
+                             const Script* script, const std::vector<std::string_view>& then,
                              ReplyPtr* then_reply) {
   const std::uint16_t slot = key_slot(key);
   std::optional<RedisNode> ask;  // set after an ASK: the next attempt goes there, once
@@ -218,22 +213,14 @@ ReplyPtr ClusterRouter::call(std::string_view key, const std::vector<std::string
       ReplyPtr asking = conn->command({"ASKING"});
       ask.reset();
       if (!asking || asking->type == REDIS_REPLY_ERROR) {
-        last_error = asking ? "redis: ASKING failed: " + text(asking.get()) : conn->error();
+        last_error = asking ? "redis: ASKING failed: " + std::string(reply_view(asking.get()))
+                            : conn->error();
         if (!asking) pool->drop_idle();
         continue;
       }
     }
-    ReplyPtr r = conn->command(args);
-    if (r && starts_with(r.get(), "NOSCRIPT") && !script.empty()) {
-      ReplyPtr loaded = conn->command({"SCRIPT", "LOAD", script});
-      if (!loaded) {
-        r = nullptr;
-      } else if (loaded->type == REDIS_REPLY_ERROR) {
-        throw StoreError("redis: SCRIPT LOAD failed: " + text(loaded.get()));
-      } else {
-        r = conn->command(args);
-      }
-    }
+    ReplyPtr r = script != nullptr ? call_script(*pool, *conn, args, *script, then, then_reply)
+                                   : conn->command(args);
     if (!r) {
       last_error = conn->error();
       const IoFailure failure = conn->failure();
@@ -244,7 +231,7 @@ ReplyPtr ClusterRouter::call(std::string_view key, const std::vector<std::string
       refresh_quietly();
       continue;
     }
-    if (starts_with(r.get(), "MOVED ")) {
+    if (is_error_reply(r.get(), "MOVED ")) {
       lease.reset();
       last_error = "redis: too many cluster redirects";
       const std::optional<RedisNode> moved = redirect_target(r.get(), target);
@@ -255,25 +242,18 @@ ReplyPtr ClusterRouter::call(std::string_view key, const std::vector<std::string
       slots_[slot] = static_cast<std::uint32_t>(node_index(*moved));
       continue;
     }
-    if (starts_with(r.get(), "ASK ")) {
+    if (is_error_reply(r.get(), "ASK ")) {
       ask = redirect_target(r.get(), target);
       if (!ask) throw StoreError("redis: malformed ASK redirect");
       last_error = "redis: too many cluster redirects";
       continue;
     }
-    if (starts_with(r.get(), "TRYAGAIN") || starts_with(r.get(), "CLUSTERDOWN")) {
-      last_error = "redis: " + text(r.get());
+    if (is_error_reply(r.get(), "TRYAGAIN") || is_error_reply(r.get(), "CLUSTERDOWN")) {
+      last_error = "redis: " + std::string(reply_view(r.get()));
       lease.reset();
       std::this_thread::sleep_for(backoff(++retries));
-      if (starts_with(r.get(), "CLUSTERDOWN")) refresh_quietly();
+      if (is_error_reply(r.get(), "CLUSTERDOWN")) refresh_quietly();
       continue;
-    }
-    if (!then.empty() && r->type != REDIS_REPLY_ERROR) {
-      *then_reply = conn->command(then);
-      if (!*then_reply) {
-        pool->drop_idle();
-        throw StoreError(conn->error());
-      }
     }
     return r;
   }

@@ -30,6 +30,8 @@
 
 namespace idempotency::redis_detail {
 
+struct Script;  // redis_script_call.h
+
 /// ClusterRouter routes commands by key slot over per-node connection pools.
 class ClusterRouter {
  public:
@@ -47,13 +49,14 @@ class ClusterRouter {
   void refresh();
 
   /// call() runs `args` on the master serving `key`'s slot and returns its reply (an error
-  /// reply other than a redirect or a retryable state is returned as it is). When the reply
-  /// is NOSCRIPT, `script` is loaded on that node (SCRIPT LOAD) and the command sent once
-  /// more. With `then` (e.g. WAIT), that command follows on the same connection once `args`
-  /// succeeded, and its reply goes to `*then_reply`. Throws `StoreError` when the retries run
-  /// out, or when `then` fails (it is never retried: `args` already ran).
+  /// reply other than a redirect or a retryable state is returned as it is). With `script`,
+  /// `args` is its EVALSHA, sent by call_script() (redis_script_call.h): after NOSCRIPT the
+  /// script is loaded on that node and the command sent once more, and `then` (e.g. WAIT)
+  /// follows on the same connection once `args` succeeded, its reply going to `*then_reply`.
+  /// Throws `StoreError` when the retries run out, or when `then` fails (it is never retried:
+  /// `args` already ran).
   [[nodiscard]] ReplyPtr call(std::string_view key, const std::vector<std::string_view>& args,
-                              std::string_view script = {},
+                              const Script* script = nullptr,
                               const std::vector<std::string_view>& then = {},
                               ReplyPtr* then_reply = nullptr);
 

@@ -26,7 +26,6 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -40,7 +39,8 @@ using SteadyClock = std::chrono::steady_clock;
 // What one read asks for: hiredis's own buffer size, so a reply takes as many reads as before.
 constexpr std::size_t kReadSize = std::size_t{16} * 1024;
 
-std::string system_message(int error) { return std::generic_category().message(error); }
+// Arguments a command formats from stack arrays; more take two heap vectors.
+constexpr std::size_t kStackArgs = 16;
 
 // Closes a socket unless released.
 class UniqueFd {
@@ -141,9 +141,7 @@ void make_blocking(int fd, std::chrono::milliseconds timeout, const std::string&
 // How a failed plain send(2) or recv(2) with errno `error` failed.
 IoResult plain_failure(int error) {
   if (error == EAGAIN || error == EWOULDBLOCK) return IoResult{.failure = IoFailure::kTimedOut};
-  const bool closed = error == ECONNRESET || error == EPIPE;
-  return IoResult{.failure = closed ? IoFailure::kClosed : IoFailure::kError,
-                  .reason = system_message(error)};
+  return errno_failure(error);
 }
 
 }  // namespace
@@ -191,17 +189,26 @@ void Connection::fail(IoFailure failure, const std::string& reason) {
 
 ReplyPtr Connection::command(const std::vector<std::string_view>& args) {
   if (failure_ != IoFailure::kNone) return nullptr;
-  std::vector<const char*> argv;
-  std::vector<std::size_t> lens;
-  argv.reserve(args.size());
-  lens.reserve(args.size());
-  for (std::string_view a : args) {
-    argv.push_back(a.data());
-    lens.push_back(a.size());
+  // Pointers and lengths for hiredis: on the stack for the usual command (an EVALSHA has a
+  // dozen arguments at most), on the heap only beyond kStackArgs.
+  std::array<const char*, kStackArgs> stack_argv;
+  std::array<std::size_t, kStackArgs> stack_lens;
+  std::vector<const char*> heap_argv;
+  std::vector<std::size_t> heap_lens;
+  const char** argv = stack_argv.data();
+  std::size_t* lens = stack_lens.data();
+  if (args.size() > kStackArgs) {
+    heap_argv.resize(args.size());
+    heap_lens.resize(args.size());
+    argv = heap_argv.data();
+    lens = heap_lens.data();
+  }
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    argv[i] = args[i].data();
+    lens[i] = args[i].size();
   }
   char* raw = nullptr;
-  const int size =
-      redisFormatCommandArgv(&raw, static_cast<int>(argv.size()), argv.data(), lens.data());
+  const int size = redisFormatCommandArgv(&raw, static_cast<int>(args.size()), argv, lens);
   const std::unique_ptr<char, FormattedDeleter> formatted(raw);
   if (size < 0 || !formatted) {
     fail(IoFailure::kError, "out of memory");
@@ -254,8 +261,7 @@ ReplyPtr Connection::read_reply() {
         n = ::recv(fd_, buffer.data(), buffer.size(), 0);
       } while (n < 0 && errno == EINTR);
       if (n > 0) result.bytes = static_cast<std::size_t>(n);
-      if (n == 0)
-        result = {.failure = IoFailure::kClosed, .reason = "the server closed the connection"};
+      if (n == 0) result = server_closed();
       if (n < 0) result = plain_failure(errno);
     }
     if (result.failure == IoFailure::kTimedOut) {

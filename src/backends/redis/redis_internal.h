@@ -32,6 +32,18 @@ struct ReaderDeleter {
 };
 using ReaderPtr = std::unique_ptr<redisReader, ReaderDeleter>;
 
+/// reply_view() is a string, status or error reply's text (a view into the reply).
+[[nodiscard]] inline std::string_view reply_view(const redisReply* r) noexcept {
+  return {r->str, r->len};
+}
+
+/// is_error_reply() says whether `r` is an error reply whose text starts with `prefix` (any
+/// error reply for an empty prefix).
+[[nodiscard]] inline bool is_error_reply(const redisReply* r,
+                                         std::string_view prefix = {}) noexcept {
+  return r->type == REDIS_REPLY_ERROR && reply_view(r).starts_with(prefix);
+}
+
 /// decode_claim_reply() turns the script's reply to a claim into a `ClaimResult` for `key`
 /// and `claim_token`. Throws `StoreError` for a reply of any other shape: never a guess.
 [[nodiscard]] ClaimResult decode_claim_reply(const redisReply* reply, std::string_view key,

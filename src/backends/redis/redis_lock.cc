@@ -24,6 +24,7 @@
 #include "redis_cluster.h"
 #include "redis_connection.h"
 #include "redis_internal.h"
+#include "redis_script_call.h"
 #include "redis_tls.h"
 
 namespace idempotency {
@@ -31,17 +32,15 @@ namespace idempotency {
 using redis_detail::Connection;
 using redis_detail::ConnectionPtr;
 using redis_detail::IoFailure;
+using redis_detail::is_error_reply;
 using redis_detail::ReplyPtr;
 
 namespace {
 
-bool is_error(const redisReply* r) { return r->type == REDIS_REPLY_ERROR; }
-
-std::string reply_text(const redisReply* r) { return std::string(r->str, r->len); }
-
 // The server's message for an error reply, without any echo of our arguments.
 [[noreturn]] void throw_reply_error(const redisReply* r, std::string_view context) {
-  throw StoreError("redis: " + std::string(context) + ": " + reply_text(r));
+  throw StoreError("redis: " + std::string(context) + ": " +
+                   std::string(redis_detail::reply_view(r)));
 }
 
 std::string optional_arg(const std::optional<std::string>& v) {
@@ -54,6 +53,8 @@ struct RedisLock::Impl {
   Impl(std::string_view url, RedisOptions o)
       : options(validated(std::move(o))),
         endpoint(parse_redis_url(url)),
+        wait_replicas(std::to_string(endpoint.replicas)),
+        wait_ms(std::to_string(options.command_timeout.count() / 2)),
         tls(endpoint.tls ? std::make_unique<redis_detail::TlsContext>(*endpoint.tls) : nullptr),
         pool(
             "redis", options.pool_size, options.pool_wait, [this] { return connect(); },
@@ -73,6 +74,7 @@ struct RedisLock::Impl {
     } else {
       script = std::string(redis_detail::kScript);
     }
+    if (endpoint.replicas > 0) wait_command = {"WAIT", wait_replicas, wait_ms};
   }
 
   static RedisOptions validated(RedisOptions o) {
@@ -91,6 +93,10 @@ struct RedisLock::Impl {
 
   RedisOptions options;
   RedisEndpoint endpoint;
+  // `?replicas=N`'s WAIT N <command_timeout / 2>, built once; empty without it.
+  std::string wait_replicas;
+  std::string wait_ms;
+  std::vector<std::string_view> wait_command;
   std::unique_ptr<const redis_detail::TlsContext> tls;  // for rediss://, shared by connections
   std::string script;  // kScript, with SPUBLISH for PUBLISH in cluster mode
   std::string sha;     // of `script`, as the server reported it; set once in the constructor
@@ -117,25 +123,15 @@ struct RedisLock::Impl {
       auth.push_back(endpoint.password);
       ReplyPtr r = c->command(auth);
       if (!r) throw StoreError(c->error());
-      if (is_error(r.get())) throw_reply_error(r.get(), "AUTH failed");
+      if (is_error_reply(r.get())) throw_reply_error(r.get(), "AUTH failed");
     }
     if (endpoint.db != 0) {
       const std::string db = std::to_string(endpoint.db);
       ReplyPtr r = c->command({"SELECT", db});
       if (!r) throw StoreError(c->error());
-      if (is_error(r.get())) throw_reply_error(r.get(), "SELECT failed");
+      if (is_error_reply(r.get())) throw_reply_error(r.get(), "SELECT failed");
     }
     return c;
-  }
-
-  std::string load_script(Connection* c) {
-    ReplyPtr r = c->command({"SCRIPT", "LOAD", script});
-    if (!r) throw StoreError(c->error());
-    if (is_error(r.get())) throw_reply_error(r.get(), "SCRIPT LOAD failed");
-    if (r->type != REDIS_REPLY_STRING || r->len != 40) {
-      throw StoreError("redis: unexpected reply to SCRIPT LOAD");
-    }
-    return reply_text(r.get());
   }
 
   // One round trip: EVALSHA (plus SCRIPT LOAD and a second EVALSHA after NOSCRIPT, when the
@@ -148,28 +144,17 @@ struct RedisLock::Impl {
                 ReplyPtr* waited = nullptr) {
     std::vector<std::string_view> args = {"EVALSHA", sha, "1", redis_key};
     for (const std::string& a : argv) args.emplace_back(a);
-    std::string replicas;
-    std::string wait_ms;
-    std::vector<std::string_view> wait;  // empty without ?replicas=: nothing added per call
-    if (waited != nullptr && endpoint.replicas > 0) {
-      replicas = std::to_string(endpoint.replicas);
-      wait_ms = std::to_string(options.command_timeout.count() / 2);
-      wait = {"WAIT", replicas, wait_ms};
-    }
+    static const std::vector<std::string_view> kNoWait;
+    const std::vector<std::string_view>& wait = waited != nullptr ? wait_command : kNoWait;
+    const redis_detail::Script call{script, sha};
     if (cluster) {
-      ReplyPtr r = cluster->call(redis_key, args, script, wait, waited);
-      if (is_error(r.get())) throw_reply_error(r.get(), "script failed");
+      ReplyPtr r = cluster->call(redis_key, args, &call, wait, waited);
+      if (is_error_reply(r.get())) throw_reply_error(r.get(), "script failed");
       return r;
     }
     for (int attempt = 0;; ++attempt) {
       Lease conn = acquire();
-      ReplyPtr r = conn.get()->command(args);
-      if (r && is_error(r.get()) && reply_text(r.get()).rfind("NOSCRIPT", 0) == 0) {
-        if (load_script(conn.get()) != sha) {
-          throw StoreError("redis: the server reports another digest for the script");
-        }
-        r = conn.get()->command(args);
-      }
+      ReplyPtr r = redis_detail::call_script(pool, *conn.get(), args, call, wait, waited);
       if (!r) {
         const bool closed = conn.get()->failure() == IoFailure::kClosed;
         std::string message = conn.get()->error();
@@ -177,11 +162,7 @@ struct RedisLock::Impl {
         if (closed && conn.reused() && attempt == 0) continue;
         throw StoreError(message);
       }
-      if (is_error(r.get())) throw_reply_error(r.get(), "script failed");
-      if (!wait.empty()) {
-        *waited = conn.get()->command(wait);
-        if (!*waited) throw StoreError(conn.get()->error());
-      }
+      if (is_error_reply(r.get())) throw_reply_error(r.get(), "script failed");
       return r;
     }
   }
@@ -195,10 +176,8 @@ struct RedisLock::Impl {
     }
     if (waited->integer < endpoint.replicas) {
       throw StoreError("redis: the " + std::string(op) + " reached " +
-                       std::to_string(waited->integer) + " of " +
-                       std::to_string(endpoint.replicas) + " replicas within " +
-                       std::to_string(options.command_timeout.count() / 2) +
-                       " ms (replicas=" + std::to_string(endpoint.replicas) + ")");
+                       std::to_string(waited->integer) + " of " + wait_replicas +
+                       " replicas within " + wait_ms + " ms (replicas=" + wait_replicas + ")");
     }
   }
 
@@ -219,8 +198,8 @@ struct RedisLock::Impl {
       t = conn.get()->command({"TIME"});
     }
     if (!t || t->type != REDIS_REPLY_ARRAY || t->elements != 2) return std::nullopt;
-    return std::stoll(reply_text(t->element[0])) * 1000 +
-           std::stoll(reply_text(t->element[1])) / 1000;
+    return std::stoll(std::string(redis_detail::reply_view(t->element[0]))) * 1000 +
+           std::stoll(std::string(redis_detail::reply_view(t->element[1]))) / 1000;
   }
 
   std::string redis_key(std::string_view key) const {
@@ -240,15 +219,13 @@ RedisLock::RedisLock(std::string_view url, RedisOptions options)
     // The digest is the script's, the same on every node; each node loads it on its first
     // NOSCRIPT. Loaded here on slot 0's master, through the router's retries.
     ReplyPtr r = impl_->cluster->call("", {"SCRIPT", "LOAD", impl_->script});
-    if (is_error(r.get())) throw_reply_error(r.get(), "SCRIPT LOAD failed");
-    if (r->type != REDIS_REPLY_STRING || r->len != 40) {
-      throw StoreError("redis: unexpected reply to SCRIPT LOAD");
-    }
-    impl_->sha = reply_text(r.get());
+    impl_->sha = redis_detail::loaded_digest(r.get());
     return;
   }
   Impl::Lease conn = impl_->acquire();
-  impl_->sha = impl_->load_script(conn.get());
+  ReplyPtr r = conn.get()->command({"SCRIPT", "LOAD", impl_->script});
+  if (!r) throw StoreError(conn.get()->error());
+  impl_->sha = redis_detail::loaded_digest(r.get());
 }
 
 RedisLock::~RedisLock() = default;
@@ -261,7 +238,7 @@ std::optional<Record> RedisLock::do_inspect(std::string_view key) {
   const std::string k = impl_->redis_key(key);
   if (impl_->cluster) {
     ReplyPtr r = impl_->cluster->call(k, {"HGETALL", k});
-    if (is_error(r.get())) throw_reply_error(r.get(), "HGETALL failed");
+    if (is_error_reply(r.get())) throw_reply_error(r.get(), "HGETALL failed");
     return redis_detail::decode_record(r.get());
   }
   Impl::Lease conn = impl_->acquire();
@@ -271,7 +248,7 @@ std::optional<Record> RedisLock::do_inspect(std::string_view key) {
     impl_->drop_idle();
     throw StoreError(message);
   }
-  if (is_error(r.get())) throw_reply_error(r.get(), "HGETALL failed");
+  if (is_error_reply(r.get())) throw_reply_error(r.get(), "HGETALL failed");
   return redis_detail::decode_record(r.get());
 }
 

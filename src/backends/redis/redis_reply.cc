@@ -22,11 +22,9 @@ namespace {
 
 bool is_string(const redisReply* r) { return r != nullptr && r->type == REDIS_REPLY_STRING; }
 
-std::string_view text(const redisReply* r) { return std::string_view(r->str, r->len); }
-
 bool has_tag(const redisReply* r, std::string_view tag, std::size_t elements) {
   return r != nullptr && r->type == REDIS_REPLY_ARRAY && r->elements == elements &&
-         is_string(r->element[0]) && text(r->element[0]) == tag;
+         is_string(r->element[0]) && reply_view(r->element[0]) == tag;
 }
 
 std::optional<std::int64_t> parse_int(std::string_view s) {
@@ -39,7 +37,7 @@ std::optional<std::int64_t> parse_int(std::string_view s) {
 
 std::int64_t int_element(const redisReply* r, std::string_view what) {
   if (!is_string(r)) unexpected(what);
-  auto v = parse_int(text(r));
+  auto v = parse_int(reply_view(r));
   if (!v) unexpected(what);
   return *v;
 }
@@ -47,7 +45,7 @@ std::int64_t int_element(const redisReply* r, std::string_view what) {
 std::optional<std::string> optional_element(const redisReply* r, std::string_view what) {
   if (r != nullptr && r->type == REDIS_REPLY_NIL) return std::nullopt;
   if (!is_string(r)) unexpected(what);
-  return std::string(text(r));
+  return std::string(reply_view(r));
 }
 
 }  // namespace
@@ -103,8 +101,8 @@ std::optional<Record> decode_record(const redisReply* reply) {
     const redisReply* name = reply->element[i];
     const redisReply* value = reply->element[i + 1];
     if (!is_string(name) || !is_string(value)) unexpected("HGETALL");
-    const std::string_view field = text(name);
-    const std::string_view v = text(value);
+    const std::string_view field = reply_view(name);
+    const std::string_view v = reply_view(value);
     auto number = [&]() -> std::int64_t {
       auto n = parse_int(v);
       if (!n) malformed();

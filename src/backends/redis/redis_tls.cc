@@ -25,9 +25,19 @@
 #include "idempotency/errors.h"
 
 namespace idempotency::redis_detail {
-namespace {
-
 std::string system_message(int error) { return std::generic_category().message(error); }
+
+IoResult server_closed() {
+  return IoResult{.failure = IoFailure::kClosed, .reason = "the server closed the connection"};
+}
+
+IoResult errno_failure(int error) {
+  const bool closed = error == ECONNRESET || error == EPIPE;
+  return IoResult{.failure = closed ? IoFailure::kClosed : IoFailure::kError,
+                  .reason = system_message(error)};
+}
+
+namespace {
 
 // The oldest error OpenSSL queued on this thread (the root cause), then an empty queue; ""
 // when none was queued.
@@ -273,21 +283,14 @@ void TlsSession::close_notify() noexcept {
 
 IoResult TlsSession::failed(int status, int saved_errno) {
   const int error = SSL_get_error(ssl_, status);
-  if (error == SSL_ERROR_ZERO_RETURN) {
-    return IoResult{.failure = IoFailure::kClosed, .reason = "the server closed the connection"};
-  }
+  if (error == SSL_ERROR_ZERO_RETURN) return server_closed();
   if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) {
     ERR_clear_error();  // the socket's SO_RCVTIMEO / SO_SNDTIMEO passed
     return IoResult{.failure = IoFailure::kTimedOut};
   }
   std::string reason = queued_reason();
   if (error == SSL_ERROR_SYSCALL && reason.empty()) {
-    if (saved_errno == 0) {
-      return IoResult{.failure = IoFailure::kClosed, .reason = "the server closed the connection"};
-    }
-    const bool closed = saved_errno == ECONNRESET || saved_errno == EPIPE;
-    return IoResult{.failure = closed ? IoFailure::kClosed : IoFailure::kError,
-                    .reason = system_message(saved_errno)};
+    return saved_errno == 0 ? server_closed() : errno_failure(saved_errno);
   }
   return IoResult{.failure = IoFailure::kError, .reason = reason.empty() ? "TLS error" : reason};
 }

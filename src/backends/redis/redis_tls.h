@@ -35,6 +35,16 @@ struct IoResult {
   std::string reason;
 };
 
+/// system_message() is errno `error`'s message.
+[[nodiscard]] std::string system_message(int error);
+
+/// server_closed() is the failure of a connection the server closed (EOF).
+[[nodiscard]] IoResult server_closed();
+
+/// errno_failure() is the failure of a send or receive that failed with errno `error`:
+/// kClosed for ECONNRESET / EPIPE (the peer reset or closed it), else kError.
+[[nodiscard]] IoResult errno_failure(int error);
+
 class TlsSession;
 
 /// TlsContext is the TLS configuration one RedisLock's connections share.

@@ -1,0 +1,46 @@
+// The lock's script call on one connection, the same for one node and for a Redis Cluster:
+// EVALSHA; after NOSCRIPT (the server lost its script cache), SCRIPT LOAD and EVALSHA once
+// more; then, when asked, a follow-up command (WAIT) on the same connection.
+//
+// Thread safety: pure functions over a connection that the caller holds alone.
+#pragma once
+
+#include <hiredis/hiredis.h>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/connection_pool.h"
+#include "redis_connection.h"
+#include "redis_internal.h"
+
+namespace idempotency::redis_detail {
+
+/// Script is what an EVALSHA runs: the source, for SCRIPT LOAD after NOSCRIPT, and the digest
+/// the server reported for it at start-up.
+struct Script {
+  std::string_view source;
+  std::string_view sha;
+};
+
+/// loaded_digest() reads SCRIPT LOAD's reply: the digest. Throws `StoreError` for an error
+/// reply or a reply of any other shape.
+[[nodiscard]] std::string loaded_digest(const redisReply* reply);
+
+/// call_script() sends `args` (an EVALSHA of `script.sha`) on `conn`. After NOSCRIPT it loads
+/// `script.source` there (SCRIPT LOAD, which must report `script.sha`) and sends `args` once
+/// more. With `then` (e.g. WAIT), once the script's reply is not an error, `then` follows on
+/// the same connection and its reply goes to `*then_reply`.
+///
+/// Returns the script's reply (an error reply as it is), or nullptr when the connection failed
+/// first (`conn.failure()` says how). Throws `StoreError` when SCRIPT LOAD is refused or
+/// reports another digest, and when `then` fails: `pool`'s idle connections are dropped, and
+/// nothing is retried, since the script ran.
+[[nodiscard]] ReplyPtr call_script(store_detail::ConnectionPool<ConnectionPtr>& pool,
+                                   Connection& conn, const std::vector<std::string_view>& args,
+                                   const Script& script,
+                                   const std::vector<std::string_view>& then = {},
+                                   ReplyPtr* then_reply = nullptr);
+
+}  // namespace idempotency::redis_detail
