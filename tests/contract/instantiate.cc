@@ -6,34 +6,22 @@
 
 namespace idempotency::testing {
 
-INSTANTIATE_TEST_SUITE_P(IDEMPOTENCY_BACKEND_NAME, BackendContract,
-                         ::testing::Values(IDEMPOTENCY_BACKEND_FACTORY()),
-                         [](const auto& info) { return info.param.name; });
-INSTANTIATE_TEST_SUITE_P(IDEMPOTENCY_BACKEND_NAME, Differential,
-                         ::testing::Values(IDEMPOTENCY_BACKEND_FACTORY()),
-                         [](const auto& info) { return info.param.name; });
-INSTANTIATE_TEST_SUITE_P(IDEMPOTENCY_BACKEND_NAME, Concurrency,
-                         ::testing::Values(IDEMPOTENCY_BACKEND_FACTORY()),
-                         [](const auto& info) { return info.param.name; });
+IDEMPOTENCY_INSTANTIATE(IDEMPOTENCY_BACKEND_NAME, BackendContract, IDEMPOTENCY_BACKEND_FACTORY());
+IDEMPOTENCY_INSTANTIATE(IDEMPOTENCY_BACKEND_NAME, Differential, IDEMPOTENCY_BACKEND_FACTORY());
+IDEMPOTENCY_INSTANTIATE(IDEMPOTENCY_BACKEND_NAME, Concurrency, IDEMPOTENCY_BACKEND_FACTORY());
 
 // The contract and differential suites again, with a Reclaimer purging every millisecond
-// beside each backend ("<Name>Reclaimed/…"): purging never changes an answer (issue 13). The
-// indirection pastes the backend's name into the prefix before gtest's macro sees it.
+// beside each backend ("<Name>Reclaimed/…"): purging never changes an answer (issue 13).
+// IDEMPOTENCY_INSTANTIATE expands the pasted prefix before gtest's macro sees it.
 #define IDEMPOTENCY_PASTE_(a, b) a##b
 #define IDEMPOTENCY_PASTE(a, b) IDEMPOTENCY_PASTE_(a, b)
-#define IDEMPOTENCY_INSTANTIATE_RECLAIMED(prefix, suite)                                     \
-  INSTANTIATE_TEST_SUITE_P(prefix, suite,                                                    \
-                           ::testing::Values(with_reclaimer(IDEMPOTENCY_BACKEND_FACTORY())), \
-                           [](const auto& info) { return info.param.name; })
-IDEMPOTENCY_INSTANTIATE_RECLAIMED(IDEMPOTENCY_PASTE(IDEMPOTENCY_BACKEND_NAME, Reclaimed),
-                                  BackendContract);
-IDEMPOTENCY_INSTANTIATE_RECLAIMED(IDEMPOTENCY_PASTE(IDEMPOTENCY_BACKEND_NAME, Reclaimed),
-                                  Differential);
+IDEMPOTENCY_INSTANTIATE(IDEMPOTENCY_PASTE(IDEMPOTENCY_BACKEND_NAME, Reclaimed), BackendContract,
+                        with_reclaimer(IDEMPOTENCY_BACKEND_FACTORY()));
+IDEMPOTENCY_INSTANTIATE(IDEMPOTENCY_PASTE(IDEMPOTENCY_BACKEND_NAME, Reclaimed), Differential,
+                        with_reclaimer(IDEMPOTENCY_BACKEND_FACTORY()));
 
 #ifdef IDEMPOTENCY_CROSS_INSTANCE
-INSTANTIATE_TEST_SUITE_P(IDEMPOTENCY_BACKEND_NAME, CrossInstance,
-                         ::testing::Values(IDEMPOTENCY_BACKEND_FACTORY()),
-                         [](const auto& info) { return info.param.name; });
+IDEMPOTENCY_INSTANTIATE(IDEMPOTENCY_BACKEND_NAME, CrossInstance, IDEMPOTENCY_BACKEND_FACTORY());
 #endif
 
 }  // namespace idempotency::testing

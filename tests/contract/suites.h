@@ -159,6 +159,14 @@ class BackendTest : public ::testing::TestWithParam<BackendFactory> {
   std::list<Reclaimed> reclaimers_;  // a list: a Reclaimed never moves once its thread runs
 };
 
+/// IDEMPOTENCY_INSTANTIATE(prefix, suite, factory) instantiates `suite` over the one backend
+/// the BackendFactory expression `factory` describes, its tests named
+/// "<prefix>/<suite>.<test>/<factory's name>". `prefix` may itself be a macro: it is expanded
+/// before gtest's macro pastes it.
+#define IDEMPOTENCY_INSTANTIATE(prefix, suite, factory)               \
+  INSTANTIATE_TEST_SUITE_P(prefix, suite, ::testing::Values(factory), \
+                           [](const auto& info) { return info.param.name; })
+
 class BackendContract : public BackendTest {};
 class Differential : public BackendTest {};
 class Concurrency : public BackendTest {};

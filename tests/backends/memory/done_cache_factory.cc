@@ -26,14 +26,8 @@ BackendFactory memory_done_cache_factory() {
 
 }  // namespace
 
-INSTANTIATE_TEST_SUITE_P(MemoryDoneCache, BackendContract,
-                         ::testing::Values(memory_done_cache_factory()),
-                         [](const auto& info) { return info.param.name; });
-INSTANTIATE_TEST_SUITE_P(MemoryDoneCache, Differential,
-                         ::testing::Values(memory_done_cache_factory()),
-                         [](const auto& info) { return info.param.name; });
-INSTANTIATE_TEST_SUITE_P(MemoryDoneCache, Concurrency,
-                         ::testing::Values(memory_done_cache_factory()),
-                         [](const auto& info) { return info.param.name; });
+IDEMPOTENCY_INSTANTIATE(MemoryDoneCache, BackendContract, memory_done_cache_factory());
+IDEMPOTENCY_INSTANTIATE(MemoryDoneCache, Differential, memory_done_cache_factory());
+IDEMPOTENCY_INSTANTIATE(MemoryDoneCache, Concurrency, memory_done_cache_factory());
 
 }  // namespace idempotency::testing

@@ -7,21 +7,11 @@
 #include "contract/suites.h"
 
 namespace idempotency::testing {
-namespace {
 
-const auto kName = [](const auto& info) { return info.param.name; };
-
-}  // namespace
-
-INSTANTIATE_TEST_SUITE_P(PostgresTls, BackendContract, ::testing::Values(postgres_tls_factory()),
-                         kName);
-INSTANTIATE_TEST_SUITE_P(PostgresBouncer, BackendContract, ::testing::Values(pgbouncer_factory()),
-                         kName);
-INSTANTIATE_TEST_SUITE_P(PostgresBouncer, Differential, ::testing::Values(pgbouncer_factory()),
-                         kName);
-INSTANTIATE_TEST_SUITE_P(PostgresBouncer, Concurrency, ::testing::Values(pgbouncer_factory()),
-                         kName);
-INSTANTIATE_TEST_SUITE_P(PostgresBouncer, CrossInstance, ::testing::Values(pgbouncer_factory()),
-                         kName);
+IDEMPOTENCY_INSTANTIATE(PostgresTls, BackendContract, postgres_tls_factory());
+IDEMPOTENCY_INSTANTIATE(PostgresBouncer, BackendContract, pgbouncer_factory());
+IDEMPOTENCY_INSTANTIATE(PostgresBouncer, Differential, pgbouncer_factory());
+IDEMPOTENCY_INSTANTIATE(PostgresBouncer, Concurrency, pgbouncer_factory());
+IDEMPOTENCY_INSTANTIATE(PostgresBouncer, CrossInstance, pgbouncer_factory());
 
 }  // namespace idempotency::testing

@@ -9,22 +9,14 @@
 
 namespace idempotency::testing {
 
-INSTANTIATE_TEST_SUITE_P(RedisTls, BackendContract, ::testing::Values(redis_tls_factory()),
-                         [](const auto& info) { return info.param.name; });
-INSTANTIATE_TEST_SUITE_P(RedisTls, Differential, ::testing::Values(redis_tls_factory()),
-                         [](const auto& info) { return info.param.name; });
-INSTANTIATE_TEST_SUITE_P(RedisTls, Concurrency, ::testing::Values(redis_tls_factory()),
-                         [](const auto& info) { return info.param.name; });
-INSTANTIATE_TEST_SUITE_P(RedisTls, CrossInstance, ::testing::Values(redis_tls_factory()),
-                         [](const auto& info) { return info.param.name; });
+IDEMPOTENCY_INSTANTIATE(RedisTls, BackendContract, redis_tls_factory());
+IDEMPOTENCY_INSTANTIATE(RedisTls, Differential, redis_tls_factory());
+IDEMPOTENCY_INSTANTIATE(RedisTls, Concurrency, redis_tls_factory());
+IDEMPOTENCY_INSTANTIATE(RedisTls, CrossInstance, redis_tls_factory());
 
-INSTANTIATE_TEST_SUITE_P(RedisCluster, BackendContract, ::testing::Values(redis_cluster_factory()),
-                         [](const auto& info) { return info.param.name; });
-INSTANTIATE_TEST_SUITE_P(RedisCluster, Differential, ::testing::Values(redis_cluster_factory()),
-                         [](const auto& info) { return info.param.name; });
-INSTANTIATE_TEST_SUITE_P(RedisCluster, Concurrency, ::testing::Values(redis_cluster_factory()),
-                         [](const auto& info) { return info.param.name; });
-INSTANTIATE_TEST_SUITE_P(RedisCluster, CrossInstance, ::testing::Values(redis_cluster_factory()),
-                         [](const auto& info) { return info.param.name; });
+IDEMPOTENCY_INSTANTIATE(RedisCluster, BackendContract, redis_cluster_factory());
+IDEMPOTENCY_INSTANTIATE(RedisCluster, Differential, redis_cluster_factory());
+IDEMPOTENCY_INSTANTIATE(RedisCluster, Concurrency, redis_cluster_factory());
+IDEMPOTENCY_INSTANTIATE(RedisCluster, CrossInstance, redis_cluster_factory());
 
 }  // namespace idempotency::testing
