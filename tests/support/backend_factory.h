@@ -46,6 +46,8 @@ BackendFactory redis_factory();
 BackendFactory redis_tls_factory();
 /// Redis Cluster (`redis+cluster://`, the redis_server fixture's 3-master cluster).
 BackendFactory redis_cluster_factory();
+/// The same cluster over TLS (`rediss+cluster://`, every node's TLS port).
+BackendFactory redis_cluster_tls_factory();
 BackendFactory postgres_factory();
 /// PostgreSQL over TLS (verify-full), and through PgBouncer in transaction pooling mode.
 BackendFactory postgres_tls_factory();

@@ -31,6 +31,8 @@ std::string redis_tls_url() { return from_file("redis_tls.url"); }
 
 std::string redis_cluster_url() { return from_file("redis_cluster.url"); }
 
+std::string redis_cluster_tls_url() { return from_file("redis_cluster_tls.url"); }
+
 std::string postgres_url() { return from_env_or_file("POSTGRES_URL", "postgres.url"); }
 
 std::string postgres_tls_url() { return from_env_or_file("POSTGRES_TLS_URL", "postgres_tls.url"); }

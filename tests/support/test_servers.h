@@ -22,6 +22,10 @@ std::string redis_tls_url();
 /// (every node), or "" when the fixture did not run.
 std::string redis_cluster_url();
 
+/// redis_cluster_tls_url() returns the fixture's TLS Redis Cluster as `rediss+cluster://` (every
+/// node's TLS port, with the test CA and sni=localhost), or "" when the fixture did not run.
+std::string redis_cluster_tls_url();
+
 /// postgres_url() returns the test PostgreSQL URL, or "" when none was started or named.
 std::string postgres_url();
 

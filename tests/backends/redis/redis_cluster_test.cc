@@ -2,8 +2,9 @@
 // cluster URL forms, keys spread over every master, a slot migrated under a live claim (ASK
 // while it migrates, MOVED once it moved: the claim's complete and a duplicate's replay land on
 // the right node), `redis-cli --cluster reshard` of the test keys' slots under load (no lost
-// or doubled claim), and wake-ups by sharded pub/sub. The shared suites run on the cluster in
-// contract_redis ("RedisCluster/…").
+// or doubled claim), wake-ups by sharded pub/sub, and rediss+cluster:// on the fixture's TLS
+// cluster. The shared suites run on both clusters in contract_redis ("RedisCluster/…",
+// "RedisClusterTls/…").
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -138,6 +139,39 @@ TEST(RedisCluster, ParsesTheClusterUrlForms) {
       EXPECT_THAT(e.what(), Not(HasSubstr("pw"))) << bad;
     }
   }
+}
+
+// rediss+cluster:// on the fixture's TLS cluster: the seeds, the slot map's nodes and every
+// routed call are verified like a single node's rediss:// — the test CA and the name
+// `localhost` pass; another CA, or no sni= for a certificate that names no address, refuse.
+TEST(RedisCluster, OverTlsTheRightCaAndNameConnectAndAWrongCaOrHostIsRefused) {
+  const std::string url = redis_cluster_tls_url();
+  ASSERT_FALSE(url.empty()) << "no Redis Cluster TLS ports: run through ctest (redis_all)";
+  RedisLock lock(url, RedisOptions{.key_prefix = unique_name("idem_cluster_tls") + ":"});
+  for (int i = 0; i < 32; ++i) {  // keys on every master
+    Claim c = won(lock.claim("tls-" + std::to_string(i), std::chrono::seconds(30)));
+    EXPECT_TRUE(lock.complete(c));
+  }
+  const auto refused = [](const std::string& bad) -> std::string {
+    try {
+      RedisLock other(bad, RedisOptions{.pool_size = 1});
+      return "";
+    } catch (const StoreError& e) {
+      return e.what();
+    }
+  };
+  const auto replace = [&](const std::string& from, const std::string& to) {
+    std::string bad = url;
+    const std::size_t at = bad.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return at == std::string::npos ? bad : bad.replace(at, from.size(), to);
+  };
+  std::string error = refused(replace("/ca.crt", "/other-ca.crt"));
+  EXPECT_THAT(error, HasSubstr("certificate verify failed"));
+  EXPECT_THAT(error, Not(HasSubstr("\n")));
+  error = refused(replace("&sni=localhost", ""));
+  EXPECT_THAT(error, HasSubstr("certificate verify failed: IP address mismatch"));
+  EXPECT_THAT(error, Not(HasSubstr("\n")));
 }
 
 TEST(RedisCluster, KeysSpreadOverEveryMasterAndEachLivesOnItsSlotsMaster) {

@@ -40,7 +40,12 @@ std::string required_tls_url() {
 
 std::string required_cluster_url() {
   return required(redis_cluster_url(),
-                  "no Redis Cluster: run through ctest (the redis_server fixture starts one)");
+                  "no Redis Cluster: run through ctest (the redis_all fixture starts one)");
+}
+
+std::string required_cluster_tls_url() {
+  return required(redis_cluster_tls_url(),
+                  "no TLS Redis Cluster: run through ctest (the redis_all fixture starts one)");
 }
 
 BackendFactory factory_for(std::string name, std::function<std::string()> url) {
@@ -71,5 +76,9 @@ BackendFactory redis_factory() { return factory_for("Redis", required_url); }
 BackendFactory redis_tls_factory() { return factory_for("RedisTls", required_tls_url); }
 
 BackendFactory redis_cluster_factory() { return factory_for("RedisCluster", required_cluster_url); }
+
+BackendFactory redis_cluster_tls_factory() {
+  return factory_for("RedisClusterTls", required_cluster_tls_url);
+}
 
 }  // namespace idempotency::testing

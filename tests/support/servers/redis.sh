@@ -27,7 +27,6 @@ dir=$(cd "$dir" && pwd)
 server=${REDIS_SERVER:-/usr/bin/redis-server}
 cli=${REDIS_CLI:-/usr/bin/redis-cli}
 
-
 # shellcheck source=free_port.sh
 . "$(dirname "$0")/free_port.sh"
 
@@ -45,16 +44,6 @@ stop() {
     rm -rf "$state"
   fi
   rm -f "$dir/redis.url" "$dir/redis_tls.url" "$dir/redis.dir"
-}
-
-# url_path PATH: PATH with the characters a URL's query cannot hold as such percent-encoded.
-url_path() {
-  local p=${1//%/%25}
-  p=${p//&/%26}
-  p=${p//#/%23}
-  p=${p//\?/%3F}
-  p=${p//@/%40}
-  printf '%s' "${p// /%20}"
 }
 
 start() {

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Starts / stops a private Redis Cluster for the tests (a CTest fixture).
 #
-#   redis_cluster.sh start DIR   writes a redis+cluster:// URL naming every node to
-#                                DIR/redis_cluster.url
-#   redis_cluster.sh stop DIR    stops every node and removes their files; safe when none runs
+#   redis_cluster.sh start DIR       writes a redis+cluster:// URL naming every node to
+#                                    DIR/redis_cluster.url
+#   redis_cluster.sh start DIR tls   a second, TLS cluster: writes a rediss+cluster:// URL
+#                                    naming every node's TLS port to DIR/redis_cluster_tls.url
+#   redis_cluster.sh stop DIR [tls]  stops every node and removes their files; safe when none runs
 #
 # Six of Debian's redis-server with cluster-enabled yes on free 127.0.0.1 ports (client port
 # and cluster bus port both probed: the default bus port, port + 10000, may be taken or out of
@@ -15,19 +17,27 @@
 # run; shutdown-timeout 0: a stopping master does not wait for its replica. cluster-node-timeout
 # is short (2 s) so a failover test promotes a replica quickly; each node's directory holds
 # start.cmd, the shell command that started it, so such a test can restart the node it killed.
+# The TLS cluster is three masters without replicas, each also on a TLS port (test certificates
+# from test_certs.sh) with the cluster bus and replication over TLS too: that is what makes a node
+# announce its TLS port to TLS clients. It is a cluster of its own because a TLS bus also makes
+# MIGRATE speak TLS, so slots could no longer be moved over the plain ports the other tests use.
 set -euo pipefail
 
 die() { echo "redis_cluster.sh: $*" >&2; exit 1; }
 
 cmd=${1:-}
 dir=${2:-}
-[[ -n "$cmd" && -n "$dir" ]] || die "usage: redis_cluster.sh start|stop DIR"
+tls=${3:-}
+[[ -n "$cmd" && -n "$dir" && ( -z "$tls" || "$tls" == tls ) ]] ||
+  die "usage: redis_cluster.sh start|stop DIR [tls]"
 mkdir -p "$dir" || die "cannot create $dir"
 dir=$(cd "$dir" && pwd)
 
 server=${REDIS_SERVER:-/usr/bin/redis-server}
 cli=${REDIS_CLI:-/usr/bin/redis-cli}
-nodes=6
+name=redis_cluster${tls:+_tls}
+nodes=6 replicas=1
+[[ -n "$tls" ]] && nodes=3 replicas=0
 
 # shellcheck source=free_port.sh
 . "$(dirname "$0")/free_port.sh"
@@ -35,27 +45,32 @@ nodes=6
 # shellcheck source=stop_redis.sh
 . "$(dirname "$0")/stop_redis.sh"
 
+# shellcheck source=test_certs.sh
+. "$(dirname "$0")/test_certs.sh"
+
 stop() {
   local state node
-  state=$(cat "$dir/redis_cluster.dir" 2>/dev/null || true)
+  state=$(cat "$dir/$name.dir" 2>/dev/null || true)
   if [[ -n "$state" && -d "$state" ]]; then
     # In parallel: a master told to stop would otherwise wait for its replica to catch up.
     for node in "$state"/node*; do [[ -d "$node" ]] && stop_redis "$node" & done
     wait
     rm -rf "$state"
   fi
-  rm -f "$dir/redis_cluster.url" "$dir/redis_cluster.dir"
+  rm -f "$dir/$name.url" "$dir/$name.dir"
 }
 
-# start_node NODE_DIR: one cluster node on a fresh pair of free ports; prints its client port.
+# start_node NODE_DIR [TLS_DIR]: one cluster node on fresh free ports (client, bus, and with
+# TLS_DIR a TLS port serving its certificates); prints its client port and its TLS port (or 0).
 # Retries when a port was taken between the probe and the bind.
 start_node() {
-  local node=$1 port bus
+  local node=$1 certs=${2:-} port tls_port=0 bus
   mkdir -p "$node"
   for _ in 1 2 3 4 5; do
     port=$(free_port) || die "no free port found"
+    [[ -z "$certs" ]] || tls_port=$(free_port) || die "no free port found"
     bus=$(free_port) || die "no free port found"
-    [[ "$port" != "$bus" ]] || continue
+    [[ "$port" != "$bus" && "$port" != "$tls_port" && "$tls_port" != "$bus" ]] || continue
     rm -f "$node/redis.pid" "$node/nodes.conf"
     : >"$node/redis.log"
     local args=(--port "$port" --cluster-port "$bus" --bind 127.0.0.1 --protected-mode yes
@@ -63,13 +78,18 @@ start_node() {
       --cluster-node-timeout 2000 --shutdown-timeout 0 --repl-diskless-sync-delay 0
       --dir "$node" --daemonize yes --pidfile "$node/redis.pid" --logfile "$node/redis.log"
       --appendonly no --save "" --enable-debug-command local)
+    # The bus's TLS needs a client certificate too: without it `--cluster create` waits forever.
+    [[ -z "$certs" ]] || args+=(--tls-port "$tls_port" --tls-cert-file "$certs/server.crt"
+      --tls-key-file "$certs/server.key" --tls-ca-cert-file "$certs/ca.crt"
+      --tls-auth-clients no --tls-cluster yes --tls-replication yes
+      --tls-client-cert-file "$certs/client.crt" --tls-client-key-file "$certs/client.key")
     # The node's own start command, for a test that kills a node and restarts it.
     printf '%q ' "$server" "${args[@]}" >"$node/start.cmd"
     "$server" "${args[@]}" >/dev/null 2>&1 ||
       die "redis-server failed to start: $(tail -n 1 "$node/redis.log" 2>/dev/null)"
     for _ in $(seq 1 100); do
       if [[ "$("$cli" -h 127.0.0.1 -p "$port" ping 2>/dev/null)" == PONG ]]; then
-        echo "$port"
+        echo "$port $tls_port"
         return 0
       fi
       grep -q "Address already in use" "$node/redis.log" 2>/dev/null && break
@@ -101,15 +121,22 @@ start() {
   stop  # a leftover from an interrupted run
   [[ -x "$server" ]] || die "$server not found (install Debian's redis-server package)"
   [[ -x "$cli" ]] || die "$cli not found (install Debian's redis-tools package)"
-  local state i ports=() addrs=()
-  state=$(mktemp -d "$dir/redis_cluster.XXXXXX") || die "cannot create a directory under $dir"
-  printf '%s\n' "$state" >"$dir/redis_cluster.dir"
+  local state i pair certs="" ports=() addrs=() create=()
+  state=$(mktemp -d "$dir/$name.XXXXXX") || die "cannot create a directory under $dir"
+  printf '%s\n' "$state" >"$dir/$name.dir"
+  if [[ -n "$tls" ]]; then
+    certs=$state/tls
+    make_test_certs "$certs" idempotency-test-client
+    # With a TLS bus the address a node is met at must be its TLS port.
+    create=(--tls --cacert "$certs/ca.crt" --sni localhost)
+  fi
   for i in $(seq 1 "$nodes"); do
-    ports+=("$(start_node "$state/node$i")") || { stop; die "cannot start node $i"; }
-    addrs+=("127.0.0.1:${ports[-1]}")
+    pair=$(start_node "$state/node$i" "$certs") || { stop; die "cannot start node $i"; }
+    ports+=("${pair% *}")
+    if [[ -n "$tls" ]]; then addrs+=("127.0.0.1:${pair#* }"); else addrs+=("127.0.0.1:${pair% *}"); fi
   done
-  if ! "$cli" --cluster create "${addrs[@]}" --cluster-replicas 1 --cluster-yes \
-      >"$state/create.log" 2>&1; then
+  if ! "$cli" "${create[@]}" --cluster create "${addrs[@]}" --cluster-replicas "$replicas" \
+      --cluster-yes >"$state/create.log" 2>&1; then
     local reason
     reason=$(tail -n 1 "$state/create.log")
     stop
@@ -118,7 +145,12 @@ start() {
   for _ in $(seq 1 300); do
     if cluster_ready "${ports[@]}"; then
       local IFS=,
-      printf 'redis+cluster://%s\n' "${addrs[*]}" >"$dir/redis_cluster.url"
+      if [[ -n "$tls" ]]; then
+        printf 'rediss+cluster://%s?ca=%s&sni=localhost\n' "${addrs[*]}" \
+          "$(url_path "$certs/ca.crt")" >"$dir/$name.url"
+      else
+        printf 'redis+cluster://%s\n' "${addrs[*]}" >"$dir/$name.url"
+      fi
       exit 0
     fi
     sleep 0.1

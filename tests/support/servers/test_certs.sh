@@ -43,3 +43,13 @@ make_test_certs() {
   done
   chmod 600 "$tls"/*.key
 }
+
+# url_path PATH: PATH with the characters a URL's query cannot hold as such percent-encoded.
+url_path() {
+  local p=${1//%/%25}
+  p=${p//&/%26}
+  p=${p//#/%23}
+  p=${p//\?/%3F}
+  p=${p//@/%40}
+  printf '%s' "${p// /%20}"
+}
