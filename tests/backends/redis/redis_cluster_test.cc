@@ -141,10 +141,12 @@ TEST(RedisCluster, ParsesTheClusterUrlForms) {
   }
 }
 
-// rediss+cluster:// on the fixture's TLS cluster: the seeds, the slot map's nodes and every
-// routed call are verified like a single node's rediss:// — the test CA and the name
-// `localhost` pass; another CA, or no sni= for a certificate that names no address, refuse.
-TEST(RedisCluster, OverTlsTheRightCaAndNameConnectAndAWrongCaOrHostIsRefused) {
+// rediss+cluster:// on the fixture's TLS cluster, which requires a password as Memorystore's
+// TLS + AUTH does: the seeds, the slot map's nodes and every routed call are verified like a
+// single node's rediss:// — the test CA, the name `localhost` and the password pass; another
+// CA, no sni= for a certificate that names no address, a wrong password or none refuse, in one
+// line that names no password.
+TEST(RedisCluster, OverTlsTheRightCaNameAndPasswordConnectAndAnyWrongOneIsRefused) {
   const std::string url = redis_cluster_tls_url();
   ASSERT_FALSE(url.empty()) << "no Redis Cluster TLS ports: run through ctest (redis_all)";
   RedisLock lock(url, RedisOptions{.key_prefix = unique_name("idem_cluster_tls") + ":"});
@@ -171,6 +173,17 @@ TEST(RedisCluster, OverTlsTheRightCaAndNameConnectAndAWrongCaOrHostIsRefused) {
   EXPECT_THAT(error, Not(HasSubstr("\n")));
   error = refused(replace("&sni=localhost", ""));
   EXPECT_THAT(error, HasSubstr("certificate verify failed: IP address mismatch"));
+  EXPECT_THAT(error, Not(HasSubstr("\n")));
+
+  const std::size_t from = url.find("://:") + 4;
+  const std::string password = url.substr(from, url.find('@') - from);
+  ASSERT_FALSE(password.empty()) << "the TLS cluster's URL names no password";
+  error = refused(replace(password, "wrong-" + password));
+  EXPECT_THAT(error, HasSubstr("AUTH failed"));
+  EXPECT_THAT(error, Not(HasSubstr(password)));
+  EXPECT_THAT(error, Not(HasSubstr("\n")));
+  error = refused(replace(":" + password + "@", ""));
+  EXPECT_THAT(error, HasSubstr("NOAUTH"));
   EXPECT_THAT(error, Not(HasSubstr("\n")));
 }
 

@@ -17,8 +17,9 @@
 # run; shutdown-timeout 0: a stopping master does not wait for its replica. cluster-node-timeout
 # is short (2 s) so a failover test promotes a replica quickly; each node's directory holds
 # start.cmd, the shell command that started it, so such a test can restart the node it killed.
-# The TLS cluster is three masters without replicas, each also on a TLS port (test certificates
-# from test_certs.sh) with the cluster bus and replication over TLS too: that is what makes a node
+# The TLS cluster is three masters without replicas that require a password (generated per run,
+# in the URL), as Memorystore's TLS + AUTH do, each also on a TLS port (test certificates from
+# test_certs.sh) with the cluster bus and replication over TLS too: that is what makes a node
 # announce its TLS port to TLS clients. It is a cluster of its own because a TLS bus also makes
 # MIGRATE speak TLS, so slots could no longer be moved over the plain ports the other tests use.
 set -euo pipefail
@@ -79,9 +80,9 @@ start_node() {
       --dir "$node" --daemonize yes --pidfile "$node/redis.pid" --logfile "$node/redis.log"
       --appendonly no --save "" --enable-debug-command local)
     # The bus's TLS needs a client certificate too: without it `--cluster create` waits forever.
-    [[ -z "$certs" ]] || args+=(--tls-port "$tls_port" --tls-cert-file "$certs/server.crt"
-      --tls-key-file "$certs/server.key" --tls-ca-cert-file "$certs/ca.crt"
-      --tls-auth-clients no --tls-cluster yes --tls-replication yes
+    [[ -z "$certs" ]] || args+=(--requirepass "$REDISCLI_AUTH"
+      --tls-port "$tls_port" --tls-cert-file "$certs/server.crt"
+      --tls-key-file "$certs/server.key" --tls-ca-cert-file "$certs/ca.crt" --tls-auth-clients no --tls-cluster yes --tls-replication yes
       --tls-client-cert-file "$certs/client.crt" --tls-client-key-file "$certs/client.key")
     # The node's own start command, for a test that kills a node and restarts it.
     printf '%q ' "$server" "${args[@]}" >"$node/start.cmd"
@@ -127,6 +128,9 @@ start() {
   if [[ -n "$tls" ]]; then
     certs=$state/tls
     make_test_certs "$certs" idempotency-test-client
+    # redis-cli authenticates every call below with it.
+    REDISCLI_AUTH=$("${OPENSSL:-openssl}" rand -hex 16) || die "openssl rand failed"
+    export REDISCLI_AUTH
     # With a TLS bus the address a node is met at must be its TLS port.
     create=(--tls --cacert "$certs/ca.crt" --sni localhost)
   fi
@@ -146,7 +150,7 @@ start() {
     if cluster_ready "${ports[@]}"; then
       local IFS=,
       if [[ -n "$tls" ]]; then
-        printf 'rediss+cluster://%s?ca=%s&sni=localhost\n' "${addrs[*]}" \
+        printf 'rediss+cluster://:%s@%s?ca=%s&sni=localhost\n' "$REDISCLI_AUTH" "${addrs[*]}" \
           "$(url_path "$certs/ca.crt")" >"$dir/$name.url"
       else
         printf 'redis+cluster://%s\n' "${addrs[*]}" >"$dir/$name.url"
