@@ -69,22 +69,22 @@ std::size_t ClusterRouter::node_index(const RedisNode& address) {
   return nodes_.size() - 1;
 }
 
-ClusterRouter::Pool* ClusterRouter::pool_for(const RedisNode& address) {
+ClusterRouter::Node& ClusterRouter::node_for(const RedisNode& address) {
   {
     std::shared_lock lock(mu_);
-    for (const Node& n : nodes_) {
-      if (same(n.address, address)) return n.pool.get();
+    for (Node& n : nodes_) {
+      if (same(n.address, address)) return n;
     }
   }
   std::unique_lock lock(mu_);
-  return nodes_[node_index(address)].pool.get();
+  return nodes_[node_index(address)];
 }
 
-ClusterRouter::Pool* ClusterRouter::pool_for_slot(std::uint16_t slot) {
+ClusterRouter::Node& ClusterRouter::node_for_slot(std::uint16_t slot) {
   for (int pass = 0; pass < 2; ++pass) {
     {
       std::shared_lock lock(mu_);
-      if (loaded_ && slots_[slot] != kNoNode) return nodes_[slots_[slot]].pool.get();
+      if (loaded_ && slots_[slot] != kNoNode) return nodes_[slots_[slot]];
     }
     refresh();
   }
@@ -121,7 +121,8 @@ bool ClusterRouter::load_from(const RedisNode& address, std::string& why) {
     if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
         e->element[0]->type != REDIS_REPLY_INTEGER || e->element[1]->type != REDIS_REPLY_INTEGER ||
         e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2 ||
-        e->element[2]->element[0]->type != REDIS_REPLY_STRING ||
+        (e->element[2]->element[0]->type != REDIS_REPLY_STRING &&
+         e->element[2]->element[0]->type != REDIS_REPLY_NIL) ||
         e->element[2]->element[1]->type != REDIS_REPLY_INTEGER) {
       why = "redis: unexpected entry in the reply to CLUSTER SLOTS";
       return false;
@@ -132,9 +133,11 @@ bool ClusterRouter::load_from(const RedisNode& address, std::string& why) {
       why = "redis: CLUSTER SLOTS names a slot out of range";
       return false;
     }
-    RedisNode master{std::string(reply_view(e->element[2]->element[0])),
+    const redisReply* host = e->element[2]->element[0];
+    RedisNode master{host->type == REDIS_REPLY_NIL ? std::string() : std::string(reply_view(host)),
                      static_cast<int>(e->element[2]->element[1]->integer)};
-    // "" or "?": the node has no announced endpoint; it is reached where we asked.
+    // Nil (Redis 7's cluster-preferred-endpoint-type unknown-endpoint), "" or "?": the node
+    // has no announced endpoint; it is reached at the host we asked.
     if (master.host.empty() || master.host == "?") master.host = address.host;
     const auto index = static_cast<std::uint32_t>(node_index(master));
     std::fill(map.begin() + first, map.begin() + last + 1, index);
@@ -173,13 +176,7 @@ std::size_t ClusterRouter::masters() const {
 
 ConnectionPtr ClusterRouter::connect_for(std::string_view key) {
   const std::uint16_t slot = key_slot(key);
-  RedisNode address;
-  {
-    (void)pool_for_slot(slot);  // loads the map when needed
-    std::shared_lock lock(mu_);
-    address = nodes_[slots_[slot]].address;
-  }
-  return connect_(address);
+  return connect_(node_for_slot(slot).address);
 }
 
 ReplyPtr ClusterRouter::call(std::string_view key, const std::vector<std::string_view>& args,
@@ -190,14 +187,15 @@ ReplyPtr ClusterRouter::call(std::string_view key, const std::vector<std::string
   std::string last_error = "redis: cluster call failed";
   int retries = 0;
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
-    Pool* pool = nullptr;
+    Node* node = nullptr;
     try {
-      pool = ask ? pool_for(*ask) : pool_for_slot(slot);
+      node = ask ? &node_for(*ask) : &node_for_slot(slot);
     } catch (const StoreError& e) {  // no node answered CLUSTER SLOTS: the cluster is down
       last_error = e.what();
       std::this_thread::sleep_for(backoff(++retries));
       continue;
     }
+    Pool* pool = node->pool.get();
     std::optional<Pool::Lease> lease;
     try {
       lease.emplace(pool->acquire());
@@ -208,7 +206,6 @@ ReplyPtr ClusterRouter::call(std::string_view key, const std::vector<std::string
       continue;
     }
     Connection* conn = lease->get();
-    const RedisNode target = ask.value_or(RedisNode{});
     if (ask) {
       ReplyPtr asking = conn->command({"ASKING"});
       ask.reset();
@@ -234,7 +231,7 @@ ReplyPtr ClusterRouter::call(std::string_view key, const std::vector<std::string
     if (is_error_reply(r.get(), "MOVED ")) {
       lease.reset();
       last_error = "redis: too many cluster redirects";
-      const std::optional<RedisNode> moved = redirect_target(r.get(), target);
+      const std::optional<RedisNode> moved = redirect_target(r.get(), node->address);
       if (!moved) throw StoreError("redis: malformed MOVED redirect");
       refresh_quietly();
       // The redirect is the owner's own word, newer than any map a replica may still serve.
@@ -243,7 +240,7 @@ ReplyPtr ClusterRouter::call(std::string_view key, const std::vector<std::string
       continue;
     }
     if (is_error_reply(r.get(), "ASK ")) {
-      ask = redirect_target(r.get(), target);
+      ask = redirect_target(r.get(), node->address);
       if (!ask) throw StoreError("redis: malformed ASK redirect");
       last_error = "redis: too many cluster redirects";
       continue;

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -75,9 +76,9 @@ class ClusterRouter {
 
   // node_index() finds or adds the node at `address`. Under mu_ (exclusive).
   std::size_t node_index(const RedisNode& address);
-  // pool_for_slot() is the pool of the slot's master, loading the map first when it is empty.
-  Pool* pool_for_slot(std::uint16_t slot);
-  Pool* pool_for(const RedisNode& address);
+  // node_for_slot() is the slot's master, loading the map first when it is empty.
+  Node& node_for_slot(std::uint16_t slot);
+  Node& node_for(const RedisNode& address);
   // refresh_quietly() is refresh() for a retry loop: a failure is left to the next attempt.
   void refresh_quietly() noexcept;
   // load_from() reads CLUSTER SLOTS from `address`; false when that node cannot answer.
@@ -89,7 +90,8 @@ class ClusterRouter {
   const std::chrono::milliseconds pool_wait_;
 
   mutable std::shared_mutex mu_;
-  std::vector<Node> nodes_;  // only appended to: indices and pools stay valid
+  // Only appended to, and a deque: indices and references to a Node stay valid.
+  std::deque<Node> nodes_;
   static constexpr std::uint32_t kNoNode = 0xFFFFFFFF;
   std::array<std::uint32_t, kClusterSlots> slots_{};  // index into nodes_, or kNoNode
   bool loaded_ = false;
