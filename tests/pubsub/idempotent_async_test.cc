@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stop_token>
 #include <thread>
 #include <vector>
 
@@ -355,17 +356,18 @@ TEST(IdempotentAsync, JoinersHoldNoWorkerSoABoundedPoolCannotDeadlock) {
   auto memory = std::make_shared<InMemoryLock>();
   auto store = std::make_shared<MayBlock>(memory);
   std::mutex mutex;
-  std::condition_variable ready;
+  std::condition_variable_any ready;
   std::deque<std::function<void()>> queue;
-  bool stopping = false;
+  // Each worker ends when its jthread is destroyed (a stop request wakes its wait), also when an
+  // assertion below returns early.
   std::vector<std::jthread> workers;
   for (int i = 0; i < 2; ++i) {
-    workers.emplace_back([&] {
+    workers.emplace_back([&](const std::stop_token& stop) {
       for (;;) {
         std::function<void()> work;
         {
           std::unique_lock lock(mutex);
-          ready.wait(lock, [&] { return stopping || !queue.empty(); });
+          ready.wait(lock, stop, [&] { return !queue.empty(); });
           if (queue.empty()) return;
           work = std::move(queue.front());
           queue.pop_front();
@@ -380,9 +382,10 @@ TEST(IdempotentAsync, JoinersHoldNoWorkerSoABoundedPoolCannotDeadlock) {
   auto handle = idempotent_async(
       {.backend = store},
       [&](const Delivery&, HandlerDone done) {
-        ++runs;
+        // Counted under the lock, after the push: once runs is 10, every done is in `held`.
         std::lock_guard lock(held_mutex);
         held.push_back(std::move(done));
+        ++runs;
       },
       [&](std::function<void()> work) {
         std::lock_guard lock(mutex);
@@ -411,11 +414,6 @@ TEST(IdempotentAsync, JoinersHoldNoWorkerSoABoundedPoolCannotDeadlock) {
     EXPECT_TRUE(is_ack(a.get().status));
   }
   EXPECT_EQ(runs, 10);
-  {
-    std::lock_guard lock(mutex);
-    stopping = true;
-    ready.notify_all();
-  }
 }
 
 TEST(IdempotentAsync, RefusesAnEmptyHandlerOrExecutor) {
