@@ -1,8 +1,10 @@
 // Where the tests find the real Redis and PostgreSQL servers.
 //
-// `REDIS_URL` / `POSTGRES_URL` (and `POSTGRES_TLS_URL`, `PGBOUNCER_URL`) point at servers a
-// developer runs; otherwise the CTest fixture scripts (tests/support/servers/) start private
-// ones on free 127.0.0.1 ports and write their URLs into files that these functions read.
+// `REDIS_URL` / `POSTGRES_URL` (and `POSTGRES_TLS_URL`, `POSTGRES_CLIENT_CERT_URL`,
+// `POSTGRES_CA`, `POSTGRES_WRONG_CA`, `PGBOUNCER_URL`) point at servers a developer runs;
+// otherwise the CTest fixture scripts (tests/support/servers/) start private ones on free
+// 127.0.0.1 ports and write their URLs into files that these functions read. Redis's TLS port and
+// both clusters have no override: their tests need what the fixture made (certificates, nodes).
 // With CI=true a missing server fails the test instead of skipping it.
 #pragma once
 
