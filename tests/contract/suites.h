@@ -167,6 +167,15 @@ class BackendTest : public ::testing::TestWithParam<BackendFactory> {
   INSTANTIATE_TEST_SUITE_P(prefix, suite, ::testing::Values(factory), \
                            [](const auto& info) { return info.param.name; })
 
+/// IDEMPOTENCY_INSTANTIATE_ALL(prefix, factory) instantiates the four shared suites (contract,
+/// differential, concurrency, cross-instance) over one backend variant, e.g. a store reached
+/// over TLS or through a pooler, where only the transport differs.
+#define IDEMPOTENCY_INSTANTIATE_ALL(prefix, factory)         \
+  IDEMPOTENCY_INSTANTIATE(prefix, BackendContract, factory); \
+  IDEMPOTENCY_INSTANTIATE(prefix, Differential, factory);    \
+  IDEMPOTENCY_INSTANTIATE(prefix, Concurrency, factory);     \
+  IDEMPOTENCY_INSTANTIATE(prefix, CrossInstance, factory)
+
 class BackendContract : public BackendTest {};
 class Differential : public BackendTest {};
 class Concurrency : public BackendTest {};

@@ -9,9 +9,6 @@
 namespace idempotency::testing {
 
 IDEMPOTENCY_INSTANTIATE(PostgresTls, BackendContract, postgres_tls_factory());
-IDEMPOTENCY_INSTANTIATE(PostgresBouncer, BackendContract, pgbouncer_factory());
-IDEMPOTENCY_INSTANTIATE(PostgresBouncer, Differential, pgbouncer_factory());
-IDEMPOTENCY_INSTANTIATE(PostgresBouncer, Concurrency, pgbouncer_factory());
-IDEMPOTENCY_INSTANTIATE(PostgresBouncer, CrossInstance, pgbouncer_factory());
+IDEMPOTENCY_INSTANTIATE_ALL(PostgresBouncer, pgbouncer_factory());
 
 }  // namespace idempotency::testing

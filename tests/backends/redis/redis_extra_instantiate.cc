@@ -10,19 +10,8 @@
 
 namespace idempotency::testing {
 
-IDEMPOTENCY_INSTANTIATE(RedisTls, BackendContract, redis_tls_factory());
-IDEMPOTENCY_INSTANTIATE(RedisTls, Differential, redis_tls_factory());
-IDEMPOTENCY_INSTANTIATE(RedisTls, Concurrency, redis_tls_factory());
-IDEMPOTENCY_INSTANTIATE(RedisTls, CrossInstance, redis_tls_factory());
-
-IDEMPOTENCY_INSTANTIATE(RedisCluster, BackendContract, redis_cluster_factory());
-IDEMPOTENCY_INSTANTIATE(RedisCluster, Differential, redis_cluster_factory());
-IDEMPOTENCY_INSTANTIATE(RedisCluster, Concurrency, redis_cluster_factory());
-IDEMPOTENCY_INSTANTIATE(RedisCluster, CrossInstance, redis_cluster_factory());
-
-IDEMPOTENCY_INSTANTIATE(RedisClusterTls, BackendContract, redis_cluster_tls_factory());
-IDEMPOTENCY_INSTANTIATE(RedisClusterTls, Differential, redis_cluster_tls_factory());
-IDEMPOTENCY_INSTANTIATE(RedisClusterTls, Concurrency, redis_cluster_tls_factory());
-IDEMPOTENCY_INSTANTIATE(RedisClusterTls, CrossInstance, redis_cluster_tls_factory());
+IDEMPOTENCY_INSTANTIATE_ALL(RedisTls, redis_tls_factory());
+IDEMPOTENCY_INSTANTIATE_ALL(RedisCluster, redis_cluster_factory());
+IDEMPOTENCY_INSTANTIATE_ALL(RedisClusterTls, redis_cluster_tls_factory());
 
 }  // namespace idempotency::testing
