@@ -20,9 +20,11 @@
 // reply) throws `StoreError` with the server's message, never the key, and never reports
 // an outcome it did not receive. A dropped connection is re-established on the next call.
 //
-// Thread safety: safe from any number of threads; calls share a bounded pool of
-// connections (`RedisOptions::pool_size`, per master on a cluster) and wait up to
-// `RedisOptions::pool_wait` for a free one when all are busy.
+// Thread safety: safe from any number of threads. Calls share `RedisOptions::pipelines`
+// connections, concurrent ones batched into one write; with `?replicas=N`, on a cluster (per
+// master) or with `pipelines = 0` they share a bounded pool of connections
+// (`RedisOptions::pool_size`) instead and wait up to `RedisOptions::pool_wait` for a free one
+// when all are busy.
 #pragma once
 
 #include <chrono>
@@ -54,6 +56,14 @@ struct RedisOptions {
   /// costs nothing at low concurrency and lets 64 concurrent callers each have one (Redis
   /// serves ten thousand clients by default; queueing for 8 halved the rate at 64 threads).
   std::size_t pool_size = 64;
+  /// Connections that concurrent calls share (pipelining): a call made while others await
+  /// their replies is queued, and the calls queued meanwhile go out in one write and their
+  /// replies come back together, so many calls cost about one send and one receive (on
+  /// loopback and in a VPC a call's cost is mostly its system calls). A lone call is sent at
+  /// once. 0: every call borrows a connection of its own from the pool. Not used with
+  /// `?replicas=N` (WAIT holds its connection until replicas answer) nor on a cluster: those
+  /// use the pool.
+  std::size_t pipelines = 2;
   /// How long a call waits for a pooled connection before `StoreError`. At least 0.
   std::chrono::milliseconds pool_wait = std::chrono::seconds(30);
   /// How long opening a connection may take before `StoreError`. Positive.
@@ -108,6 +118,9 @@ struct RedisEndpoint {
   /// have the write, for up to half of `command_timeout`, and throw `StoreError` when fewer
   /// did (never a silent success). 0 (the default): acknowledged by the master alone.
   int replicas = 0;
+  /// `?pipelines=N` (0 to 64, not with `replicas=` nor on a cluster): overrides
+  /// `RedisOptions::pipelines`, so a URL alone (the sidecar's `--backend`) can choose.
+  std::optional<std::size_t> pipelines;
 };
 
 /// parse_redis_url() parses `redis://[[user]:password@]host[:port][/db]`,

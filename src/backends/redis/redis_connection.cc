@@ -187,8 +187,7 @@ void Connection::fail(IoFailure failure, const std::string& reason) {
   error_ = "redis: " + reason;
 }
 
-ReplyPtr Connection::command(const std::vector<std::string_view>& args) {
-  if (failure_ != IoFailure::kNone) return nullptr;
+bool Connection::format(const std::vector<std::string_view>& args, std::string& out) {
   // Pointers and lengths for hiredis: on the stack for the usual command (an EVALSHA has a
   // dozen arguments at most), on the heap only beyond kStackArgs.
   std::array<const char*, kStackArgs> stack_argv;
@@ -210,15 +209,26 @@ ReplyPtr Connection::command(const std::vector<std::string_view>& args) {
   char* raw = nullptr;
   const int size = redisFormatCommandArgv(&raw, static_cast<int>(args.size()), argv, lens);
   const std::unique_ptr<char, FormattedDeleter> formatted(raw);
-  if (size < 0 || !formatted) {
+  if (size < 0 || !formatted) return false;
+  out.append(formatted.get(), static_cast<std::size_t>(size));
+  return true;
+}
+
+ReplyPtr Connection::command(const std::vector<std::string_view>& args) {
+  if (failure_ != IoFailure::kNone) return nullptr;
+  std::string formatted;
+  if (!format(args, formatted)) {
     fail(IoFailure::kError, "out of memory");
     return nullptr;
   }
-  if (!send_all(formatted.get(), static_cast<std::size_t>(size))) return nullptr;
+  if (!send(formatted)) return nullptr;
   return read_reply();
 }
 
-bool Connection::send_all(const char* data, std::size_t size) {
+bool Connection::send(std::string_view bytes) {
+  if (failure_ != IoFailure::kNone) return false;
+  const char* data = bytes.data();
+  std::size_t size = bytes.size();
   IoResult result;
   if (tls_) {
     result = tls_->write(data, size);
@@ -243,39 +253,50 @@ bool Connection::send_all(const char* data, std::size_t size) {
   return false;
 }
 
+ReplyPtr Connection::take_reply() {
+  if (failure_ != IoFailure::kNone) return nullptr;
+  void* reply = nullptr;
+  if (redisReaderGetReply(reader_.get(), &reply) != REDIS_OK) {
+    fail(IoFailure::kError, std::string("protocol error: ") + reader_->errstr);
+    return nullptr;
+  }
+  return ReplyPtr(static_cast<redisReply*>(reply));
+}
+
+bool Connection::receive() {
+  if (failure_ != IoFailure::kNone) return false;
+  std::array<char, kReadSize> buffer;  // not zeroed: only what was read is fed
+  IoResult result;
+  if (tls_) {
+    result = tls_->read(buffer.data(), buffer.size());
+  } else {
+    ssize_t n = 0;
+    do {
+      n = ::recv(fd_, buffer.data(), buffer.size(), 0);
+    } while (n < 0 && errno == EINTR);
+    if (n > 0) result.bytes = static_cast<std::size_t>(n);
+    if (n == 0) result = server_closed();
+    if (n < 0) result = plain_failure(errno);
+  }
+  if (result.failure == IoFailure::kTimedOut) {
+    result.reason =
+        "no reply within " + std::to_string(command_timeout_.count()) + " ms (command_timeout)";
+  }
+  if (result.failure != IoFailure::kNone) {
+    fail(result.failure, result.reason);
+    return false;
+  }
+  if (redisReaderFeed(reader_.get(), buffer.data(), result.bytes) != REDIS_OK) {
+    fail(IoFailure::kError, std::string("protocol error: ") + reader_->errstr);
+    return false;
+  }
+  return true;
+}
+
 ReplyPtr Connection::read_reply() {
   for (;;) {
-    void* reply = nullptr;
-    if (redisReaderGetReply(reader_.get(), &reply) != REDIS_OK) {
-      fail(IoFailure::kError, std::string("protocol error: ") + reader_->errstr);
-      return nullptr;
-    }
-    if (reply != nullptr) return ReplyPtr(static_cast<redisReply*>(reply));
-    std::array<char, kReadSize> buffer;  // not zeroed: only what was read is fed
-    IoResult result;
-    if (tls_) {
-      result = tls_->read(buffer.data(), buffer.size());
-    } else {
-      ssize_t n = 0;
-      do {
-        n = ::recv(fd_, buffer.data(), buffer.size(), 0);
-      } while (n < 0 && errno == EINTR);
-      if (n > 0) result.bytes = static_cast<std::size_t>(n);
-      if (n == 0) result = server_closed();
-      if (n < 0) result = plain_failure(errno);
-    }
-    if (result.failure == IoFailure::kTimedOut) {
-      result.reason =
-          "no reply within " + std::to_string(command_timeout_.count()) + " ms (command_timeout)";
-    }
-    if (result.failure != IoFailure::kNone) {
-      fail(result.failure, result.reason);
-      return nullptr;
-    }
-    if (redisReaderFeed(reader_.get(), buffer.data(), result.bytes) != REDIS_OK) {
-      fail(IoFailure::kError, std::string("protocol error: ") + reader_->errstr);
-      return nullptr;
-    }
+    if (ReplyPtr reply = take_reply()) return reply;
+    if (!receive()) return nullptr;
   }
 }
 

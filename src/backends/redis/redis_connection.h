@@ -46,6 +46,18 @@ class Connection {
   /// any other reply.
   [[nodiscard]] ReplyPtr command(const std::vector<std::string_view>& args);
 
+  /// format() appends `args` to `out` as one RESP command; false when out of memory.
+  [[nodiscard]] static bool format(const std::vector<std::string_view>& args, std::string& out);
+  /// send() writes `bytes` (commands already formatted) whole; false when the connection
+  /// failed (failure() says how).
+  [[nodiscard]] bool send(std::string_view bytes);
+  /// take_reply() returns the next reply if it has been read whole, else nullptr (with
+  /// failure() set when what was read is not RESP).
+  [[nodiscard]] ReplyPtr take_reply();
+  /// receive() reads what the server sent next, waiting up to `command_timeout`; false when
+  /// the connection failed.
+  [[nodiscard]] bool receive();
+
   /// failure() is kNone until a call fails; then it says how.
   [[nodiscard]] IoFailure failure() const noexcept { return failure_; }
   /// error() is the failure as one line starting "redis: ", naming neither key nor secret.
@@ -59,7 +71,6 @@ class Connection {
  private:
   Connection(int fd, std::unique_ptr<TlsSession> tls, std::chrono::milliseconds command_timeout);
 
-  [[nodiscard]] bool send_all(const char* data, std::size_t size);
   [[nodiscard]] ReplyPtr read_reply();
   void fail(IoFailure failure, const std::string& reason);
 

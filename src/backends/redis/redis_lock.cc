@@ -24,6 +24,7 @@
 #include "redis_cluster.h"
 #include "redis_connection.h"
 #include "redis_internal.h"
+#include "redis_pipeline.h"
 #include "redis_script_call.h"
 #include "redis_tls.h"
 
@@ -75,6 +76,10 @@ struct RedisLock::Impl {
       script = std::string(redis_detail::kScript);
     }
     if (endpoint.replicas > 0) wait_command = {"WAIT", wait_replicas, wait_ms};
+    const std::size_t shared = endpoint.pipelines.value_or(options.pipelines);
+    if (!endpoint.cluster && endpoint.replicas == 0 && shared > 0) {
+      pipelines = std::make_unique<redis_detail::Pipelines>(shared, [this] { return connect(); });
+    }
   }
 
   static RedisOptions validated(RedisOptions o) {
@@ -103,6 +108,8 @@ struct RedisLock::Impl {
   std::unique_ptr<redis_detail::ClusterRouter> cluster;  // for the cluster schemes only
   // How waits ended.
   store_detail::WaitTally waits;
+  // The shared connections of a single node without `?replicas=N`; null otherwise.
+  std::unique_ptr<redis_detail::Pipelines> pipelines;
   store_detail::ConnectionPool<ConnectionPtr> pool;  // last: its connections are closed first
   using Lease = store_detail::ConnectionPool<ConnectionPtr>::Lease;
 
@@ -152,6 +159,7 @@ struct RedisLock::Impl {
       if (is_error_reply(r.get())) throw_reply_error(r.get(), "script failed");
       return r;
     }
+    if (pipelines) return eval_pipelined(args, call);
     for (int attempt = 0;; ++attempt) {
       Lease conn = acquire();
       ReplyPtr r = redis_detail::call_script(pool, *conn.get(), args, call, wait, waited);
@@ -165,6 +173,53 @@ struct RedisLock::Impl {
       if (is_error_reply(r.get())) throw_reply_error(r.get(), "script failed");
       return r;
     }
+  }
+
+  // eval() over the shared connections: retried once when the call provably never left, or
+  // found a connection the server had closed (as the pool's path does).
+  ReplyPtr eval_pipelined(const std::vector<std::string_view>& args,
+                          const redis_detail::Script& call) {
+    // One pipeline for the operation: SCRIPT LOAD after NOSCRIPT, and a retry on the
+    // replacement of the connection that failed.
+    std::size_t slot = redis_detail::Pipelines::kAny;
+    for (int attempt = 0;; ++attempt) {
+      bool fresh = false;
+      redis_detail::PipelineOutcome failed;
+      ReplyPtr r = redis_detail::evalsha(
+          [&](const std::vector<std::string_view>& a) {
+            redis_detail::PipelineOutcome o = pipelines->call(a, fresh, slot);
+            ReplyPtr reply = std::move(o.reply);
+            if (!reply) failed = std::move(o);
+            return reply;
+          },
+          args, call);
+      if (!r) {
+        const bool stale = failed.failure == IoFailure::kClosed && !fresh;
+        if ((!failed.maybe_sent || stale) && attempt == 0) continue;
+        throw StoreError(failed.error);
+      }
+      if (is_error_reply(r.get())) throw_reply_error(r.get(), "script failed");
+      return r;
+    }
+  }
+
+  // command() sends one command outside the script (HGETALL, TIME) on a single node: nullptr
+  // when the connection failed, with `error` saying how.
+  ReplyPtr command(const std::vector<std::string_view>& args, std::string& error) {
+    if (pipelines) {
+      bool fresh = false;
+      std::size_t slot = redis_detail::Pipelines::kAny;
+      redis_detail::PipelineOutcome o = pipelines->call(args, fresh, slot);
+      if (!o.reply) error = std::move(o.error);
+      return std::move(o.reply);
+    }
+    Lease conn = acquire();
+    ReplyPtr r = conn.get()->command(args);
+    if (!r) {
+      error = conn.get()->error();
+      drop_idle();
+    }
+    return r;
   }
 
   // require_replicas() throws unless WAIT's reply says `?replicas=N` replicas have the write:
@@ -194,8 +249,8 @@ struct RedisLock::Impl {
     if (cluster) {
       t = cluster->call(redis_key, {"TIME"});  // the clock of the node the script runs on
     } else {
-      Lease conn = acquire();
-      t = conn.get()->command({"TIME"});
+      std::string ignored;  // a failure reads as "no time": the caller judges without one
+      t = command({"TIME"}, ignored);
     }
     if (!t || t->type != REDIS_REPLY_ARRAY || t->elements != 2) return std::nullopt;
     return std::stoll(std::string(redis_detail::reply_view(t->element[0]))) * 1000 +
@@ -222,9 +277,9 @@ RedisLock::RedisLock(std::string_view url, RedisOptions options)
     impl_->sha = redis_detail::loaded_digest(r.get());
     return;
   }
-  Impl::Lease conn = impl_->acquire();
-  ReplyPtr r = conn.get()->command({"SCRIPT", "LOAD", impl_->script});
-  if (!r) throw StoreError(conn.get()->error());
+  std::string error;
+  ReplyPtr r = impl_->command({"SCRIPT", "LOAD", impl_->script}, error);
+  if (!r) throw StoreError(error);
   impl_->sha = redis_detail::loaded_digest(r.get());
 }
 
@@ -241,13 +296,9 @@ std::optional<Record> RedisLock::do_inspect(std::string_view key) {
     if (is_error_reply(r.get())) throw_reply_error(r.get(), "HGETALL failed");
     return redis_detail::decode_record(r.get());
   }
-  Impl::Lease conn = impl_->acquire();
-  ReplyPtr r = conn.get()->command({"HGETALL", k});
-  if (!r) {
-    std::string message = conn.get()->error();
-    impl_->drop_idle();
-    throw StoreError(message);
-  }
+  std::string error;
+  ReplyPtr r = impl_->command({"HGETALL", k}, error);
+  if (!r) throw StoreError(error);
   if (is_error_reply(r.get())) throw_reply_error(r.get(), "HGETALL failed");
   return redis_detail::decode_record(r.get());
 }

@@ -24,15 +24,8 @@ std::string loaded_digest(const redisReply* reply) {
 ReplyPtr call_script(store_detail::ConnectionPool<ConnectionPtr>& pool, Connection& conn,
                      const std::vector<std::string_view>& args, const Script& script,
                      const std::vector<std::string_view>& then, ReplyPtr* then_reply) {
-  ReplyPtr r = conn.command(args);
-  if (r && is_error_reply(r.get(), "NOSCRIPT")) {
-    const ReplyPtr loaded = conn.command({"SCRIPT", "LOAD", script.source});
-    if (!loaded) return nullptr;
-    if (loaded_digest(loaded.get()) != script.sha) {
-      throw StoreError("redis: the server reports another digest for the script");
-    }
-    r = conn.command(args);
-  }
+  ReplyPtr r = evalsha([&conn](const std::vector<std::string_view>& a) { return conn.command(a); },
+                       args, script);
   if (!r) return nullptr;
   if (!then.empty() && !is_error_reply(r.get())) {
     *then_reply = conn.command(then);

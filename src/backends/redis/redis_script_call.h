@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/connection_pool.h"
+#include "idempotency/errors.h"
 #include "redis_connection.h"
 #include "redis_internal.h"
 
@@ -27,6 +28,26 @@ struct Script {
 /// loaded_digest() reads SCRIPT LOAD's reply: the digest. Throws `StoreError` for an error
 /// reply or a reply of any other shape.
 [[nodiscard]] std::string loaded_digest(const redisReply* reply);
+
+/// evalsha() sends `args` (an EVALSHA of `script.sha`) through `command`, a callable that
+/// sends one command and returns its reply or nullptr when the connection failed. After
+/// NOSCRIPT it loads `script.source` (SCRIPT LOAD, which must report `script.sha`) and sends
+/// `args` once more. Returns the script's reply (an error reply as it is), or nullptr when the
+/// connection failed. Throws `StoreError` when SCRIPT LOAD is refused or reports another digest.
+template <class Command>
+[[nodiscard]] ReplyPtr evalsha(Command&& command, const std::vector<std::string_view>& args,
+                               const Script& script) {
+  ReplyPtr r = command(args);
+  if (r && is_error_reply(r.get(), "NOSCRIPT")) {
+    const ReplyPtr loaded = command({"SCRIPT", "LOAD", script.source});
+    if (!loaded) return nullptr;
+    if (loaded_digest(loaded.get()) != script.sha) {
+      throw StoreError("redis: the server reports another digest for the script");
+    }
+    r = command(args);
+  }
+  return r;
+}
 
 /// call_script() sends `args` (an EVALSHA of `script.sha`) on `conn`. After NOSCRIPT it loads
 /// `script.source` there (SCRIPT LOAD, which must report `script.sha`) and sends `args` once

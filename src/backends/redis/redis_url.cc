@@ -140,12 +140,17 @@ RedisEndpoint parse_redis_url(std::string_view url) {
   if (std::optional<std::string> replicas = parsed.take("replicas")) {
     ep.replicas = parse_number(*replicas, 100, "replicas= count");
   }
+  if (std::optional<std::string> pipelines = parsed.take("pipelines")) {
+    if (cluster) bad("pipelines= is not used on a cluster (each master has a pool)");
+    if (ep.replicas > 0) bad("pipelines= is not used with replicas= (WAIT holds a connection)");
+    ep.pipelines = static_cast<std::size_t>(parse_number(*pipelines, 64, "pipelines= count"));
+  }
   if (!parsed.parameters().empty()) {
     // A parameter's name is safe to repeat (the userinfo ends before the query); a value is not.
     const std::string name = parsed.parameters().front().name.substr(0, 32);
     bad("the query parameter '" + name + "' is not known" +
-        (tls ? " (rediss:// takes ca, cert, key, sni, verify and replicas)"
-             : " (redis:// takes replicas; TLS parameters need rediss://)"));
+        (tls ? " (rediss:// takes ca, cert, key, sni, verify, replicas and pipelines)"
+             : " (redis:// takes replicas and pipelines; TLS parameters need rediss://)"));
   }
   std::string_view rest = parsed.location();
 

@@ -60,6 +60,10 @@ TEST(RedisUrl, ParsesEveryForm) {
   RedisEndpoint e = parse_redis_url("redis://h:1/");
   EXPECT_EQ(e.db, 0);
   EXPECT_FALSE(e.tls);
+  EXPECT_FALSE(e.pipelines);
+
+  EXPECT_EQ(parse_redis_url("redis://h:1?pipelines=0").pipelines, std::size_t{0});
+  EXPECT_EQ(parse_redis_url("rediss://h:1?pipelines=64").pipelines, std::size_t{64});
 }
 
 TEST(RedisUrl, ParsesTheTlsForm) {
@@ -110,6 +114,10 @@ TEST(RedisUrl, MalformedUrlsNameThePartAndNeverThePassword) {
       {"redis://u:" + pw + "@h:6379/x", "database"},
       {"redis://u:" + pw + "@h:6379/-1", "database"},
       {"redis://u:" + pw + "@h:6379?db=1", "query"},
+      {"redis://u:" + pw + "@h:6379?pipelines=65", "pipelines= count"},
+      {"redis://u:" + pw + "@h:6379?pipelines=x", "pipelines= count"},
+      {"redis+cluster://u:" + pw + "@h:6379?pipelines=2", "not used on a cluster"},
+      {"redis://u:" + pw + "@h:6379?replicas=1&pipelines=2", "not used with replicas="},
       {"redis://" + pw + "@h:6379", "userinfo"},
       {"redis://u:" + pw + "%zz@h:6379", "percent-encoding"},
       {"redis://u:@h:6379", "password"},

@@ -84,7 +84,10 @@ TEST(RedisFaults, AScriptCacheFlushIsReloadedTransparently) {
 
 TEST(RedisFaults, AClaimRetriedAfterItsReplyWasLostReaffirmsItsOwnClaim) {
   PrivateRedis server;
-  RedisLock lock(server.url(), RedisOptions{.pool_size = 1, .command_timeout = milliseconds(150)});
+  // The pool serves calls when pipelining is off (and on a cluster, and with replicas=).
+  RedisLock lock(
+      server.url(),
+      RedisOptions{.pool_size = 1, .pipelines = 0, .command_timeout = milliseconds(150)});
   // Block the server for a while from another connection; our claim is sent meanwhile, its
   // call times out, and the server runs it later, writing a reply nobody reads.
   std::thread sleeper([url = server.url()] {
@@ -112,7 +115,9 @@ TEST(RedisFaults, AClaimRetriedAfterItsReplyWasLostReaffirmsItsOwnClaim) {
 
 TEST(RedisFaults, ACallGivesUpWaitingForABusyPoolAfterPoolWait) {
   PrivateRedis server;
+  // The pool serves calls when pipelining is off (and on a cluster, and with replicas=).
   RedisLock lock(server.url(), RedisOptions{.pool_size = 1,
+                                            .pipelines = 0,
                                             .pool_wait = milliseconds(50),
                                             .command_timeout = milliseconds(5000)});
   // The server sleeps, so the one pooled connection stays lent to the first claim.

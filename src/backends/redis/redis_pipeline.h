@@ -1,0 +1,136 @@
+// Pipeline: one Redis connection shared by every thread that calls through it. A call that
+// finds the connection idle sends at once; calls made while replies are awaited queue up and go
+// out together in one write before the next read, so N concurrent calls cost about one send and
+// one receive per batch instead of N of each (on loopback the cost of a call is its system
+// calls; BENCHMARKS.md, Stores). There is no I/O thread: the caller that holds the reader role
+// reads replies in order, hands each to its caller, and when its own reply has come passes the
+// role to a caller still waiting. Redis answers in order, so the n-th reply is the n-th
+// command's.
+//
+// Pipelines: a fixed number of Pipelines, calls spread over them, a broken one replaced on the
+// next call.
+//
+// Thread safety: every member of both is safe from any number of threads.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "redis_connection.h"
+#include "redis_internal.h"
+#include "redis_tls.h"
+
+namespace idempotency::redis_detail {
+
+/// PipelineOutcome is what one pipelined call got: its reply, or how the connection failed.
+struct PipelineOutcome {
+  /// The reply (an error reply as it is); nullptr when the connection failed first.
+  ReplyPtr reply;
+  /// kNone with a reply; else how the connection failed.
+  IoFailure failure = IoFailure::kNone;
+  /// Whether the command may have reached the server: false only when it provably was not
+  /// sent (the connection had already failed), so that repeating it is safe whatever it is.
+  bool maybe_sent = false;
+  /// The failure in one line starting "redis: ".
+  std::string error;
+};
+
+/// Pipeline is one connection that concurrent calls share.
+class Pipeline {
+ public:
+  /// Pipeline() takes an open connection (AUTH and SELECT done).
+  explicit Pipeline(ConnectionPtr connection);
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  /// call() sends `args` and returns its reply. Blocks until the reply has come or the
+  /// connection failed; once a call has failed the pipeline is broken and every later call
+  /// fails at once, unsent.
+  [[nodiscard]] PipelineOutcome call(const std::vector<std::string_view>& args);
+
+  /// broken() says whether the connection has failed; the pipeline must then be replaced.
+  [[nodiscard]] bool broken() const noexcept {
+    return head_.load(std::memory_order_acquire) == kBroken;
+  }
+
+  /// queued() is how many calls wait to be sent (for tests that hold a batch open).
+  [[nodiscard]] std::size_t queued() const noexcept;
+  /// writes() is how many writes (batches) have gone out so far.
+  [[nodiscard]] std::uint64_t writes() const noexcept {
+    return writes_.load(std::memory_order_relaxed);
+  }
+
+ private:
+  struct Pending;
+
+  // head_'s values besides a queued Pending* (aligned, so never 1 or 2).
+  static constexpr std::uintptr_t kIdle = 0;     // no caller holds the reader role
+  static constexpr std::uintptr_t kReading = 1;  // a caller does, and nothing is queued
+  static constexpr std::uintptr_t kBroken = 2;   // the connection failed, for good
+
+  // The reader role's work: sends what is queued, reads replies until `me`'s has come, then
+  // passes the role on, or ends every call with the connection's failure.
+  void read_until(Pending& me);
+  // Sends `batch_` and every queued call in one write, moving them in flight; false when the
+  // send failed.
+  bool flush();
+  // Passes the reader role to a call in flight, or gives it up when nothing is in flight.
+  void hand_over();
+  // Ends every call in flight and queued with the connection's failure, and breaks the pipeline.
+  void fail_all();
+
+  ConnectionPtr connection_;  // used only by the holder of the reader role
+  // The queue and the reader role in one word, so that joining the queue and taking or giving
+  // up the role are each one atomic step (no lock for callers to contend on): kIdle, kReading,
+  // kBroken, or the last queued call, whose `next` links to earlier ones down to kReading.
+  std::atomic<std::uintptr_t> head_{kIdle};
+  std::string broken_error_;        // written once, before head_ becomes kBroken
+  std::deque<Pending*> in_flight_;  // the reader role's: sent, reply not yet read, in order
+  std::string batch_;               // the reader role's: what flush() writes, kept for capacity
+  std::vector<Pending*> taken_;     // the reader role's: flush()'s scratch, kept for capacity
+  std::atomic<std::uint64_t> writes_{0};
+};
+
+/// Pipelines spreads calls over a fixed number of Pipelines, opening each on first use and
+/// again after it broke.
+class Pipelines {
+ public:
+  /// Opens a connection for a pipeline (throws `StoreError` when it cannot).
+  using Connect = std::function<ConnectionPtr()>;
+
+  /// Pipelines() will open up to `count` (at least 1) connections with `connect`, lazily.
+  Pipelines(std::size_t count, Connect connect);
+
+  /// Which pipeline a call uses: kAny for the next in turn, or the one an earlier call of the
+  /// same operation used (a retry then goes to that pipeline's replacement).
+  static constexpr std::size_t kAny = static_cast<std::size_t>(-1);
+
+  /// call() sends `args` on pipeline `slot` (kAny: the next in turn, and `slot` is set to the
+  /// one chosen). `fresh` is set when that pipeline was opened for this call (a failure on it
+  /// is not a stale connection). Throws `StoreError` when a connection cannot be opened.
+  [[nodiscard]] PipelineOutcome call(const std::vector<std::string_view>& args, bool& fresh,
+                                     std::size_t& slot);
+
+ private:
+  struct Slot {
+    // Shared to use the pipeline (no contention between callers), exclusive to replace it.
+    std::shared_mutex mutex;
+    std::shared_ptr<Pipeline> pipeline;  // guarded by mutex
+  };
+
+  Connect connect_;
+  std::vector<Slot> slots_;
+  std::atomic<std::size_t> next_{0};
+};
+
+}  // namespace idempotency::redis_detail

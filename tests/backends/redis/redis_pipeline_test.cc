@@ -1,0 +1,219 @@
+// Pipeline and Pipelines (src/backends/redis/redis_pipeline.h) against a redis-server of the
+// test's own: every caller gets its own reply under concurrency, calls made while a reply is
+// awaited go out in one write, and a connection that fails ends every call, saying which ones
+// were never sent. A blocking BLPOP holds the reader role open for as long as a test needs, so
+// nothing here depends on timing.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "idempotency/redis_lock.h"
+#include "private_redis.h"
+#include "redis_connection.h"
+#include "redis_pipeline.h"
+#include "support/eventually.h"
+
+namespace idempotency::testing {
+namespace {
+
+using redis_detail::Connection;
+using redis_detail::ConnectionPtr;
+using redis_detail::IoFailure;
+using redis_detail::Pipeline;
+using redis_detail::PipelineOutcome;
+using redis_detail::Pipelines;
+using std::chrono::milliseconds;
+
+ConnectionPtr open_to(const PrivateRedis& server,
+                      milliseconds command_timeout = milliseconds(10'000)) {
+  return Connection::open(
+      "127.0.0.1", server.port(),
+      {.connect_timeout = milliseconds(5'000), .command_timeout = command_timeout});
+}
+
+std::string text_of(const PipelineOutcome& o) {
+  if (!o.reply) return "<failed: " + o.error + ">";
+  return {o.reply->str, o.reply->len};
+}
+
+// A call that blocks its connection, holding the reader role, until `list` gets an element.
+PipelineOutcome blocking_pop(Pipeline& pipeline, const std::string& list) {
+  return pipeline.call({"BLPOP", list, "0"});
+}
+
+TEST(RedisPipeline, EveryCallerGetsItsOwnReplyUnderConcurrency) {
+  PrivateRedis server;
+  Pipeline pipeline(open_to(server));
+  constexpr int kThreads = 8;
+  constexpr int kCalls = 400;
+  std::vector<std::vector<std::string>> wrong(kThreads);
+  {
+    std::vector<std::jthread> callers;
+    callers.reserve(kThreads);
+    for (int t = 0; t < kThreads; ++t) {
+      callers.emplace_back([&, t] {
+        for (int i = 0; i < kCalls; ++i) {
+          // Now and then a reply larger than one read, so replies straddle reads.
+          std::string payload = "t" + std::to_string(t) + "-" + std::to_string(i);
+          if (i % 50 == 0) payload.append(std::size_t{40} * 1024, 'x');
+          const PipelineOutcome o = pipeline.call({"ECHO", payload});
+          if (text_of(o) != payload) wrong[t].push_back(text_of(o).substr(0, 40));
+        }
+      });
+    }
+  }
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_THAT(wrong[t], ::testing::IsEmpty()) << "caller " << t << " got another's reply";
+  }
+  EXPECT_FALSE(pipeline.broken());
+  EXPECT_GE(pipeline.writes(), 1U);
+  EXPECT_LE(pipeline.writes(), std::uint64_t{kThreads} * kCalls);
+}
+
+TEST(RedisPipeline, CallsMadeWhileAReplyIsAwaitedGoOutTogetherInOneWrite) {
+  PrivateRedis server;
+  Pipeline pipeline(open_to(server));
+  PipelineOutcome popped;
+  std::jthread reader([&] { popped = blocking_pop(pipeline, "list"); });
+  RawRedis admin(server.url());
+  ASSERT_TRUE(eventually([&] { return pipeline.writes() == 1; }));
+
+  constexpr int kQueued = 7;
+  std::vector<std::string> answers(kQueued);
+  std::vector<std::jthread> callers;
+  callers.reserve(kQueued);
+  for (int i = 0; i < kQueued; ++i) {
+    callers.emplace_back([&, i] {
+      answers[i] = text_of(pipeline.call({"ECHO", std::to_string(i)}));
+    });
+  }
+  ASSERT_TRUE(eventually([&] { return pipeline.queued() == kQueued; }));
+  EXPECT_EQ(pipeline.writes(), 1U) << "a call went out while the connection awaited a reply";
+
+  EXPECT_EQ(admin.text({"RPUSH", "list", "v"}), "1");
+  reader.join();
+  callers.clear();  // joins
+  ASSERT_TRUE(popped.reply);
+  ASSERT_EQ(popped.reply->type, REDIS_REPLY_ARRAY);
+  EXPECT_EQ(std::string(popped.reply->element[1]->str), "v");
+  for (int i = 0; i < kQueued; ++i) EXPECT_EQ(answers[i], std::to_string(i));
+  EXPECT_EQ(pipeline.writes(), 2U) << "the seven queued calls took more than one write";
+}
+
+// Which calls a failure reached: the one in flight may have run; the queued ones never left.
+struct Ended {
+  PipelineOutcome in_flight;
+  std::vector<PipelineOutcome> queued;
+};
+
+template <class Break>
+Ended fail_while_queued(PrivateRedis& server, Pipeline& pipeline, Break&& break_it) {
+  Ended ended;
+  ended.queued.resize(3);
+  std::jthread reader([&] { ended.in_flight = blocking_pop(pipeline, "never-pushed"); });
+  EXPECT_TRUE(eventually([&] { return pipeline.writes() == 1; }));
+  {
+    std::vector<std::jthread> callers;
+    callers.reserve(ended.queued.size());
+    for (std::size_t i = 0; i < ended.queued.size(); ++i) {
+      callers.emplace_back([&, i] {
+        ended.queued[i] = pipeline.call({"SET", "k" + std::to_string(i), "v"});
+      });
+    }
+    EXPECT_TRUE(eventually([&] { return pipeline.queued() == 3; }));
+    break_it(server);
+  }
+  return ended;
+}
+
+void expect_ended(const Ended& ended, IoFailure failure) {
+  EXPECT_FALSE(ended.in_flight.reply);
+  EXPECT_EQ(ended.in_flight.failure, failure);
+  EXPECT_TRUE(ended.in_flight.maybe_sent);
+  EXPECT_THAT(ended.in_flight.error, ::testing::StartsWith("redis: "));
+  for (const PipelineOutcome& o : ended.queued) {
+    EXPECT_FALSE(o.reply);
+    EXPECT_FALSE(o.maybe_sent) << "a queued call was reported as possibly sent";
+    EXPECT_EQ(o.error, ended.in_flight.error);
+  }
+}
+
+TEST(RedisPipeline, AConnectionTheServerClosesEndsEveryCallAndTheQueuedOnesWereNeverSent) {
+  PrivateRedis server;
+  Pipeline pipeline(open_to(server));
+  const Ended ended = fail_while_queued(server, pipeline, [](PrivateRedis& s) {
+    RawRedis admin(s.url());
+    EXPECT_EQ(admin.text({"CLIENT", "KILL", "TYPE", "normal"}), "1");
+  });
+  expect_ended(ended, IoFailure::kClosed);
+  EXPECT_TRUE(pipeline.broken());
+  // None of the queued SETs reached the server.
+  RawRedis admin(server.url());
+  EXPECT_EQ(admin.text({"EXISTS", "k0", "k1", "k2"}), "0");
+  // Later calls fail at once, unsent.
+  const PipelineOutcome later = pipeline.call({"PING"});
+  EXPECT_FALSE(later.reply);
+  EXPECT_FALSE(later.maybe_sent);
+}
+
+TEST(RedisPipeline, ACallPastTheCommandTimeoutEndsTheQueuedOnesUnsent) {
+  PrivateRedis server;
+  Pipeline pipeline(open_to(server, milliseconds(2'000)));
+  const Ended ended = fail_while_queued(server, pipeline, [](PrivateRedis&) {});
+  expect_ended(ended, IoFailure::kTimedOut);
+  EXPECT_THAT(ended.in_flight.error, ::testing::HasSubstr("command_timeout"));
+  EXPECT_TRUE(pipeline.broken());
+}
+
+TEST(RedisPipeline, PipelinesReplaceABrokenConnectionAndTellAFreshOneFromAStaleOne) {
+  PrivateRedis server;
+  int opened = 0;
+  Pipelines pipelines(1, [&] {
+    ++opened;
+    return open_to(server);
+  });
+  bool fresh = false;
+  std::size_t slot = Pipelines::kAny;
+  EXPECT_EQ(text_of(pipelines.call({"ECHO", "a"}, fresh, slot)), "a");
+  EXPECT_TRUE(fresh);
+  EXPECT_EQ(slot, 0U);
+  EXPECT_EQ(text_of(pipelines.call({"ECHO", "b"}, fresh, slot)), "b");
+  EXPECT_FALSE(fresh);
+
+  RawRedis admin(server.url());
+  EXPECT_EQ(admin.text({"CLIENT", "KILL", "TYPE", "normal"}), "1");
+  const PipelineOutcome stale = pipelines.call({"ECHO", "c"}, fresh, slot);
+  EXPECT_FALSE(stale.reply);
+  EXPECT_EQ(stale.failure, IoFailure::kClosed);
+  EXPECT_FALSE(fresh) << "the failure was on a connection opened before the call";
+  EXPECT_EQ(text_of(pipelines.call({"ECHO", "d"}, fresh, slot)), "d");
+  EXPECT_TRUE(fresh);
+  EXPECT_EQ(opened, 2);
+}
+
+TEST(RedisPipeline, ALockSpreadsCallsOverItsPipelinesAndSurvivesTheirConnectionsBeingClosed) {
+  PrivateRedis server;
+  RedisLock lock(server.url() + "?pipelines=3");
+  RawRedis admin(server.url());
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 6; ++i) {
+      const std::string key = "r" + std::to_string(round) + "-" + std::to_string(i);
+      const ClaimResult r = lock.claim(key, milliseconds(60'000));
+      ASSERT_TRUE(std::holds_alternative<Won>(r));
+      EXPECT_TRUE(lock.complete(std::get<Won>(r).claim, "done"));
+    }
+    // Three pipelines, plus this admin connection, which CLIENT KILL skips.
+    EXPECT_EQ(admin.text({"CLIENT", "KILL", "TYPE", "normal"}), "3");
+  }
+}
+
+}  // namespace
+}  // namespace idempotency::testing
