@@ -146,6 +146,8 @@ def store_report(recs, p):
             pool = rs[0].get("pool")
             pool_txt = "—" if pool is None else (f"{pool} (limits {t} threads)"
                                                  if rs[0].get("pool_limited") else str(pool))
+            if rs[0].get("pipelined"):
+                pool_txt = f"{pool} pipelined"
             rate = median([r["rate"] for r in rs])
             ls = lim.get((b, "pair", t), [])
             lrate = median([r["rate"] for r in ls]) if ls else None
@@ -169,6 +171,7 @@ def store_report(recs, p):
               f"| {f'≥ {STORE_RATIO_MIN}×' if targeted else '— (info)'} | {verdict_txt} |")
     p("")
 
+    pipelining_report(groups, p)
     peer_report(recs, groups, p)
 
     floors = [r for r in recs if r["kind"] == "floor"]
@@ -241,6 +244,26 @@ def store_report(recs, p):
         p("")
 
 
+def pipelining_report(groups, p):
+    """Redis: the default (pipelined) against `?pipelines=0`, a connection per call, same rounds."""
+    rows = sorted(t for (b, path, t) in groups if b == "redis-unpipelined" and path == "pair")
+    if not rows:
+        return
+    p("#### Redis pipelining: the default against a connection per call (`?pipelines=0`), same rounds")
+    p("")
+    p("| threads | pipelined pairs/s | CPU µs/pair | a connection per call, pairs/s | CPU µs/pair "
+      "| pipelined ÷ per call |")
+    p("|---:|---:|---:|---:|---:|---:|")
+    for t in rows:
+        on, off = groups.get(("redis", "pair", t), []), groups[("redis-unpipelined", "pair", t)]
+        on_rate, off_rate = median([r["rate"] for r in on]), median([r["rate"] for r in off])
+        on_cpu = median([r["cpu_us_per_op"] for r in on if "cpu_us_per_op" in r])
+        off_cpu = median([r["cpu_us_per_op"] for r in off if "cpu_us_per_op" in r])
+        gain = f"{on_rate / off_rate:.2f}×" if on_rate and off_rate else "—"
+        p(f"| {t} | {num(on_rate)} | {num(on_cpu, 1)} | {num(off_rate)} | {num(off_cpu, 1)} | {gain} |")
+    p("")
+
+
 def peer_report(recs, groups, p):
     """Redis: the library against AWS Lambda Powertools' idempotency (bench/peer), same run."""
     peers = [r for r in recs if r["kind"] == "peer"]
@@ -260,7 +283,7 @@ def peer_report(recs, groups, p):
           "(`getRemainingTimeInMillis` 60 s, our lease); N calls in flight on one event loop and "
           f"its one connection, each a message id never used before, {window}; client CPU = "
           "`process.cpuUsage()` (user + system, the whole process) over the measured window ÷ "
-          "messages. Ours: the Redis pair rows above (N threads, the default pool of 8)")
+          "messages. Ours: the Redis pair rows above (N threads, the default 2 pipelined connections)")
         p("")
     by_t = {}
     for r in peers:

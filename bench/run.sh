@@ -498,6 +498,8 @@ part_store() {
       fi
       if has redis; then
         store_run "$round" run "$redis_url" redis "$c" "$STORE_SECONDS" pair
+        # The same pairs with a connection per call (no pipelining): the gain, in the round.
+        store_run "$round" run "$redis_url?pipelines=0" redis-unpipelined "$c" "$STORE_SECONDS" pair
         redis_limit "$round" "$c" "$redis_port" "$sha" "$(awk -v r="$(last_rate)" 'BEGIN { print r * 2 }')"
       fi
       # The peer right after our Redis runs at the same concurrency: a ratio within the round.

@@ -181,9 +181,16 @@ void emit(const std::string& kind, const std::string& name, const std::string& p
 }
 
 // The default pool of the backend a URL names, as the library builds it (open_backend passes
-// no pool size), and whether `threads` callers outnumber it.
+// no pool size), and whether `threads` callers outnumber it; for pipelined Redis, its
+// connections, which any number of callers share.
 std::string pool_info(std::string_view url, int threads) {
   std::size_t pool = 0;
+  // A single Redis node pipelines every call over a few shared connections unless the URL
+  // turns that off; then, and on a cluster, calls take pooled connections.
+  if (url.starts_with("redis://") && url.find("pipelines=0") == std::string_view::npos) {
+    return ",\"pool\":" + std::to_string(idempotency::RedisOptions{}.pipelines) +
+           ",\"pipelined\":true,\"pool_limited\":false";
+  }
   if (url.starts_with("redis")) pool = idempotency::RedisOptions{}.pool_size;
   if (url.starts_with("postgres")) pool = idempotency::PostgresOptions{}.pool_size;
   if (url.starts_with("sqlite")) pool = 1;  // one connection, serialized (DECISIONS.md)
