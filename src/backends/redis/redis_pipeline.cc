@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <new>
 #include <shared_mutex>
 #include <utility>
 
@@ -58,10 +59,15 @@ struct Pipeline::Pending {
   }
 
   std::atomic<std::uint32_t> state{kWaiting};
-  std::uintptr_t next = kReading;  // the call queued before this one, or kReading
+  std::uintptr_t next = kReading;  // while queued: the call queued before this one, or kReading
+  Pending* after = nullptr;        // while in flight: the call sent after this one
   std::string formatted;           // the command, in RESP
   PipelineOutcome outcome;
 };
+
+Pipeline::Pending* Pipeline::pending_at(std::uintptr_t at) noexcept {
+  return reinterpret_cast<Pending*>(at);  // NOLINT(performance-no-int-to-ptr)
+}
 
 Pipeline::Pipeline(ConnectionPtr connection) : connection_(std::move(connection)) {}
 
@@ -70,10 +76,9 @@ Pipeline::~Pipeline() = default;
 std::size_t Pipeline::queued() const noexcept {
   // For tests only: walks the queue while no call in it can end (the reader is blocked).
   std::size_t n = 0;
-  std::uintptr_t at = head_.load(std::memory_order_acquire);
-  while (at > kBroken) {
+  for (std::uintptr_t at = head_.load(std::memory_order_acquire); at > kBroken;
+       at = pending_at(at)->next) {
     ++n;
-    at = reinterpret_cast<const Pending*>(at)->next;  // NOLINT(performance-no-int-to-ptr)
   }
   return n;
 }
@@ -89,17 +94,12 @@ PipelineOutcome Pipeline::call(const std::vector<std::string_view>& args) {
     if (head == kBroken) {
       return {.failure = IoFailure::kClosed, .maybe_sent = false, .error = broken_error_};
     }
-    if (head == kIdle) {
-      if (!head_.compare_exchange_weak(head, kReading, std::memory_order_acq_rel)) continue;
-      // The reader role is ours: our call goes first, with whatever queues before it is sent.
-      in_flight_.push_back(&me);
-      batch_.append(me.formatted);
-      break;
-    }
-    me.next = head;
+    const bool idle = head == kIdle;
+    me.next = idle ? kReading : head;
     if (!head_.compare_exchange_weak(head, self, std::memory_order_acq_rel)) continue;
-    if (me.wait() == Pending::kDone) return std::move(me.outcome);
-    break;  // the reader role was handed to us: our call is in flight, its reply not yet read
+    // Queued onto an idle pipeline: the reader role is ours, and our call goes out first.
+    if (idle || me.wait() == Pending::kRead) break;
+    return std::move(me.outcome);
   }
   read_until(me);
   return std::move(me.outcome);
@@ -108,11 +108,12 @@ PipelineOutcome Pipeline::call(const std::vector<std::string_view>& args) {
 void Pipeline::read_until(Pending& me) {
   for (;;) {
     // Every reply already read goes to its caller, in order.
-    while (!in_flight_.empty()) {
+    while (in_flight_front_ != nullptr) {
       ReplyPtr reply = connection_->take_reply();
       if (!reply) break;
-      Pending* owner = in_flight_.front();
-      in_flight_.pop_front();
+      Pending* owner = in_flight_front_;
+      in_flight_front_ = owner->after;
+      if (in_flight_front_ == nullptr) in_flight_back_ = nullptr;
       owner->outcome.reply = std::move(reply);
       if (owner != &me) owner->wake(Pending::kDone);
     }
@@ -133,17 +134,25 @@ void Pipeline::read_until(Pending& me) {
 }
 
 bool Pipeline::flush() {
-  std::uintptr_t at = head_.exchange(kReading, std::memory_order_acq_rel);
-  // The queue is newest first; calls go out oldest first.
-  taken_.clear();
-  for (; at > kBroken; at = taken_.back()->next) {
-    taken_.push_back(reinterpret_cast<Pending*>(at));  // NOLINT(performance-no-int-to-ptr)
+  // The queue is newest first: reversed, it goes in flight oldest first, in the order sent.
+  Pending* first = nullptr;
+  Pending* last = nullptr;
+  for (std::uintptr_t at = head_.exchange(kReading, std::memory_order_acq_rel); at > kBroken;) {
+    Pending* p = pending_at(at);
+    at = p->next;
+    p->after = first;
+    first = p;
+    if (last == nullptr) last = p;
   }
-  for (auto it = taken_.rbegin(); it != taken_.rend(); ++it) {
-    in_flight_.push_back(*it);
-    batch_.append((*it)->formatted);
+  if (first == nullptr) return true;
+  (in_flight_back_ != nullptr ? in_flight_back_->after : in_flight_front_) = first;
+  in_flight_back_ = last;
+  try {
+    for (const Pending* p = first; p != nullptr; p = p->after) batch_.append(p->formatted);
+  } catch (const std::bad_alloc&) {
+    own_failure_ = IoFailure::kError;
+    return false;
   }
-  if (batch_.empty()) return true;
   const bool sent = connection_->send(batch_);
   batch_.clear();
   writes_.fetch_add(1, std::memory_order_relaxed);
@@ -156,10 +165,10 @@ void Pipeline::hand_over() {
       fail_all();
       return;
     }
-    if (!in_flight_.empty()) {
+    if (in_flight_back_ != nullptr) {
       // The last call in flight: its reader hands every reply before its own to its caller,
       // so the role changes hands about once per batch rather than once per reply.
-      in_flight_.back()->wake(Pending::kRead);
+      in_flight_back_->wake(Pending::kRead);
       return;
     }
     std::uintptr_t expected = kReading;
@@ -169,20 +178,32 @@ void Pipeline::hand_over() {
 }
 
 void Pipeline::fail_all() {
-  const IoFailure failure = connection_->failure();
-  broken_error_ = connection_->error();
-  std::uintptr_t at = head_.exchange(kBroken, std::memory_order_acq_rel);
-  auto end = [&](Pending* p, bool maybe_sent) {
+  const bool own = own_failure_ != IoFailure::kNone;
+  const IoFailure failure = own ? own_failure_ : connection_->failure();
+  try {
+    broken_error_ = own ? "redis: out of memory" : connection_->error();
+  } catch (const std::bad_alloc&) {  // NOLINT(bugprone-empty-catch): the message stays empty
+  }
+  batch_.clear();
+  std::uintptr_t queued = head_.exchange(kBroken, std::memory_order_acq_rel);
+  auto end = [&](Pending* p, bool maybe_sent) noexcept {
     p->outcome.failure = failure;
     p->outcome.maybe_sent = maybe_sent;
-    p->outcome.error = broken_error_;
+    try {
+      p->outcome.error = broken_error_;
+    } catch (const std::bad_alloc&) {  // NOLINT(bugprone-empty-catch): ended without a message
+    }
     p->wake(Pending::kDone);  // harmless for the reader's own call, which is not waiting
   };
-  for (Pending* p : std::exchange(in_flight_, {})) end(p, true);
-  batch_.clear();
-  while (at > kBroken) {
-    auto* p = reinterpret_cast<Pending*>(at);  // NOLINT(performance-no-int-to-ptr)
-    at = p->next;                              // read before wake(): the caller may return at once
+  for (Pending* p = std::exchange(in_flight_front_, nullptr); p != nullptr;) {
+    Pending* after = p->after;  // read before wake(): the caller may return at once
+    end(p, true);
+    p = after;
+  }
+  in_flight_back_ = nullptr;
+  while (queued > kBroken) {
+    Pending* p = pending_at(queued);
+    queued = p->next;
     end(p, false);
   }
 }

@@ -16,7 +16,6 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -78,26 +77,34 @@ class Pipeline {
   static constexpr std::uintptr_t kReading = 1;  // a caller does, and nothing is queued
   static constexpr std::uintptr_t kBroken = 2;   // the connection failed, for good
 
+  // The queued call that head_ or a `next` holds.
+  static Pending* pending_at(std::uintptr_t at) noexcept;
+
   // The reader role's work: sends what is queued, reads replies until `me`'s has come, then
   // passes the role on, or ends every call with the connection's failure.
   void read_until(Pending& me);
-  // Sends `batch_` and every queued call in one write, moving them in flight; false when the
-  // send failed.
+  // Sends every queued call in one write, moving them in flight; false when that failed.
   bool flush();
   // Passes the reader role to a call in flight, or gives it up when nothing is in flight.
   void hand_over();
-  // Ends every call in flight and queued with the connection's failure, and breaks the pipeline.
+  // Ends every call in flight and queued with the failure, and breaks the pipeline.
   void fail_all();
 
   ConnectionPtr connection_;  // used only by the holder of the reader role
   // The queue and the reader role in one word, so that joining the queue and taking or giving
   // up the role are each one atomic step (no lock for callers to contend on): kIdle, kReading,
-  // kBroken, or the last queued call, whose `next` links to earlier ones down to kReading.
+  // kBroken, or the newest queued call, whose `next` links to older ones down to kReading (the
+  // caller that queues onto kIdle takes the role).
   std::atomic<std::uintptr_t> head_{kIdle};
-  std::string broken_error_;        // written once, before head_ becomes kBroken
-  std::deque<Pending*> in_flight_;  // the reader role's: sent, reply not yet read, in order
-  std::string batch_;               // the reader role's: what flush() writes, kept for capacity
-  std::vector<Pending*> taken_;     // the reader role's: flush()'s scratch, kept for capacity
+  std::string broken_error_;  // written once, before head_ becomes kBroken
+  // The reader role's, and nothing it touches allocates but the batch, so a failure to
+  // allocate ends every call instead of stranding them: the calls sent whose replies are not
+  // yet read, oldest first, linked through Pending::after; the bytes flush() writes (kept for
+  // their capacity); a failure of the pipeline's own (out of memory), besides the connection's.
+  Pending* in_flight_front_ = nullptr;
+  Pending* in_flight_back_ = nullptr;
+  std::string batch_;
+  IoFailure own_failure_ = IoFailure::kNone;
   std::atomic<std::uint64_t> writes_{0};
 };
 
