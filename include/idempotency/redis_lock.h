@@ -21,10 +21,10 @@
 // an outcome it did not receive. A dropped connection is re-established on the next call.
 //
 // Thread safety: safe from any number of threads. Calls share `RedisOptions::pipelines`
-// connections, concurrent ones batched into one write; with `?replicas=N`, on a cluster (per
-// master) or with `pipelines = 0` they share a bounded pool of connections
-// (`RedisOptions::pool_size`) instead and wait up to `RedisOptions::pool_wait` for a free one
-// when all are busy.
+// connections (per master on a cluster), concurrent ones batched into one write; with
+// `?replicas=N` or `pipelines = 0` (and on a cluster for `ASKING` and the command after it)
+// they share a bounded pool of connections (`RedisOptions::pool_size`) instead and wait up to
+// `RedisOptions::pool_wait` for a free one when all are busy.
 #pragma once
 
 #include <chrono>
@@ -60,9 +60,9 @@ struct RedisOptions {
   /// their replies is queued, and the calls queued meanwhile go out in one write and their
   /// replies come back together, so many calls cost about one send and one receive (on
   /// loopback and in a VPC a call's cost is mostly its system calls). A lone call is sent at
-  /// once. 0: every call borrows a connection of its own from the pool. Not used with
-  /// `?replicas=N` (WAIT holds its connection until replicas answer) nor on a cluster: those
-  /// use the pool.
+  /// once. Per master on a cluster. 0: every call borrows a connection of its own from the
+  /// pool. Not used with `?replicas=N` (WAIT holds its connection until replicas answer): that
+  /// uses the pool.
   std::size_t pipelines = 2;
   /// How long a call waits for a pooled connection before `StoreError`. At least 0.
   std::chrono::milliseconds pool_wait = std::chrono::seconds(30);
@@ -118,7 +118,7 @@ struct RedisEndpoint {
   /// have the write, for up to half of `command_timeout`, and throw `StoreError` when fewer
   /// did (never a silent success). 0 (the default): acknowledged by the master alone.
   int replicas = 0;
-  /// `?pipelines=N` (0 to 64, not with `replicas=` nor on a cluster): overrides
+  /// `?pipelines=N` (0 to 64, not with `replicas=`): overrides
   /// `RedisOptions::pipelines`, so a URL alone (the sidecar's `--backend`) can choose.
   std::optional<std::size_t> pipelines;
 };

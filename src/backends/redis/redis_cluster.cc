@@ -49,11 +49,12 @@ bool same(const RedisNode& a, const RedisNode& b) { return a.port == b.port && a
 }  // namespace
 
 ClusterRouter::ClusterRouter(std::vector<RedisNode> seeds, Connect connect, std::size_t pool_size,
-                             std::chrono::milliseconds pool_wait)
+                             std::chrono::milliseconds pool_wait, std::size_t pipelines)
     : seeds_(std::move(seeds)),
       connect_(std::move(connect)),
       pool_size_(pool_size),
-      pool_wait_(pool_wait) {
+      pool_wait_(pool_wait),
+      pipelines_(pipelines) {
   slots_.fill(kNoNode);
 }
 
@@ -65,7 +66,12 @@ std::size_t ClusterRouter::node_index(const RedisNode& address) {
       "redis " + address.host + ":" + std::to_string(address.port), pool_size_, pool_wait_,
       [this, address] { return connect_(address); },
       [](const ConnectionPtr& c) { return c->failure() == IoFailure::kNone; });
-  nodes_.push_back(Node{address, std::move(pool)});
+  std::unique_ptr<Pipelines> pipelines;
+  if (pipelines_ > 0) {
+    pipelines =
+        std::make_unique<Pipelines>(pipelines_, [this, address] { return connect_(address); });
+  }
+  nodes_.push_back(Node{address, std::move(pool), std::move(pipelines)});
   return nodes_.size() - 1;
 }
 
@@ -195,38 +201,52 @@ ReplyPtr ClusterRouter::call(std::string_view key, const std::vector<std::string
       std::this_thread::sleep_for(backoff(++retries));
       continue;
     }
-    Pool* pool = node->pool.get();
     std::optional<Pool::Lease> lease;
-    try {
-      lease.emplace(pool->acquire());
-    } catch (const StoreError& e) {  // refused: the node may be dead and its replica rising
-      last_error = e.what();
-      std::this_thread::sleep_for(backoff(++retries));
-      refresh_quietly();
-      continue;
-    }
-    Connection* conn = lease->get();
-    if (ask) {
-      ReplyPtr asking = conn->command({"ASKING"});
-      ask.reset();
-      if (!asking || asking->type == REDIS_REPLY_ERROR) {
-        last_error = asking ? "redis: ASKING failed: " + std::string(reply_view(asking.get()))
-                            : conn->error();
-        if (!asking) pool->drop_idle();
+    ReplyPtr r;
+    if (node->pipelines && !ask && then.empty()) {
+      PipelineOutcome failed;
+      r = pipelined_call(*node, args, script, failed);
+      if (!r) {
+        last_error = failed.error;
+        // A timeout may have run the command: never repeat it as if it had not.
+        if (failed.failure == IoFailure::kTimedOut) throw StoreError(last_error);
+        std::this_thread::sleep_for(backoff(++retries));
+        refresh_quietly();
         continue;
       }
-    }
-    ReplyPtr r = script != nullptr ? call_script(*pool, *conn, args, *script, then, then_reply)
-                                   : conn->command(args);
-    if (!r) {
-      last_error = conn->error();
-      const IoFailure failure = conn->failure();
-      pool->drop_idle();
-      // A timeout may have run the command: never repeat it as if it had not.
-      if (failure == IoFailure::kTimedOut) throw StoreError(last_error);
-      std::this_thread::sleep_for(backoff(++retries));
-      refresh_quietly();
-      continue;
+    } else {
+      Pool* pool = node->pool.get();
+      try {
+        lease.emplace(pool->acquire());
+      } catch (const StoreError& e) {  // refused: the node may be dead and its replica rising
+        last_error = e.what();
+        std::this_thread::sleep_for(backoff(++retries));
+        refresh_quietly();
+        continue;
+      }
+      Connection* conn = lease->get();
+      if (ask) {
+        ReplyPtr asking = conn->command({"ASKING"});
+        ask.reset();
+        if (!asking || asking->type == REDIS_REPLY_ERROR) {
+          last_error = asking ? "redis: ASKING failed: " + std::string(reply_view(asking.get()))
+                              : conn->error();
+          if (!asking) pool->drop_idle();
+          continue;
+        }
+      }
+      r = script != nullptr ? call_script(*pool, *conn, args, *script, then, then_reply)
+                            : conn->command(args);
+      if (!r) {
+        last_error = conn->error();
+        const IoFailure failure = conn->failure();
+        pool->drop_idle();
+        // A timeout may have run the command: never repeat it as if it had not.
+        if (failure == IoFailure::kTimedOut) throw StoreError(last_error);
+        std::this_thread::sleep_for(backoff(++retries));
+        refresh_quietly();
+        continue;
+      }
     }
     if (is_error_reply(r.get(), "MOVED ")) {
       lease.reset();
@@ -255,6 +275,26 @@ ReplyPtr ClusterRouter::call(std::string_view key, const std::vector<std::string
     return r;
   }
   throw StoreError(last_error + " (gave up after " + std::to_string(kAttempts) + " attempts)");
+}
+
+ReplyPtr ClusterRouter::pipelined_call(Node& node, const std::vector<std::string_view>& args,
+                                       const Script* script, PipelineOutcome& failed) {
+  // One pipeline for the call, so SCRIPT LOAD after NOSCRIPT goes where the EVALSHA went.
+  std::size_t at = Pipelines::kAny;
+  bool fresh = false;
+  auto command = [&](const std::vector<std::string_view>& a) -> ReplyPtr {
+    PipelineOutcome o;
+    try {
+      o = node.pipelines->call(a, fresh, at);
+    } catch (const StoreError& e) {  // refused: the node may be dead and its replica rising
+      failed = {.failure = IoFailure::kClosed, .maybe_sent = false, .error = e.what()};
+      return nullptr;
+    }
+    ReplyPtr reply = std::move(o.reply);
+    if (!reply) failed = std::move(o);
+    return reply;
+  };
+  return script != nullptr ? evalsha(command, args, *script) : command(args);
 }
 
 void ClusterRouter::refresh_quietly() noexcept {

@@ -1,6 +1,6 @@
 // ClusterRouter: sends each command of a Redis Cluster client to the master that serves its
 // key's slot. It learns the slot map with CLUSTER SLOTS (from any node it knows, the URL's
-// seeds first), keeps a bounded pool of connections per master, and follows the cluster's
+// seeds first), keeps pipelined connections or a bounded pool per master, and follows the cluster's
 // answers: MOVED → reload the map and retry on the named node; ASK → ASKING and the command
 // once on the named node (the slot is migrating; the map stays); TRYAGAIN, CLUSTERDOWN and a
 // lost or refused connection → a few retries with back-off, then `StoreError`. A command is
@@ -28,6 +28,7 @@
 #include "idempotency/redis_lock.h"
 #include "redis_cluster_slot.h"
 #include "redis_connection.h"
+#include "redis_pipeline.h"
 
 namespace idempotency::redis_detail {
 
@@ -41,9 +42,11 @@ class ClusterRouter {
   using Pool = store_detail::ConnectionPool<ConnectionPtr>;
 
   /// ClusterRouter() keeps `seeds` and opens nothing; each node's pool holds at most
-  /// `pool_size` connections, waited for up to `pool_wait`.
+  /// `pool_size` connections, waited for up to `pool_wait`. With `pipelines` > 0, calls to a
+  /// node go over that many pipelined connections of its own (redis_pipeline.h) instead, but
+  /// for the pool's two uses: `ASKING` and the command after it on one connection, and `then`.
   ClusterRouter(std::vector<RedisNode> seeds, Connect connect, std::size_t pool_size,
-                std::chrono::milliseconds pool_wait);
+                std::chrono::milliseconds pool_wait, std::size_t pipelines = 0);
 
   /// refresh() reloads the slot map from the first known node that answers CLUSTER SLOTS.
   /// Throws `StoreError` when none does or the map does not cover every slot.
@@ -72,7 +75,14 @@ class ClusterRouter {
   struct Node {
     RedisNode address;
     std::unique_ptr<Pool> pool;
+    std::unique_ptr<Pipelines> pipelines;  // null without pipelining
   };
+
+  // pipelined_call() sends `args` (with `script`, an EVALSHA, loaded after NOSCRIPT) over
+  // `node`'s pipelines: the reply, or nullptr with `failed` saying why (a connection that
+  // cannot be opened is a failure that never sent anything).
+  static ReplyPtr pipelined_call(Node& node, const std::vector<std::string_view>& args,
+                                 const Script* script, PipelineOutcome& failed);
 
   // node_index() finds or adds the node at `address`. Under mu_ (exclusive).
   std::size_t node_index(const RedisNode& address);
@@ -88,6 +98,7 @@ class ClusterRouter {
   const Connect connect_;
   const std::size_t pool_size_;
   const std::chrono::milliseconds pool_wait_;
+  const std::size_t pipelines_;
 
   mutable std::shared_mutex mu_;
   // Only appended to, and a deque: indices and references to a Node stay valid.

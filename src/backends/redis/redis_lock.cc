@@ -57,6 +57,8 @@ struct RedisLock::Impl {
         wait_replicas(std::to_string(endpoint.replicas)),
         wait_ms(std::to_string(options.command_timeout.count() / 2)),
         tls(endpoint.tls ? std::make_unique<redis_detail::TlsContext>(*endpoint.tls) : nullptr),
+        // `?replicas=N` waits (WAIT) on the connection that wrote: pooled connections only.
+        shared(endpoint.replicas == 0 ? endpoint.pipelines.value_or(options.pipelines) : 0),
         pool(
             "redis", options.pool_size, options.pool_wait, [this] { return connect(); },
             [](const ConnectionPtr& c) { return c->failure() == IoFailure::kNone; }) {
@@ -71,13 +73,12 @@ struct RedisLock::Impl {
       script = std::move(s);
       cluster = std::make_unique<redis_detail::ClusterRouter>(
           endpoint.seeds, [this](const RedisNode& node) { return connect_to(node); },
-          options.pool_size, options.pool_wait);
+          options.pool_size, options.pool_wait, shared);
     } else {
       script = std::string(redis_detail::kScript);
     }
     if (endpoint.replicas > 0) wait_command = {"WAIT", wait_replicas, wait_ms};
-    const std::size_t shared = endpoint.pipelines.value_or(options.pipelines);
-    if (!endpoint.cluster && endpoint.replicas == 0 && shared > 0) {
+    if (!endpoint.cluster && shared > 0) {
       pipelines = std::make_unique<redis_detail::Pipelines>(shared, [this] { return connect(); });
     }
   }
@@ -103,6 +104,7 @@ struct RedisLock::Impl {
   std::string wait_ms;
   std::vector<std::string_view> wait_command;
   std::unique_ptr<const redis_detail::TlsContext> tls;  // for rediss://, shared by connections
+  std::size_t shared;  // pipelined connections (per master on a cluster); 0: the pool
   std::string script;  // kScript, with SPUBLISH for PUBLISH in cluster mode
   std::string sha;     // of `script`, as the server reported it; set once in the constructor
   std::unique_ptr<redis_detail::ClusterRouter> cluster;  // for the cluster schemes only

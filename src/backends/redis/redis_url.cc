@@ -141,7 +141,6 @@ RedisEndpoint parse_redis_url(std::string_view url) {
     ep.replicas = parse_number(*replicas, 100, "replicas= count");
   }
   if (std::optional<std::string> pipelines = parsed.take("pipelines")) {
-    if (cluster) bad("pipelines= is not used on a cluster (each master has a pool)");
     if (ep.replicas > 0) bad("pipelines= is not used with replicas= (WAIT holds a connection)");
     ep.pipelines = static_cast<std::size_t>(parse_number(*pipelines, 64, "pipelines= count"));
   }

@@ -64,6 +64,7 @@ TEST(RedisUrl, ParsesEveryForm) {
 
   EXPECT_EQ(parse_redis_url("redis://h:1?pipelines=0").pipelines, std::size_t{0});
   EXPECT_EQ(parse_redis_url("rediss://h:1?pipelines=64").pipelines, std::size_t{64});
+  EXPECT_EQ(parse_redis_url("redis+cluster://h:1,h:2?pipelines=1").pipelines, std::size_t{1});
 }
 
 TEST(RedisUrl, ParsesTheTlsForm) {
@@ -116,7 +117,6 @@ TEST(RedisUrl, MalformedUrlsNameThePartAndNeverThePassword) {
       {"redis://u:" + pw + "@h:6379?db=1", "query"},
       {"redis://u:" + pw + "@h:6379?pipelines=65", "pipelines= count"},
       {"redis://u:" + pw + "@h:6379?pipelines=x", "pipelines= count"},
-      {"redis+cluster://u:" + pw + "@h:6379?pipelines=2", "not used on a cluster"},
       {"redis://u:" + pw + "@h:6379?replicas=1&pipelines=2", "not used with replicas="},
       {"redis://" + pw + "@h:6379", "userinfo"},
       {"redis://u:" + pw + "%zz@h:6379", "percent-encoding"},
