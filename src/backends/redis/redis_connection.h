@@ -46,7 +46,8 @@ class Connection {
   /// any other reply.
   [[nodiscard]] ReplyPtr command(const std::vector<std::string_view>& args);
 
-  /// format() appends `args` to `out` as one RESP command; false when out of memory.
+  /// format() appends `args` to `out` as one RESP command; false when hiredis cannot allocate
+  /// (appending to `out` may throw std::bad_alloc).
   [[nodiscard]] static bool format(const std::vector<std::string_view>& args, std::string& out);
   /// send() writes `bytes` (commands already formatted) whole; false when the connection
   /// failed (failure() says how).

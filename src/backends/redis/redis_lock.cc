@@ -196,6 +196,9 @@ struct RedisLock::Impl {
           },
           args, call);
       if (!r) {
+        // `fresh` says only that this call did not open the connection: a close in the middle
+        // of a batch also reads as stale, and repeats a call that may have run. That is safe
+        // because every script operation is (a claim carries its token, the others a fence).
         const bool stale = failed.failure == IoFailure::kClosed && !fresh;
         if ((!failed.maybe_sent || stale) && attempt == 0) continue;
         throw StoreError(failed.error);
@@ -209,11 +212,15 @@ struct RedisLock::Impl {
   // when the connection failed, with `error` saying how.
   ReplyPtr command(const std::vector<std::string_view>& args, std::string& error) {
     if (pipelines) {
-      bool fresh = false;
       std::size_t slot = redis_detail::Pipelines::kAny;
-      redis_detail::PipelineOutcome o = pipelines->call(args, fresh, slot);
-      if (!o.reply) error = std::move(o.error);
-      return std::move(o.reply);
+      for (int attempt = 0;; ++attempt) {
+        bool fresh = false;
+        redis_detail::PipelineOutcome o = pipelines->call(args, fresh, slot);
+        // A call that never left failed because another call's connection did: once more.
+        if (!o.reply && !o.maybe_sent && attempt == 0) continue;
+        if (!o.reply) error = std::move(o.error);
+        return std::move(o.reply);
+      }
     }
     Lease conn = acquire();
     ReplyPtr r = conn.get()->command(args);

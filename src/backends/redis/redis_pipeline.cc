@@ -10,6 +10,7 @@
 #include <mutex>
 #include <new>
 #include <shared_mutex>
+#include <string_view>
 #include <utility>
 
 namespace idempotency::redis_detail {
@@ -92,7 +93,7 @@ PipelineOutcome Pipeline::call(const std::vector<std::string_view>& args) {
   std::uintptr_t head = head_.load(std::memory_order_acquire);
   for (;;) {
     if (head == kBroken) {
-      return {.failure = IoFailure::kClosed, .maybe_sent = false, .error = broken_error_};
+      return {.failure = IoFailure::kClosed, .maybe_sent = false, .error = unsent_error_};
     }
     const bool idle = head == kIdle;
     me.next = idle ? kReading : head;
@@ -101,7 +102,14 @@ PipelineOutcome Pipeline::call(const std::vector<std::string_view>& args) {
     if (idle || me.wait() == Pending::kRead) break;
     return std::move(me.outcome);
   }
-  read_until(me);
+  try {
+    read_until(me);
+  } catch (...) {
+    // Even a failure to build an error message (std::bad_alloc) must end every call: an
+    // exception leaving the reader role would leave the others asleep for good.
+    own_failure_ = IoFailure::kError;
+    fail_all();
+  }
   return std::move(me.outcome);
 }
 
@@ -182,7 +190,11 @@ void Pipeline::fail_all() {
   const IoFailure failure = own ? own_failure_ : connection_->failure();
   try {
     broken_error_ = own ? "redis: out of memory" : connection_->error();
-  } catch (const std::bad_alloc&) {  // NOLINT(bugprone-empty-catch): the message stays empty
+    // A call that never left says so: it failed because the connection had.
+    constexpr std::string_view kPrefix = "redis: ";
+    unsent_error_ = "redis: not sent, the shared connection failed first: " +
+                    broken_error_.substr(broken_error_.starts_with(kPrefix) ? kPrefix.size() : 0);
+  } catch (const std::bad_alloc&) {  // NOLINT(bugprone-empty-catch): the messages stay empty
   }
   batch_.clear();
   std::uintptr_t queued = head_.exchange(kBroken, std::memory_order_acq_rel);
@@ -190,7 +202,7 @@ void Pipeline::fail_all() {
     p->outcome.failure = failure;
     p->outcome.maybe_sent = maybe_sent;
     try {
-      p->outcome.error = broken_error_;
+      p->outcome.error = maybe_sent ? broken_error_ : unsent_error_;
     } catch (const std::bad_alloc&) {  // NOLINT(bugprone-empty-catch): ended without a message
     }
     p->wake(Pending::kDone);  // harmless for the reader's own call, which is not waiting
@@ -222,10 +234,13 @@ PipelineOutcome Pipelines::call(const std::vector<std::string_view>& args, bool&
     pipeline = slot.pipeline;
   }
   if (!pipeline || pipeline->broken()) {
+    // Connected outside the lock, so callers that find the slot broken do not queue behind
+    // one another's connects (each up to connect_timeout); the first to finish is installed.
+    auto opened = std::make_shared<Pipeline>(connect_());
     const std::lock_guard lock(slot.mutex);
     if (!slot.pipeline || slot.pipeline->broken()) {
       // Callers still in the broken one keep it alive until they have their outcome.
-      slot.pipeline = std::make_shared<Pipeline>(connect_());
+      slot.pipeline = std::move(opened);
       fresh = true;
     }
     pipeline = slot.pipeline;

@@ -96,7 +96,10 @@ class Pipeline {
   // kBroken, or the newest queued call, whose `next` links to older ones down to kReading (the
   // caller that queues onto kIdle takes the role).
   std::atomic<std::uintptr_t> head_{kIdle};
-  std::string broken_error_;  // written once, before head_ becomes kBroken
+  // Written once, before head_ becomes kBroken: the failure, as the calls in flight report it
+  // and as the calls that never left do.
+  std::string broken_error_;
+  std::string unsent_error_;
   // The reader role's, and nothing it touches allocates but the batch, so a failure to
   // allocate ends every call instead of stranding them: the calls sent whose replies are not
   // yet read, oldest first, linked through Pending::after; the bytes flush() writes (kept for
@@ -115,7 +118,9 @@ class Pipelines {
   /// Opens a connection for a pipeline (throws `StoreError` when it cannot).
   using Connect = std::function<ConnectionPtr()>;
 
-  /// Pipelines() will open up to `count` (at least 1) connections with `connect`, lazily.
+  /// Pipelines() will open up to `count` (at least 1) connections with `connect`, lazily; a
+  /// broken one is replaced by the next call to its slot (callers racing to replace it may
+  /// each open one; the first is kept).
   Pipelines(std::size_t count, Connect connect);
 
   /// Which pipeline a call uses: kAny for the next in turn, or the one an earlier call of the
