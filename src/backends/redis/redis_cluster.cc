@@ -204,12 +204,12 @@ ReplyPtr ClusterRouter::call(std::string_view key, const std::vector<std::string
     std::optional<Pool::Lease> lease;
     ReplyPtr r;
     if (node->pipelines && !ask && then.empty()) {
-      PipelineOutcome failed;
-      r = pipelined_call(*node, args, script, failed);
+      PipelinedCall call;
+      r = call_pipelined(*node->pipelines, args, script, call);
       if (!r) {
-        last_error = failed.error;
+        last_error = call.failed.error;
         // A timeout may have run the command: never repeat it as if it had not.
-        if (failed.failure == IoFailure::kTimedOut) throw StoreError(last_error);
+        if (call.failed.failure == IoFailure::kTimedOut) throw StoreError(last_error);
         std::this_thread::sleep_for(backoff(++retries));
         refresh_quietly();
         continue;
@@ -275,26 +275,6 @@ ReplyPtr ClusterRouter::call(std::string_view key, const std::vector<std::string
     return r;
   }
   throw StoreError(last_error + " (gave up after " + std::to_string(kAttempts) + " attempts)");
-}
-
-ReplyPtr ClusterRouter::pipelined_call(Node& node, const std::vector<std::string_view>& args,
-                                       const Script* script, PipelineOutcome& failed) {
-  // One pipeline for the call, so SCRIPT LOAD after NOSCRIPT goes where the EVALSHA went.
-  std::size_t at = Pipelines::kAny;
-  bool fresh = false;
-  auto command = [&](const std::vector<std::string_view>& a) -> ReplyPtr {
-    PipelineOutcome o;
-    try {
-      o = node.pipelines->call(a, fresh, at);
-    } catch (const StoreError& e) {  // refused: the node may be dead and its replica rising
-      failed = {.failure = IoFailure::kClosed, .maybe_sent = false, .error = e.what()};
-      return nullptr;
-    }
-    ReplyPtr reply = std::move(o.reply);
-    if (!reply) failed = std::move(o);
-    return reply;
-  };
-  return script != nullptr ? evalsha(command, args, *script) : command(args);
 }
 
 void ClusterRouter::refresh_quietly() noexcept {

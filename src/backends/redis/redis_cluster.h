@@ -78,12 +78,6 @@ class ClusterRouter {
     std::unique_ptr<Pipelines> pipelines;  // null without pipelining
   };
 
-  // pipelined_call() sends `args` (with `script`, an EVALSHA, loaded after NOSCRIPT) over
-  // `node`'s pipelines: the reply, or nullptr with `failed` saying why (a connection that
-  // cannot be opened is a failure that never sent anything).
-  static ReplyPtr pipelined_call(Node& node, const std::vector<std::string_view>& args,
-                                 const Script* script, PipelineOutcome& failed);
-
   // node_index() finds or adds the node at `address`. Under mu_ (exclusive).
   std::size_t node_index(const RedisNode& address);
   // node_for_slot() is the slot's master, loading the map first when it is empty.

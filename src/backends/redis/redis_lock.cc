@@ -177,51 +177,41 @@ struct RedisLock::Impl {
     }
   }
 
-  // eval() over the shared connections: retried once when the call provably never left, or
-  // found a connection the server had closed (as the pool's path does).
+  // The shared connections' calls (a script's with `script`): retried once when the call
+  // provably never left, or found a connection the server had closed (as the pool's path does).
+  // A command outside the script (HGETALL, TIME) is retried only when it never left: nullptr
+  // then, with `error` saying how.
+  ReplyPtr pipelined(const std::vector<std::string_view>& args, const redis_detail::Script* script,
+                     std::string& error) {
+    redis_detail::PipelinedCall call;
+    for (int attempt = 0;; ++attempt) {
+      ReplyPtr r = redis_detail::call_pipelined(*pipelines, args, script, call);
+      if (r) return r;
+      // `fresh` says only that this call did not open the connection: a close in the middle
+      // of a batch also reads as stale, and repeats a call that may have run. That is safe
+      // because every script operation is (a claim carries its token, the others a fence).
+      const bool stale =
+          script != nullptr && call.failed.failure == IoFailure::kClosed && !call.fresh;
+      // A server that cannot be reached is not tried twice (each try waits connect_timeout).
+      if ((!call.failed.maybe_sent || stale) && !call.unreachable && attempt == 0) continue;
+      error = std::move(call.failed.error);
+      return nullptr;
+    }
+  }
+
   ReplyPtr eval_pipelined(const std::vector<std::string_view>& args,
                           const redis_detail::Script& call) {
-    // One pipeline for the operation: SCRIPT LOAD after NOSCRIPT, and a retry on the
-    // replacement of the connection that failed.
-    std::size_t slot = redis_detail::Pipelines::kAny;
-    for (int attempt = 0;; ++attempt) {
-      bool fresh = false;
-      redis_detail::PipelineOutcome failed;
-      ReplyPtr r = redis_detail::evalsha(
-          [&](const std::vector<std::string_view>& a) {
-            redis_detail::PipelineOutcome o = pipelines->call(a, fresh, slot);
-            ReplyPtr reply = std::move(o.reply);
-            if (!reply) failed = std::move(o);
-            return reply;
-          },
-          args, call);
-      if (!r) {
-        // `fresh` says only that this call did not open the connection: a close in the middle
-        // of a batch also reads as stale, and repeats a call that may have run. That is safe
-        // because every script operation is (a claim carries its token, the others a fence).
-        const bool stale = failed.failure == IoFailure::kClosed && !fresh;
-        if ((!failed.maybe_sent || stale) && attempt == 0) continue;
-        throw StoreError(failed.error);
-      }
-      if (is_error_reply(r.get())) throw_reply_error(r.get(), "script failed");
-      return r;
-    }
+    std::string error;
+    ReplyPtr r = pipelined(args, &call, error);
+    if (!r) throw StoreError(error);
+    if (is_error_reply(r.get())) throw_reply_error(r.get(), "script failed");
+    return r;
   }
 
   // command() sends one command outside the script (HGETALL, TIME) on a single node: nullptr
   // when the connection failed, with `error` saying how.
   ReplyPtr command(const std::vector<std::string_view>& args, std::string& error) {
-    if (pipelines) {
-      std::size_t slot = redis_detail::Pipelines::kAny;
-      for (int attempt = 0;; ++attempt) {
-        bool fresh = false;
-        redis_detail::PipelineOutcome o = pipelines->call(args, fresh, slot);
-        // A call that never left failed because another call's connection did: once more.
-        if (!o.reply && !o.maybe_sent && attempt == 0) continue;
-        if (!o.reply) error = std::move(o.error);
-        return std::move(o.reply);
-      }
-    }
+    if (pipelines) return pipelined(args, nullptr, error);
     Lease conn = acquire();
     ReplyPtr r = conn.get()->command(args);
     if (!r) {

@@ -1,5 +1,8 @@
 #include "redis_pipeline.h"
 
+#include "idempotency/errors.h"
+#include "redis_script_call.h"
+
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -246,6 +249,26 @@ PipelineOutcome Pipelines::call(const std::vector<std::string_view>& args, bool&
     pipeline = slot.pipeline;
   }
   return pipeline->call(args);
+}
+
+ReplyPtr call_pipelined(Pipelines& pipelines, const std::vector<std::string_view>& args,
+                        const Script* script, PipelinedCall& call) {
+  call.fresh = false;
+  call.unreachable = false;
+  auto command = [&](const std::vector<std::string_view>& a) -> ReplyPtr {
+    PipelineOutcome o;
+    try {
+      o = pipelines.call(a, call.fresh, call.slot);
+    } catch (const StoreError& e) {  // refused: the server may be down, or restarting
+      call.failed = {.failure = IoFailure::kClosed, .maybe_sent = false, .error = e.what()};
+      call.unreachable = true;
+      return nullptr;
+    }
+    ReplyPtr reply = std::move(o.reply);
+    if (!reply) call.failed = std::move(o);
+    return reply;
+  };
+  return script != nullptr ? evalsha(command, args, *script) : command(args);
 }
 
 }  // namespace idempotency::redis_detail

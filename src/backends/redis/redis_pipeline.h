@@ -111,6 +111,28 @@ class Pipeline {
   std::atomic<std::uint64_t> writes_{0};
 };
 
+struct Script;  // redis_script_call.h
+class Pipelines;
+
+/// PipelinedCall is one operation's use of Pipelines, across its commands and its retry: the
+/// pipeline it goes to (so SCRIPT LOAD after NOSCRIPT follows the EVALSHA, and a retry goes to
+/// the replacement of a connection that failed), whether that one was opened for it, and how
+/// the last command failed.
+struct PipelinedCall {
+  std::size_t slot = static_cast<std::size_t>(-1);  // Pipelines::kAny
+  bool fresh = false;
+  PipelineOutcome failed;
+  bool unreachable = false;  // the failure was opening a connection
+};
+
+/// call_pipelined() sends `args` over `pipelines` (with `script`, `args` is its EVALSHA, and
+/// the script is loaded after NOSCRIPT, redis_script_call.h): the reply, or nullptr with
+/// `call.failed` saying why. A connection that cannot be opened is such a failure, never sent.
+/// Throws `StoreError` only when SCRIPT LOAD is refused or reports another digest.
+[[nodiscard]] ReplyPtr call_pipelined(Pipelines& pipelines,
+                                      const std::vector<std::string_view>& args,
+                                      const Script* script, PipelinedCall& call);
+
 /// Pipelines spreads calls over a fixed number of Pipelines, opening each on first use and
 /// again after it broke.
 class Pipelines {
