@@ -203,16 +203,13 @@ ReplyPtr ClusterRouter::call(std::string_view key, const std::vector<std::string
     }
     std::optional<Pool::Lease> lease;
     ReplyPtr r;
+    IoFailure failure = IoFailure::kNone;  // how the connection failed, when r is null
     if (node->pipelines && !ask && then.empty()) {
       PipelinedCall call;
       r = call_pipelined(*node->pipelines, args, script, call);
       if (!r) {
         last_error = call.failed.error;
-        // A timeout may have run the command: never repeat it as if it had not.
-        if (call.failed.failure == IoFailure::kTimedOut) throw StoreError(last_error);
-        std::this_thread::sleep_for(backoff(++retries));
-        refresh_quietly();
-        continue;
+        failure = call.failed.failure;
       }
     } else {
       Pool* pool = node->pool.get();
@@ -239,14 +236,16 @@ ReplyPtr ClusterRouter::call(std::string_view key, const std::vector<std::string
                             : conn->command(args);
       if (!r) {
         last_error = conn->error();
-        const IoFailure failure = conn->failure();
+        failure = conn->failure();
         pool->drop_idle();
-        // A timeout may have run the command: never repeat it as if it had not.
-        if (failure == IoFailure::kTimedOut) throw StoreError(last_error);
-        std::this_thread::sleep_for(backoff(++retries));
-        refresh_quietly();
-        continue;
       }
+    }
+    if (!r) {
+      // A timeout may have run the command: never repeat it as if it had not.
+      if (failure == IoFailure::kTimedOut) throw StoreError(last_error);
+      std::this_thread::sleep_for(backoff(++retries));
+      refresh_quietly();
+      continue;
     }
     if (is_error_reply(r.get(), "MOVED ")) {
       lease.reset();
