@@ -1,0 +1,2 @@
+// The translation unit that builds the tests' precompiled GoogleTest headers
+// (tests/CMakeLists.txt); it defines nothing.
