@@ -87,7 +87,8 @@ class SteadyLoad {
 struct Sample {
   double at_s;
   std::int64_t records;
-  std::int64_t bytes;  // file size or RSS; 0 when not measured
+  std::int64_t bytes;    // file size or RSS; 0 when not measured
+  std::int64_t sent{0};  // keys the load had sent by then (set by sample_while)
 };
 
 // Samples `measure` every `every` until the load finishes, printing each line.
@@ -100,6 +101,7 @@ std::vector<Sample> sample_while(const SteadyLoad& load, milliseconds every,
     std::this_thread::sleep_for(every);
     const double at = std::chrono::duration<double>(Clock::now() - start).count();
     samples.push_back(measure(at));
+    samples.back().sent = load.done();
     std::printf("  t=%5.2fs  sent=%6d  records=%7lld  %s=%9lld\n", at, load.done(),
                 static_cast<long long>(samples.back().records), bytes_name,
                 static_cast<long long>(samples.back().bytes));
@@ -118,10 +120,35 @@ std::int64_t steady_max(const std::vector<Sample>& samples, double skip_s,
   return most;
 }
 
+// Reclaimed: from `window_s` on, no sample holds more than the keys sent in the `window_s`
+// before it (plus `extra`), where a store that kept every key would hold all it was ever sent.
+// Judged against what the load really sent, which on a loaded box (a sanitizer build, other
+// jobs) falls short of its rate and catches up later: a fixed rate × ttl would then misjudge.
+void expect_bounded_by_recent(const std::vector<Sample>& samples, double window_s,
+                              std::int64_t extra, const char* what) {
+  int judged = 0;
+  for (const auto& s : samples) {
+    if (s.at_s < window_s) continue;
+    // What had been sent by the last sample a whole window earlier (at most what had been
+    // sent a window ago, so the count below is never less than the window's sends).
+    std::int64_t before = 0;
+    for (const auto& earlier : samples) {
+      if (earlier.at_s <= s.at_s - window_s) before = earlier.sent;
+    }
+    EXPECT_LE(s.records, s.sent - before + extra)
+        << what << " at t=" << s.at_s << " s: more than the " << s.sent - before
+        << " keys sent in the " << window_s << " s before";
+    ++judged;
+  }
+  EXPECT_GE(judged, 2) << what << ": the run is too short for a " << window_s << " s window";
+}
+
 // Levelled off: the second half of the run holds no more than the first steady stretch allows
 // for noise, where an unreclaimed store would have grown by half its total.
-void expect_levels_off(const std::vector<Sample>& samples, double ramp_s, double end_s,
-                       std::int64_t Sample::*field, double slack, const char* what) {
+// (The PostgreSQL program measures no size that should level off, so it has no use for it.)
+[[maybe_unused]] void expect_levels_off(const std::vector<Sample>& samples, double ramp_s,
+                                        double end_s, std::int64_t Sample::*field, double slack,
+                                        const char* what) {
   const double mid = (ramp_s + end_s) / 2;
   std::int64_t first = 0;
   std::int64_t second = 0;
@@ -165,7 +192,8 @@ TEST(StorageSoak, MemoryLevelsOffWithoutAThread) {
   // rate × ttl live records; the sweep keeps the rest within about as many again.
   const std::int64_t live = std::int64_t{kRate} * kTtl.count() / 1000;
   EXPECT_LE(steady_max(samples, 0.6, &Sample::records), 3 * live);
-  expect_levels_off(samples, 0.6, 3.0, &Sample::records, 1.5, "records");
+  // Live for ttl, swept within about another ttl, and room for a sweep running late.
+  expect_bounded_by_recent(samples, 1.0, 10, "records");
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
   // Freed records go back to malloc's free lists and are reused, so the RSS levels off too
   // (sanitizers keep freed memory in quarantine, so only plain builds check it).
@@ -216,7 +244,8 @@ TEST(StorageSoak, PostgresLevelsOffWithAReclaimer) {
   // rate × (ttl + one jittered interval), with room for the load running a little ahead.
   const std::int64_t bound = kRate * (kTtl.count() + kInterval.count() * 5 / 4) / 1000 * 3 / 2;
   EXPECT_LE(steady_max(samples, 1.0, &Sample::records), bound);
-  expect_levels_off(samples, 1.0, 4.0, &Sample::records, 1.5, "rows");
+  // ttl, then purged within an interval (jittered), and room for a pass running late.
+  expect_bounded_by_recent(samples, 1.5, 10, "rows");
   EXPECT_GT(reclaimer.purged(), 0U);
 }
 
@@ -273,7 +302,8 @@ TEST(StorageSoak, TheGatewayOnSqliteLevelsOff) {
   EXPECT_EQ(acked.load(), load.done()) << "every message is forwarded and acked once";
   // rate × (ttl + one jittered interval), with room for the load running a little ahead.
   EXPECT_LE(steady_max(samples, 2.0, &Sample::records), kRate * (1000 + 313) / 1000 * 3 / 2);
-  expect_levels_off(samples, 2.0, 6.0, &Sample::records, 1.5, "rows");
+  // ttl, then purged within --purge-interval, and room for a pass running late.
+  expect_bounded_by_recent(samples, 2.5, 10, "rows");
   expect_levels_off(samples, 2.0, 6.0, &Sample::bytes, 1.5, "file size");
   EXPECT_EQ(gateway.terminate(), 0);
 }

@@ -26,8 +26,15 @@ std::chrono::milliseconds backoff(int retry) {
   return std::chrono::milliseconds(std::min(800, 25 << std::min(retry, 6)));
 }
 
+// The host to reach a node at: the one it announces, or, when it announces none (nil in
+// CLUSTER SLOTS with Redis 7's cluster-preferred-endpoint-type unknown-endpoint, "", "?", or
+// "MOVED 3999 :6381"), the host we asked, as behind NAT.
+std::string announced_or(std::string announced, const std::string& asked) {
+  if (announced.empty() || announced == "?") return asked;
+  return announced;
+}
+
 // The node named by a "MOVED 3999 127.0.0.1:6381" / "ASK …" error; nullopt when malformed.
-// An empty host ("MOVED 3999 :6381", a node with no announced endpoint) means the node asked.
 std::optional<RedisNode> redirect_target(const redisReply* r, const RedisNode& asked) {
   const std::string_view s(r->str, r->len);
   const std::size_t space = s.rfind(' ');
@@ -36,8 +43,7 @@ std::optional<RedisNode> redirect_target(const redisReply* r, const RedisNode& a
     return std::nullopt;
   }
   RedisNode node;
-  node.host = std::string(s.substr(space + 1, colon - space - 1));
-  if (node.host.empty()) node.host = asked.host;
+  node.host = announced_or(std::string(s.substr(space + 1, colon - space - 1)), asked.host);
   const std::string_view port = s.substr(colon + 1);
   auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), node.port);
   if (ec != std::errc() || ptr != port.data() + port.size()) return std::nullopt;
@@ -140,11 +146,10 @@ bool ClusterRouter::load_from(const RedisNode& address, std::string& why) {
       return false;
     }
     const redisReply* host = e->element[2]->element[0];
-    RedisNode master{host->type == REDIS_REPLY_NIL ? std::string() : std::string(reply_view(host)),
-                     static_cast<int>(e->element[2]->element[1]->integer)};
-    // Nil (Redis 7's cluster-preferred-endpoint-type unknown-endpoint), "" or "?": the node
-    // has no announced endpoint; it is reached at the host we asked.
-    if (master.host.empty() || master.host == "?") master.host = address.host;
+    const RedisNode master{
+        announced_or(host->type == REDIS_REPLY_NIL ? std::string() : std::string(reply_view(host)),
+                     address.host),
+        static_cast<int>(e->element[2]->element[1]->integer)};
     const auto index = static_cast<std::uint32_t>(node_index(master));
     std::fill(map.begin() + first, map.begin() + last + 1, index);
   }

@@ -17,11 +17,9 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <chrono>
-#include <climits>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -30,6 +28,7 @@
 #include <vector>
 
 #include "idempotency/errors.h"
+#include "redis_poll.h"
 
 namespace idempotency::redis_detail {
 namespace {
@@ -68,22 +67,9 @@ struct FormattedDeleter {
   void operator()(char* p) const noexcept { redisFreeCommand(p); }
 };
 
-// The milliseconds left until `deadline`, rounded up, at least 0.
-int millis_left(SteadyClock::time_point deadline) {
-  const auto left =
-      std::chrono::ceil<std::chrono::milliseconds>(deadline - SteadyClock::now()).count();
-  return static_cast<int>(std::clamp<long long>(left, 0, INT_MAX));
-}
-
 // Waits for a non-blocking connect() to finish; "" when it succeeded, else why not.
 std::string finish_connect(int fd, SteadyClock::time_point deadline) {
-  int ready = 0;
-  do {
-    const int left = millis_left(deadline);
-    if (left == 0) return "timed out (connect_timeout)";
-    pollfd waiting{fd, POLLOUT, 0};
-    ready = ::poll(&waiting, 1, left);
-  } while (ready < 0 && errno == EINTR);
+  const int ready = poll_until(fd, POLLOUT, deadline);
   if (ready < 0) return system_message(errno);
   if (ready == 0) return "timed out (connect_timeout)";
   int error = 0;
@@ -117,7 +103,7 @@ UniqueFd connect_tcp(const std::string& host, int port, const std::string& where
     if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0) return fd;
     why = errno == EINPROGRESS ? finish_connect(fd.get(), deadline) : system_message(errno);
     if (why.empty()) return fd;
-    if (millis_left(deadline) == 0) break;
+    if (SteadyClock::now() >= deadline) break;
   }
   throw StoreError("redis: cannot connect to " + where + ": " + why);
 }

@@ -23,6 +23,7 @@
 #include <system_error>
 
 #include "idempotency/errors.h"
+#include "redis_poll.h"
 
 namespace idempotency::redis_detail {
 std::string system_message(int error) { return std::generic_category().message(error); }
@@ -222,14 +223,7 @@ std::unique_ptr<TlsSession> TlsContext::handshake(
     if (error == SSL_ERROR_WANT_READ) wanted = POLLIN;
     if (error == SSL_ERROR_WANT_WRITE) wanted = POLLOUT;
     if (wanted == 0) throw failed(handshake_reason(ssl, error, saved_errno));
-    int ready = 0;
-    do {
-      const auto left =
-          std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left <= std::chrono::milliseconds::zero()) break;
-      pollfd waiting{fd, wanted, 0};
-      ready = ::poll(&waiting, 1, static_cast<int>(std::min<long long>(left.count(), INT_MAX)));
-    } while (ready < 0 && errno == EINTR);
+    const int ready = poll_until(fd, wanted, deadline);
     if (ready < 0) throw failed(system_message(errno));
     // A plain port waits for the rest of a "command" that never ends: say so.
     if (ready == 0)

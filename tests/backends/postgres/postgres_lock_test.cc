@@ -394,6 +394,46 @@ TEST_F(PostgresLockTest, TerminatedBackendIsReplacedOnNextCall) {
   EXPECT_TRUE(backend->complete(*b));
 }
 
+// A server restart or a failover kills every pooled connection at once. The one retry after a
+// broken connection must go to a fresh one, not to the next dead one in the pool (before, the
+// retry took another idle, dead connection and the call failed: TerminationsMidRun's last call,
+// now and then).
+TEST_F(PostgresLockTest, AfterEveryPooledConnectionIsTerminatedTheNextCallSucceeds) {
+  constexpr int kCalls = 4;
+  auto backend = make(PostgresOptions{.pool_size = kCalls});
+  for (int i = 0; i < kCalls; ++i) {
+    const std::string key = "busy-" + std::to_string(i);
+    EXPECT_TRUE(backend->complete(won(backend->claim(key, milliseconds(60'000)))));
+  }
+  Admin admin(postgres_url());
+  // Calls waiting for their records' row locks hold a connection each; let go, all four sit
+  // idle. (The locks are another session's: within a transaction pg_stat_activity would not
+  // change, and `admin` counts the connections.)
+  Admin locker(postgres_url());
+  locker.exec("BEGIN");
+  locker.exec("SELECT count(*) FROM (SELECT 1 FROM \"" + table_ + "\" FOR UPDATE) AS locked");
+  std::vector<std::jthread> calls;
+  for (int i = 0; i < kCalls; ++i) {
+    calls.emplace_back([&, i] {
+      EXPECT_NO_THROW((void)backend->claim("busy-" + std::to_string(i), milliseconds(60'000)));
+    });
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (admin.connections(app_) < kCalls && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  locker.exec("COMMIT");
+  calls.clear();  // joined
+  ASSERT_EQ(admin.terminate(app_), kCalls);
+  // Wait for the server processes to be gone, so that no call can still reach one of them.
+  while (admin.connections(app_) > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  ASSERT_EQ(admin.connections(app_), 0);
+  const Claim after = won(backend->claim("after-restart", milliseconds(60'000)));
+  EXPECT_TRUE(backend->complete(after));
+}
+
 TEST_F(PostgresLockTest, TerminationsMidRunNeverGiveFalseOutcomes) {
   auto backend = make(PostgresOptions{.pool_size = 4});
   Admin admin(postgres_url());
