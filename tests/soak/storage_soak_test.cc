@@ -102,7 +102,8 @@ std::vector<Sample> sample_while(const SteadyLoad& load, milliseconds every,
     const double at = std::chrono::duration<double>(Clock::now() - start).count();
     samples.push_back(measure(at));
     samples.back().sent = load.done();
-    std::printf("  t=%5.2fs  sent=%6d  records=%7lld  %s=%9lld\n", at, load.done(),
+    std::printf("  t=%5.2fs  sent=%6lld  records=%7lld  %s=%9lld\n", at,
+                static_cast<long long>(samples.back().sent),
                 static_cast<long long>(samples.back().records), bytes_name,
                 static_cast<long long>(samples.back().bytes));
   }
