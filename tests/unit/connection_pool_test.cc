@@ -219,6 +219,31 @@ TEST(ConnectionPool, DropIdleClosesEveryIdleConnection) {
   EXPECT_EQ(opener.opened(), 3);
 }
 
+// A connection that failed takes the idle ones with it: after a restart they are all dead, and
+// the retry must open a fresh one.
+TEST(ConnectionPool, ABrokenLeaseClosesItselfAndEveryIdleConnection) {
+  Opener opener;
+  Pool pool = opener.pool(3, milliseconds(0));
+  {
+    auto a = pool.acquire();
+    auto b = pool.acquire();
+  }  // two idle
+  {
+    auto lease = pool.acquire();
+    EXPECT_TRUE(lease.reused());
+    lease.broken();
+    EXPECT_EQ(lease.get(), nullptr);
+  }
+  auto first = pool.acquire();
+  EXPECT_FALSE(first.reused());
+  EXPECT_EQ(first.get()->id, 3);
+  // Every slot is free again: the broken one and the dropped idle one were uncounted.
+  auto second = pool.acquire();
+  auto third = pool.acquire();
+  EXPECT_EQ(opener.opened(), 5);
+  EXPECT_THROW((void)pool.acquire(), StoreError);
+}
+
 TEST(ConnectionPool, AddedConnectionsCountAgainstTheBound) {
   Opener opener;
   Pool pool = opener.pool(1, milliseconds(0));

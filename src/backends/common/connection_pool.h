@@ -60,6 +60,13 @@ class ConnectionPool {
     [[nodiscard]] bool reused() const noexcept { return reused_; }
     /// discard() closes the connection now, whatever `Reusable` would say, and frees its slot.
     void discard() noexcept { connection_ = Connection(); }
+    /// broken() is for a connection that failed: it is discarded, and every idle one is
+    /// closed too (drop_idle()), since a restart or a failover kills them all at once and a
+    /// retry must open a fresh connection instead of taking the next dead one.
+    void broken() noexcept {
+      discard();
+      if (pool_ != nullptr) pool_->drop_idle();
+    }
 
    private:
     friend class ConnectionPool;

@@ -229,10 +229,7 @@ struct PostgresLock::Impl {
       const std::string message = error_of(lease.get(), res.get(), key);
       const char* sqlstate = res ? PQresultErrorField(res.get(), PG_DIAG_SQLSTATE) : nullptr;
       if (PQstatus(lease.get()) != CONNECTION_OK) {
-        lease.discard();
-        // A restart or a failover kills every connection at once: the retry must not take the
-        // next dead one from the pool.
-        pool.drop_idle();
+        lease.broken();
         if (connection_failures++ < kConnectionRetries) continue;
       } else if (sqlstate != nullptr &&
                  (std::strcmp(sqlstate, "40001") == 0 || std::strcmp(sqlstate, "40P01") == 0) &&

@@ -233,16 +233,16 @@ ReplyPtr ClusterRouter::call(std::string_view key, const std::vector<std::string
         if (!asking || asking->type == REDIS_REPLY_ERROR) {
           last_error = asking ? "redis: ASKING failed: " + std::string(reply_view(asking.get()))
                               : conn->error();
-          if (!asking) pool->drop_idle();
+          if (!asking) lease->broken();
           continue;
         }
       }
-      r = script != nullptr ? call_script(*pool, *conn, args, *script, then, then_reply)
+      r = script != nullptr ? call_script(*lease, args, *script, then, then_reply)
                             : conn->command(args);
       if (!r) {
         last_error = conn->error();
         failure = conn->failure();
-        pool->drop_idle();
+        lease->broken();
       }
     }
     if (!r) {

@@ -116,7 +116,6 @@ struct RedisLock::Impl {
   using Lease = store_detail::ConnectionPool<ConnectionPtr>::Lease;
 
   Lease acquire() { return pool.acquire(); }
-  void drop_idle() noexcept { pool.drop_idle(); }
   void count(store_detail::WaitEnd end) noexcept { waits.count(end); }
 
   ConnectionPtr connect() const { return connect_to({endpoint.host, endpoint.port}); }
@@ -164,12 +163,13 @@ struct RedisLock::Impl {
     if (pipelines) return eval_pipelined(args, call);
     for (int attempt = 0;; ++attempt) {
       Lease conn = acquire();
-      ReplyPtr r = redis_detail::call_script(pool, *conn.get(), args, call, wait, waited);
+      ReplyPtr r = redis_detail::call_script(conn, args, call, wait, waited);
       if (!r) {
         const bool closed = conn.get()->failure() == IoFailure::kClosed;
         std::string message = conn.get()->error();
-        drop_idle();
-        if (closed && conn.reused() && attempt == 0) continue;
+        const bool reused = conn.reused();
+        conn.broken();
+        if (closed && reused && attempt == 0) continue;
         throw StoreError(message);
       }
       if (is_error_reply(r.get())) throw_reply_error(r.get(), "script failed");
@@ -216,7 +216,7 @@ struct RedisLock::Impl {
     ReplyPtr r = conn.get()->command(args);
     if (!r) {
       error = conn.get()->error();
-      drop_idle();
+      conn.broken();
     }
     return r;
   }

@@ -21,17 +21,19 @@ std::string loaded_digest(const redisReply* reply) {
   return std::string(reply_view(reply));
 }
 
-ReplyPtr call_script(store_detail::ConnectionPool<ConnectionPtr>& pool, Connection& conn,
+ReplyPtr call_script(store_detail::ConnectionPool<ConnectionPtr>::Lease& lease,
                      const std::vector<std::string_view>& args, const Script& script,
                      const std::vector<std::string_view>& then, ReplyPtr* then_reply) {
+  Connection& conn = *lease.get();
   ReplyPtr r = evalsha([&conn](const std::vector<std::string_view>& a) { return conn.command(a); },
                        args, script);
   if (!r) return nullptr;
   if (!then.empty() && !is_error_reply(r.get())) {
     *then_reply = conn.command(then);
     if (!*then_reply) {
-      pool.drop_idle();
-      throw StoreError(conn.error());
+      std::string error = conn.error();
+      lease.broken();
+      throw StoreError(error);
     }
   }
   return r;

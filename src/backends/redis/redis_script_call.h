@@ -49,18 +49,18 @@ template <class Command>
   return r;
 }
 
-/// call_script() sends `args` (an EVALSHA of `script.sha`) on `conn`. After NOSCRIPT it loads
+/// call_script() sends `args` (an EVALSHA of `script.sha`) on `lease`'s connection. After
+/// NOSCRIPT it loads
 /// `script.source` there (SCRIPT LOAD, which must report `script.sha`) and sends `args` once
 /// more. With `then` (e.g. WAIT), once the script's reply is not an error, `then` follows on
 /// the same connection and its reply goes to `*then_reply`.
 ///
 /// Returns the script's reply (an error reply as it is), or nullptr when the connection failed
-/// first (`conn.failure()` says how). Throws `StoreError` when SCRIPT LOAD is refused or
-/// reports another digest, and when `then` fails: `pool`'s idle connections are dropped, and
-/// nothing is retried, since the script ran.
-[[nodiscard]] ReplyPtr call_script(store_detail::ConnectionPool<ConnectionPtr>& pool,
-                                   Connection& conn, const std::vector<std::string_view>& args,
-                                   const Script& script,
+/// first (its `failure()` says how). Throws `StoreError` when SCRIPT LOAD is refused or
+/// reports another digest, and when `then` fails: the lease is then broken (`Lease::broken`),
+/// and nothing is retried, since the script ran.
+[[nodiscard]] ReplyPtr call_script(store_detail::ConnectionPool<ConnectionPtr>::Lease& lease,
+                                   const std::vector<std::string_view>& args, const Script& script,
                                    const std::vector<std::string_view>& then = {},
                                    ReplyPtr* then_reply = nullptr);
 
