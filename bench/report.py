@@ -405,6 +405,26 @@ def main():
               f"| {w['p99_us']} | {err} | {'ok' if valid(r) else '**INVALID**'} |")
         p("")
 
+    # Where the CPU went: on a box whose cores the load generator, the upstream and the proxy
+    # share, a saturated run's rate is the cores over the CPU all of them spend per request.
+    cpu_runs = [r for r in runs if "cpu" in r and r["target"] in (DIRECT, NGINX1, NGINX2, GATEWAY)
+                and r["wrk"]["requests"] > 0]
+    if cpu_runs:
+        p("CPU per request in each measured run (µs; `/proc/PID/stat` of the proxy and the "
+          "upstream, nginx masters with their workers, and wrk's own from bash's `time`):")
+        p("")
+        p("| target | conns | proxy user | proxy kernel | upstream | wrk | sum | cores ÷ sum, req/s |")
+        p("|---|---|---:|---:|---:|---:|---:|---:|")
+        for r in cpu_runs:
+            c, n = r["cpu"], r["wrk"]["requests"]
+            us = {k: v * 1e6 / n for k, v in c.items()}
+            parts = [us.get("proxy_user_s"), us.get("proxy_sys_s"), us["upstream_s"], us["wrk_s"]]
+            total = sum(x for x in parts if x is not None)
+            cells = " | ".join("—" if x is None else f"{x:.1f}" for x in parts)
+            p(f"| {r['target']} | {r['conns']} | {cells} | {total:.1f} | "
+              f"{os.cpu_count() / total * 1e6:,.0f} |")
+        p("")
+
     targets = []
 
     def ratio(num, den):

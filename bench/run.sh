@@ -7,7 +7,8 @@
 # reverse proxy in front of the same upstream), not the absolute requests/s of this box.
 #
 #   throughput  wrk at -t1 -c1 and -t2 -c16 against: the upstream directly, an nginx peer
-#               (worker_processes 1, and 2), the gateway on memory://
+#               (worker_processes 1, and 2), the gateway on memory://; with the CPU per request
+#               of the proxy, the upstream and wrk in each run
 #   rss         the gateway on sqlite:// under the 16-connection load: VmRSS / VmHWM
 #   slowloris   the gateway holding BENCH_SLOW_CONNS never-finished requests while wrk -c1 runs
 #   purge       the gateway on sqlite:// (1 s ttl) under -c16, without and with a purge every 1 s
@@ -207,6 +208,15 @@ gateway_outcomes() {
     paste -sd, | sed 's/^/{/; s/$/}/'
 }
 
+# tree_cpu PID: "USER SYS" CPU seconds so far of PID and its children (an nginx master's
+# workers; a process's own line already sums its threads).
+tree_cpu() {
+  local p
+  for p in "$1" $(pgrep -P "$1" || true); do cat "/proc/$p/stat" 2>/dev/null || true; done |
+    awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); u += $12; s += $13 }
+      END { printf "%.3f %.3f\n", u / hz, s / hz }'
+}
+
 # record JSON: append one measurement.
 record() { echo "$1" >>"$RECORDS"; }
 
@@ -214,19 +224,33 @@ record() { echo "$1" >>"$RECORDS"; }
 # wrk invocation keeps every messageId unique against a gateway that has seen earlier runs.
 # Against a gateway, its outcome counters are read around the measured run: every request must
 # come out 'handled' (a 'duplicate' would mean the run measured the 204 path).
+# PROXY_PID (set by part_throughput; empty for the upstream measured directly) and UP_PID: whose
+# CPU per request each measured run records beside wrk's own, for the whole-box accounting.
+PROXY_PID="" UP_PID=""
 run_wrk() {
   local target=$1 conns=$2 port=$3 is_gateway=${4:-} extra=${5:-} threads=1 out json
-  local url="http://127.0.0.1:$port/" before=null after=null
+  local url="http://127.0.0.1:$port/" before=null after=null cpu up0 up1 px0="0 0" px1="0 0" wrk_cpu
   [ "$conns" -ge 2 ] && threads=2
   wrk -t"$threads" -c"$conns" -d"${WARMUP}s" -s "$BENCH_DIR/push.lua" "$url" \
     -- "warm-$RANDOM-$(date +%s%N)" >/dev/null
   [ -n "$is_gateway" ] && before=$(gateway_outcomes "$port")
-  out=$(wrk -t"$threads" -c"$conns" -d"${DURATION}s" --latency -s "$BENCH_DIR/push.lua" "$url" \
-    -- "run-$RANDOM-$(date +%s%N)")
+  up0=$(tree_cpu "$UP_PID")
+  [ -z "$PROXY_PID" ] || px0=$(tree_cpu "$PROXY_PID")
+  # wrk's own CPU from bash's `time` (TIMEFORMAT: user and system seconds).
+  wrk_cpu=$( { TIMEFORMAT='%U %S'; time wrk -t"$threads" -c"$conns" -d"${DURATION}s" --latency \
+    -s "$BENCH_DIR/push.lua" "$url" -- "run-$RANDOM-$(date +%s%N)" >"$TMP/wrk.out" 2>&1; } 2>&1)
+  out=$(cat "$TMP/wrk.out")
+  up1=$(tree_cpu "$UP_PID")
+  [ -z "$PROXY_PID" ] || px1=$(tree_cpu "$PROXY_PID")
   [ -n "$is_gateway" ] && after=$(gateway_outcomes "$port")
   json=$(sed -n 's/^BENCH_JSON //p' <<<"$out")
   [ -n "$json" ] || { echo "$out" >&2; die "wrk printed no BENCH_JSON line"; }
-  record "{\"kind\":\"wrk\",\"target\":\"$target\",\"conns\":$conns,\"threads\":$threads,\"wrk\":$json,\"outcomes_before\":$before,\"outcomes_after\":$after${extra:+,$extra}}"
+  # CPU seconds spent during the measured run: proxy user, proxy system, upstream, wrk.
+  cpu=$(awk -v a="$px0 $px1 $up0 $up1 $wrk_cpu" 'BEGIN { split(a, v, " ");
+    printf "{\"proxy_user_s\":%.3f,\"proxy_sys_s\":%.3f,\"upstream_s\":%.3f,\"wrk_s\":%.3f}",
+      v[3] - v[1], v[4] - v[2], v[7] + v[8] - v[5] - v[6], v[9] + v[10] }')
+  [ -n "$PROXY_PID" ] || cpu=$(sed 's/"proxy_user_s":[0-9.]*,"proxy_sys_s":[0-9.]*,//' <<<"$cpu")
+  record "{\"kind\":\"wrk\",\"target\":\"$target\",\"conns\":$conns,\"threads\":$threads,\"wrk\":$json,\"cpu\":$cpu,\"outcomes_before\":$before,\"outcomes_after\":$after${extra:+,$extra}}"
   say "$(printf '%-40s c=%-3s %s' "$target" "$conns" "$json")"
 }
 
@@ -250,12 +274,15 @@ part_throughput() {
 
   for w in 1 2; do
     start_peer "$up" "$w"
+    PROXY_PID=$STARTED_PID
     for c in 1 16; do run_wrk "nginx peer (worker_processes $w)" "$c" "$STARTED_PORT"; done
     stop "$STARTED_PID"
   done
 
   start_gateway gw-memory "$up" memory://
+  PROXY_PID=$STARTED_PID
   for c in 1 16; do run_wrk "gateway memory://" "$c" "$STARTED_PORT" gateway; done
+  PROXY_PID=""
   record "{\"kind\":\"rss\",\"target\":\"gateway memory:// after the throughput runs\",\"vmrss_kb\":$(vm "$STARTED_PID" VmRSS),\"vmhwm_kb\":$(vm "$STARTED_PID" VmHWM)}"
   stop "$STARTED_PID"
 }
@@ -550,7 +577,7 @@ main() {
   UP_PORT="" up_pid=""
   if [ "${PARTS[*]}" != store ]; then
     start_upstream
-    UP_PORT=$STARTED_PORT up_pid=$STARTED_PID
+    UP_PORT=$STARTED_PORT up_pid=$STARTED_PID UP_PID=$STARTED_PID
     say "upstream nginx (return 200) on 127.0.0.1:$UP_PORT; gateway: $GATEWAY"
   fi
   for p in "${PARTS[@]}"; do "part_$p" "$UP_PORT"; done
