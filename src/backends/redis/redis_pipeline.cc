@@ -236,19 +236,39 @@ PipelineOutcome Pipelines::call(const std::vector<std::string_view>& args, bool&
     const std::shared_lock lock(slot.mutex);
     pipeline = slot.pipeline;
   }
-  if (!pipeline || pipeline->broken()) {
-    // Connected outside the lock, so callers that find the slot broken do not queue behind
-    // one another's connects (each up to connect_timeout); the first to finish is installed.
-    auto opened = std::make_shared<Pipeline>(connect_());
-    const std::lock_guard lock(slot.mutex);
-    if (!slot.pipeline || slot.pipeline->broken()) {
-      // Callers still in the broken one keep it alive until they have their outcome.
-      slot.pipeline = std::move(opened);
-      fresh = true;
-    }
-    pipeline = slot.pipeline;
-  }
+  if (!pipeline || pipeline->broken()) pipeline = reopen(slot, fresh);
   return pipeline->call(args);
+}
+
+std::shared_ptr<Pipeline> Pipelines::reopen(Slot& slot, bool& fresh) {
+  // Read before waiting: a failure counted after this is the connect this call waited for.
+  const std::uint64_t failed_before = slot.failed_connects.load(std::memory_order_acquire);
+  const std::lock_guard connecting(slot.connecting);
+  {
+    const std::shared_lock lock(slot.mutex);
+    if (slot.pipeline && !slot.pipeline->broken()) {
+      fresh = true;  // opened by the call this one waited for
+      return slot.pipeline;
+    }
+  }
+  if (slot.failed_connects.load(std::memory_order_acquire) != failed_before) {
+    throw StoreError(slot.connect_error);
+  }
+  std::shared_ptr<Pipeline> opened;
+  try {
+    // Without the slot's mutex (a connect may take connect_timeout): only callers that found
+    // the slot broken too wait, on `connecting`.
+    opened = std::make_shared<Pipeline>(connect_());
+  } catch (const StoreError& e) {
+    slot.connect_error = e.what();
+    slot.failed_connects.fetch_add(1, std::memory_order_acq_rel);
+    throw;
+  }
+  const std::lock_guard lock(slot.mutex);
+  // Callers still in the broken one keep it alive until they have their outcome.
+  slot.pipeline = opened;
+  fresh = true;
+  return opened;
 }
 
 ReplyPtr call_pipelined(Pipelines& pipelines, const std::vector<std::string_view>& args,

@@ -134,15 +134,17 @@ struct PipelinedCall {
                                       const Script* script, PipelinedCall& call);
 
 /// Pipelines spreads calls over a fixed number of Pipelines, opening each on first use and
-/// again after it broke.
+/// again after it broke. One caller at a time opens a slot's connection; the callers that find
+/// the slot broken meanwhile wait for that connect and share its outcome (the new pipeline, or
+/// its failure), so a server coming back is not met by a connect per waiting thread, nor a dead
+/// one waited on for a connect timeout per thread in turn.
 class Pipelines {
  public:
   /// Opens a connection for a pipeline (throws `StoreError` when it cannot).
   using Connect = std::function<ConnectionPtr()>;
 
   /// Pipelines() will open up to `count` (at least 1) connections with `connect`, lazily; a
-  /// broken one is replaced by the next call to its slot (callers racing to replace it may
-  /// each open one; the first is kept).
+  /// broken one is replaced by the next call to its slot.
   Pipelines(std::size_t count, Connect connect);
 
   /// Which pipeline a call uses: kAny for the next in turn, or the one an earlier call of the
@@ -150,8 +152,10 @@ class Pipelines {
   static constexpr std::size_t kAny = static_cast<std::size_t>(-1);
 
   /// call() sends `args` on pipeline `slot` (kAny: the next in turn, and `slot` is set to the
-  /// one chosen). `fresh` is set when that pipeline was opened for this call (a failure on it
-  /// is not a stale connection). Throws `StoreError` when a connection cannot be opened.
+  /// one chosen). `fresh` is set when that pipeline was opened after this call found the slot
+  /// broken or empty, by it or by the call whose connect it waited for (a failure on it is not
+  /// a stale connection). Throws `StoreError` when a connection cannot be opened, also to the
+  /// callers that waited for that connect.
   [[nodiscard]] PipelineOutcome call(const std::vector<std::string_view>& args, bool& fresh,
                                      std::size_t& slot);
 
@@ -160,7 +164,16 @@ class Pipelines {
     // Shared to use the pipeline (no contention between callers), exclusive to replace it.
     std::shared_mutex mutex;
     std::shared_ptr<Pipeline> pipeline;  // guarded by mutex
+    // Held while a connection is opened for the slot: the single flight.
+    std::mutex connecting;
+    // How many connects for the slot have failed, and the last one's error (guarded by
+    // `connecting`): a caller that waited for a connect tells from the count whether it failed.
+    std::atomic<std::uint64_t> failed_connects{0};
+    std::string connect_error;
   };
+
+  // Replaces the slot's missing or broken pipeline (single flight, see above) and returns it.
+  std::shared_ptr<Pipeline> reopen(Slot& slot, bool& fresh);
 
   Connect connect_;
   std::vector<Slot> slots_;

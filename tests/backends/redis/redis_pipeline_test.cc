@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
 
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -15,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "idempotency/errors.h"
 #include "idempotency/redis_lock.h"
 #include "private_redis.h"
 #include "redis_connection.h"
@@ -200,6 +203,82 @@ TEST(RedisPipeline, PipelinesReplaceABrokenConnectionAndTellAFreshOneFromAStaleO
   EXPECT_EQ(text_of(pipelines.call({"ECHO", "d"}, fresh, slot)), "d");
   EXPECT_TRUE(fresh);
   EXPECT_EQ(opened, 2);
+}
+
+// Callers that find a slot empty or broken at once wait for one connect and share what it
+// gives: a recovering server is not met by a connect per thread.
+TEST(RedisPipeline, CallersThatFindASlotBrokenTogetherShareOneConnect) {
+  PrivateRedis server;
+  constexpr int kThreads = 8;
+  std::atomic<int> arrived{0};
+  std::atomic<int> opened{0};
+  Pipelines pipelines(1, [&] {
+    ++opened;
+    // Every caller has found the slot empty before this connect ends.
+    while (arrived.load() < kThreads) std::this_thread::yield();
+    return open_to(server);
+  });
+  std::vector<std::string> replies(kThreads);
+  std::vector<char> fresh(kThreads, 0);
+  {
+    std::vector<std::jthread> callers;
+    callers.reserve(kThreads);
+    for (int t = 0; t < kThreads; ++t) {
+      callers.emplace_back([&, t] {
+        bool f = false;
+        std::size_t slot = Pipelines::kAny;
+        ++arrived;
+        replies[t] = text_of(pipelines.call({"ECHO", std::to_string(t)}, f, slot));
+        fresh[t] = f ? 1 : 0;
+      });
+    }
+  }
+  EXPECT_EQ(opened.load(), 1);
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(replies[t], std::to_string(t));
+    EXPECT_TRUE(fresh[t]) << "caller " << t << ": its pipeline was opened after it came";
+  }
+}
+
+// A connect that fails fails every caller that waited for it, without a connect of its own
+// each (a dead server would otherwise cost a connect_timeout per waiting thread, in turn).
+TEST(RedisPipeline, CallersWaitingForAFailedConnectShareItsFailure) {
+  PrivateRedis server;
+  server.kill(SIGKILL);
+  constexpr int kThreads = 8;
+  std::atomic<int> arrived{0};
+  std::atomic<int> attempts{0};
+  Pipelines pipelines(1, [&] {
+    ++attempts;
+    while (arrived.load() < kThreads) std::this_thread::yield();
+    // Long enough for every caller that arrived to be queued behind this connect.
+    std::this_thread::sleep_for(milliseconds(300));
+    return open_to(server);
+  });
+  std::atomic<int> refused{0};
+  {
+    std::vector<std::jthread> callers;
+    callers.reserve(kThreads);
+    for (int t = 0; t < kThreads; ++t) {
+      callers.emplace_back([&] {
+        bool f = false;
+        std::size_t slot = Pipelines::kAny;
+        ++arrived;
+        try {
+          (void)pipelines.call({"PING"}, f, slot);
+        } catch (const StoreError&) {
+          ++refused;
+        }
+      });
+    }
+  }
+  EXPECT_EQ(refused.load(), kThreads);
+  EXPECT_EQ(attempts.load(), 1);
+  // The next call is a new attempt of its own.
+  bool f = false;
+  std::size_t slot = Pipelines::kAny;
+  EXPECT_THROW((void)pipelines.call({"PING"}, f, slot), StoreError);
+  EXPECT_EQ(attempts.load(), 2);
 }
 
 TEST(RedisPipeline, ALockSpreadsCallsOverItsPipelinesAndSurvivesTheirConnectionsBeingClosed) {
