@@ -15,7 +15,8 @@
 #   store       every store path through the library (bench/store_bench) at 1, 8 and 64 threads,
 #               each right beside the store's own limit for the same statements (redis-benchmark
 #               EVALSHA, pgbench -M prepared, raw SQLite), on private servers, and on the same
-#               Redis the peer (bench/peer: AWS Lambda Powertools' idempotency on Node.js, its
+#               Redis (blocking threads, and as many pairs in flight by claim_async) the peer
+#               (bench/peer: AWS Lambda Powertools' idempotency on Node.js, its
 #               packages installed by bench/peer/install.sh); then scale, purge
 #
 # No part given: all five. Knobs (environment): BENCH_DURATION (10, seconds), BENCH_WARMUP (2),
@@ -528,6 +529,9 @@ part_store() {
         # The same pairs with a connection per call (no pipelining): the gain, in the round.
         store_run "$round" run "$redis_url?pipelines=0" redis-unpipelined "$c" "$STORE_SECONDS" pair
         redis_limit "$round" "$c" "$redis_port" "$sha" "$(awk -v r="$(last_rate)" 'BEGIN { print r * 2 }')"
+        # As many pairs in flight from one thread by claim_async / complete_async, the way the
+        # peer keeps its calls in flight on one event loop: right before the peer's run.
+        store_run "$round" run "$redis_url" redis "$c" "$STORE_SECONDS" async
       fi
       # The peer right after our Redis runs at the same concurrency: a ratio within the round.
       if has peer; then peer_run "$round" run "$redis_url" "$c" "$PEER_SECONDS" "$PEER_WARMUP"; fi

@@ -3,8 +3,10 @@
 // statements reach without the library; bench/run.sh measures the Redis and PostgreSQL limits
 // with redis-benchmark and pgbench, back to back with these runs. One JSON object a line.
 //
-//   store_bench run URL NAME THREADS SECONDS PATHS  paths: pair,dup,dupcache,hot (comma-
-//                                                   separated; dupcache: dup behind a DoneCache)
+//   store_bench run URL NAME THREADS SECONDS PATHS  paths: pair,dup,dupcache,hot,async (comma-
+//                                                   separated; dupcache: dup behind a DoneCache;
+//                                                   async: pairs by claim_async/complete_async,
+//                                                   THREADS chains in flight from one thread)
 //   store_bench sqlite-limit PATH THREADS SECONDS   raw BEGIN IMMEDIATE / SELECT / UPSERT /
 //                                                   COMMIT pairs, synchronous=FULL, WAL
 //   store_bench pgbench-script [TABLE]              the claim + complete statements as a
@@ -15,9 +17,11 @@
 //
 // A pair is claim (must be Won) then complete (must be true) of a key no run used before. The
 // duplicate path is claim of a DONE key (must be AlreadyDone), directly (dup) or through a
-// DoneCache with its defaults (dupcache); the hot path is every thread
-// claiming one key that one earlier claim holds (must be HeldByOther). Each run also reports the
-// client CPU it took per operation (cpu_us_per_op): the whole process's user + system time over
+// DoneCache with its defaults (dupcache); async is the pair path with THREADS pairs kept in
+// flight by callbacks (claim_async → complete_async → the next claim), no thread per call, as an
+// event loop calls a store (Redis only: elsewhere the callbacks run inline); the hot path is every
+// thread claiming one key that one earlier claim holds (must be HeldByOther). Each run also reports
+// the client CPU it took per operation (cpu_us_per_op): the whole process's user + system time over
 // the measured window (getrusage RUSAGE_SELF, every thread) ÷ operations — what the library costs
 // the host of a store client, compared with the Powertools peer's process.cpuUsage() (bench/peer).
 #include <hiredis/hiredis.h>
@@ -29,6 +33,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -209,6 +214,102 @@ bool has_path(const std::string& paths, std::string_view path) {
   return false;
 }
 
+// The async path: `chains` claim → complete chains, each started again by its last callback,
+// until the measured window ends. Callbacks run on the backend's I/O thread (one thread), so
+// the tally is written there alone; the driver reads it once every chain has stopped.
+class AsyncPairs {
+ public:
+  AsyncPairs(LockBackend& backend, std::string prefix) : b_(backend), prefix_(std::move(prefix)) {}
+
+  // Runs `chains` chains: kWarmupSeconds unrecorded, then `seconds` recorded.
+  std::pair<Tally, double> run(int chains, double seconds) {
+    running_ = chains;
+    for (int i = 0; i < chains; ++i) claim();
+    if (inline_.load()) throw std::runtime_error("async: this backend answers inline");
+    std::this_thread::sleep_for(std::chrono::duration<double>(kWarmupSeconds));
+    const double cpu_start = process_cpu_seconds();
+    const auto start = Clock::now();
+    phase_ = 1;
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    phase_ = 2;
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    const double cpu_end = process_cpu_seconds();
+    std::unique_lock lock(mutex_);
+    stopped_.wait(lock, [&] { return running_ == 0; });
+    tally_.cpu_seconds = cpu_end - cpu_start;
+    std::sort(tally_.call_ns.begin(), tally_.call_ns.end());
+    return {std::move(tally_), elapsed};
+  }
+
+ private:
+  void claim() {
+    const std::string key = prefix_ + std::to_string(next_++);
+    const auto t0 = Clock::now();
+    ++depth;
+    b_.claim_async(key, kLease, {}, [this, t0](idempotency::AsyncClaimResult r) {
+      // Answered within claim_async, on this thread: a blocking backend; the chain would recurse.
+      if (depth > 0) {
+        inline_ = true;
+        end_chain();
+        return;
+      }
+      record(t0);
+      const auto* result = std::get_if<ClaimResult>(&r);
+      const Won* won = result != nullptr ? std::get_if<Won>(result) : nullptr;
+      if (won == nullptr) {
+        unexpected();
+        return;
+      }
+      const auto t1 = Clock::now();
+      b_.complete_async(won->claim, std::nullopt, [this, t1](idempotency::AsyncCompleteResult c) {
+        record(t1);
+        const bool ok = std::holds_alternative<bool>(c) && std::get<bool>(c);
+        if (!ok) {
+          unexpected();
+          return;
+        }
+        if (phase_.load() == 1) ++tally_.ops;
+        next_step();
+      });
+    });
+    --depth;
+  }
+
+  // How many claim_async calls the current thread is inside.
+  static thread_local int depth;
+
+  void record(Clock::time_point t0) {
+    if (phase_.load() == 1) tally_.call_ns.push_back((Clock::now() - t0).count());
+  }
+  void unexpected() {
+    if (phase_.load() == 1) ++tally_.unexpected;
+    next_step();
+  }
+  void next_step() {
+    if (phase_.load() == 2) {
+      end_chain();
+      return;
+    }
+    claim();
+  }
+  void end_chain() {
+    const std::lock_guard lock(mutex_);
+    if (--running_ == 0) stopped_.notify_all();
+  }
+
+  LockBackend& b_;
+  const std::string prefix_;
+  std::atomic<std::uint64_t> next_{0};
+  std::atomic<int> phase_{0};  // 0 warm-up, 1 measured, 2 stop
+  std::atomic<bool> inline_{false};
+  Tally tally_;  // the I/O thread's until every chain has stopped
+  std::mutex mutex_;
+  std::condition_variable stopped_;
+  int running_ = 0;  // guarded by mutex_
+};
+
+thread_local int AsyncPairs::depth = 0;
+
 int cmd_run(const std::string& url, const std::string& name, const std::vector<int>& counts,
             double seconds, const std::string& paths) {
   std::unique_ptr<LockBackend> backend = idempotency::open_backend(url);
@@ -238,6 +339,11 @@ int cmd_run(const std::string& url, const std::string& name, const std::vector<i
         }
       });
       emit("store", name, "pair", threads, t, s, extra);
+    }
+    if (has_path(paths, "async")) {
+      AsyncPairs pairs(*backend, "bench-" + run + "-async-" + std::to_string(threads) + "-");
+      auto [t, s] = pairs.run(threads, seconds);
+      emit("store", name, "async", threads, t, s, extra);
     }
     // The duplicate path through `via`: 256 DONE keys, claimed again at random (spread so
     // that rows are not all one hot row).

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stop_token>
@@ -84,6 +85,22 @@ struct ClaimRequest {
   std::optional<std::string> fingerprint;
 };
 
+/// StoreFailure is what an asynchronous call delivers instead of throwing `StoreError`: the
+/// same one-line message, which never contains the key.
+struct StoreFailure {
+  std::string message;
+};
+
+/// The outcome of claim_async(): its result, or the store's failure.
+using AsyncClaimResult = std::variant<ClaimResult, StoreFailure>;
+/// The outcome of complete_async(): complete()'s answer, or the store's failure.
+using AsyncCompleteResult = std::variant<bool, StoreFailure>;
+/// Called once with a claim_async() outcome. It must not throw, and should not block: it may
+/// run on a thread of the backend's that other calls' outcomes wait behind.
+using ClaimDone = std::function<void(AsyncClaimResult)>;
+/// Called once with a complete_async() outcome; the same rules as `ClaimDone`.
+using CompleteDone = std::function<void(AsyncCompleteResult)>;
+
 /// Options every backend shares. Fill with designated initializers.
 struct BackendOptions {
   /// How long a completed key suppresses duplicates, measured from success.
@@ -128,6 +145,19 @@ class LockBackend {
   /// `StoreError` when the store fails.
   [[nodiscard]] std::optional<TimePoint> extend(const Claim& claim,
                                                 std::chrono::milliseconds lease);
+
+  /// claim_async() is claim() for callers that keep many calls in flight without a thread
+  /// each (an event loop, a batch): `done` gets the outcome exactly once, a store failure as a
+  /// `StoreFailure`. Backends that can (Redis on its shared connections) send the call and
+  /// return at once, and `done` runs later on the backend's I/O thread; the others run the
+  /// blocking claim() and call `done` before returning. Throws `std::invalid_argument` for a
+  /// bad key or lease (before any store call; `done` is then not called).
+  void claim_async(std::string_view key, std::chrono::milliseconds lease, ClaimRequest request,
+                   ClaimDone done);
+
+  /// complete_async() is complete() as claim_async() is claim(). Throws
+  /// `std::invalid_argument` for a bad key (`done` is then not called).
+  void complete_async(const Claim& claim, std::optional<std::string> result, CompleteDone done);
 
   /// purge_expired() physically deletes records past their `expires_at` and returns how
   /// many it deleted. Never needed for correctness; it only reclaims storage.
@@ -178,6 +208,15 @@ class LockBackend {
                                              std::chrono::milliseconds lease) = 0;
   /// The storage work behind purge_expired().
   virtual std::size_t do_purge_expired() = 0;
+  /// The storage work behind claim_async(); inputs are validated and `request.claim_token` is
+  /// set. The default calls do_claim() and then `done`, an exception (`StoreError`, or out of
+  /// memory) becoming a `StoreFailure`; a decorator that does not override it thus keeps its
+  /// own do_claim().
+  virtual void do_claim_async(std::string_view key, std::chrono::milliseconds lease,
+                              ClaimRequest request, ClaimDone done);
+  /// The storage work behind complete_async(); the default calls do_complete(), as above.
+  virtual void do_complete_async(const Claim& claim, std::optional<std::string> result,
+                                 CompleteDone done);
   /// The read behind inspect(); the default throws `NotInspectable`.
   virtual std::optional<Record> do_inspect(std::string_view key);
   /// The count behind stored_records(); the default says nothing.

@@ -62,7 +62,9 @@ struct RedisOptions {
   /// loopback and in a VPC a call's cost is mostly its system calls). A lone call is sent at
   /// once. Per master on a cluster. 0: every call borrows a connection of its own from the
   /// pool. Not used with `?replicas=N` (WAIT holds its connection until replicas answer): that
-  /// uses the pool.
+  /// uses the pool. Above 0 on a single node, `claim_async` and `complete_async` go over one
+  /// more connection, read by an I/O thread of the backend's (started by the first such call),
+  /// which runs their callbacks.
   std::size_t pipelines = 2;
   /// How long a call waits for a pooled connection before `StoreError`. At least 0.
   std::chrono::milliseconds pool_wait = std::chrono::seconds(30);
@@ -157,6 +159,13 @@ class RedisLock final : public LockBackend {
   ClaimResult do_claim(std::string_view key, std::chrono::milliseconds lease,
                        const ClaimRequest& request) override;
   bool do_complete(const Claim& claim, std::optional<std::string> result) override;
+  /// On a single node with `pipelines` above 0 and no `?replicas=N`: sent on the I/O thread's
+  /// connection and answered there (retried once as do_claim is); otherwise the blocking call.
+  void do_claim_async(std::string_view key, std::chrono::milliseconds lease, ClaimRequest request,
+                      ClaimDone done) override;
+  /// As do_claim_async().
+  void do_complete_async(const Claim& claim, std::optional<std::string> result,
+                         CompleteDone done) override;
   void do_release(const Claim& claim) override;
   std::optional<TimePoint> do_extend(const Claim& claim, std::chrono::milliseconds lease) override;
   /// Returns 0 without a store call: Redis deletes each record itself at its `expires_at`

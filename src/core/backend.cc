@@ -1,6 +1,7 @@
 #include "idempotency/backend.h"
 
 #include <condition_variable>
+#include <exception>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -84,6 +85,48 @@ ClaimResult LockBackend::claim(std::string_view key, std::chrono::milliseconds l
 bool LockBackend::complete(const Claim& claim, std::optional<std::string> result) {
   validate_key(claim.key);
   return do_complete(claim, std::move(result));
+}
+
+void LockBackend::claim_async(std::string_view key, std::chrono::milliseconds lease,
+                              ClaimRequest request, ClaimDone done) {
+  validate_key(key);
+  validate_lease(lease);
+  warn_sizing_once(lease);
+  if (request.claim_token.empty()) request.claim_token = detail::new_claim_token();
+  do_claim_async(key, lease, std::move(request), std::move(done));
+}
+
+void LockBackend::complete_async(const Claim& claim, std::optional<std::string> result,
+                                 CompleteDone done) {
+  validate_key(claim.key);
+  do_complete_async(claim, std::move(result), std::move(done));
+}
+
+// By value, as the overrides that send the call keep them: the default only reads them.
+void LockBackend::do_claim_async(
+    std::string_view key, std::chrono::milliseconds lease,
+    ClaimRequest request,  // NOLINT(performance-unnecessary-value-param)
+    ClaimDone done) {      // NOLINT(performance-unnecessary-value-param)
+  AsyncClaimResult outcome{StoreFailure{}};
+  try {
+    outcome = do_claim(key, lease, request);
+  } catch (const std::exception& e) {  // StoreError, or out of memory: `done` is called once
+    outcome = StoreFailure{e.what()};
+  }
+  done(std::move(outcome));
+}
+
+// As do_claim_async().
+void LockBackend::do_complete_async(
+    const Claim& claim, std::optional<std::string> result,
+    CompleteDone done) {  // NOLINT(performance-unnecessary-value-param)
+  AsyncCompleteResult outcome{StoreFailure{}};
+  try {
+    outcome = do_complete(claim, std::move(result));
+  } catch (const std::exception& e) {
+    outcome = StoreFailure{e.what()};
+  }
+  done(std::move(outcome));
 }
 
 void LockBackend::release(const Claim& claim) {

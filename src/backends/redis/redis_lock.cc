@@ -8,7 +8,9 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <stop_token>
@@ -21,6 +23,7 @@
 #include "common/notify_wait.h"
 #include "idempotency/errors.h"
 #include "idempotency/key.h"
+#include "redis_async_pipeline.h"
 #include "redis_cluster.h"
 #include "redis_connection.h"
 #include "redis_internal.h"
@@ -112,8 +115,85 @@ struct RedisLock::Impl {
   store_detail::WaitTally waits;
   // The shared connections of a single node without `?replicas=N`; null otherwise.
   std::unique_ptr<redis_detail::Pipelines> pipelines;
-  store_detail::ConnectionPool<ConnectionPtr> pool;  // last: its connections are closed first
+  store_detail::ConnectionPool<ConnectionPtr> pool;  // its connections are closed early
+  // claim_async's and complete_async's connection and I/O thread, made by the first such call.
+  // Last: destroyed first, it ends the calls in flight while what their callbacks use exists.
+  std::once_flag async_made;
+  std::unique_ptr<redis_detail::AsyncPipeline> async;
   using Lease = store_detail::ConnectionPool<ConnectionPtr>::Lease;
+
+  // Asynchronous calls go over their own connection where blocking ones are pipelined too: a
+  // single node, without WAIT (which would hold the connection every call shares).
+  [[nodiscard]] bool async_capable() const {
+    return !cluster && endpoint.replicas == 0 && shared > 0;
+  }
+
+  redis_detail::AsyncPipeline& async_pipeline() {
+    std::call_once(async_made, [this] {
+      async = std::make_unique<redis_detail::AsyncPipeline>([this] { return connect(); });
+    });
+    return *async;
+  }
+
+  // One asynchronous EVALSHA, across its retry and a reload of the script.
+  using EvalDone = std::function<void(ReplyPtr reply, std::string error)>;
+  struct AsyncEval {
+    std::string command;  // the EVALSHA, formatted: sent again as it is
+    EvalDone finish;
+    bool retried = false;
+    bool reloaded = false;
+  };
+
+  // eval_async() is eval() for the I/O thread's connection: `finish` gets the script's reply
+  // (an error reply as it is), or nullptr and the failure's message; on the I/O thread, or
+  // here when the command cannot be formatted. Retried once when the call provably never left
+  // or found a connection the server had closed, as the pipelined eval() is; after NOSCRIPT,
+  // SCRIPT LOAD goes ahead of the same EVALSHA (calls go out in order).
+  void eval_async(const std::string& redis_key, const std::vector<std::string>& argv,
+                  EvalDone finish) {
+    std::vector<std::string_view> args = {"EVALSHA", sha, "1", redis_key};
+    for (const std::string& a : argv) args.emplace_back(a);
+    auto op = std::make_shared<AsyncEval>();
+    if (!Connection::format(args, op->command)) {
+      finish(nullptr, "redis: out of memory");
+      return;
+    }
+    op->finish = std::move(finish);
+    submit(std::move(op));
+  }
+
+  void submit(std::shared_ptr<AsyncEval> op) {
+    std::string command = op->command;
+    async_pipeline().call(std::move(command),
+                          [this, op = std::move(op)](redis_detail::AsyncOutcome o) mutable {
+                            on_eval(std::move(op), std::move(o));
+                          });
+  }
+
+  void on_eval(std::shared_ptr<AsyncEval> op, redis_detail::AsyncOutcome o) {
+    ReplyPtr r = std::move(o.outcome.reply);
+    if (r) {
+      if (!op->reloaded && is_error_reply(r.get(), "NOSCRIPT")) {
+        op->reloaded = true;
+        std::string load;
+        if (Connection::format({"SCRIPT", "LOAD", script}, load)) {
+          // Its reply is not read: the EVALSHA right behind it says whether it took.
+          async_pipeline().call(std::move(load), [](const redis_detail::AsyncOutcome&) {});
+          submit(std::move(op));
+          return;
+        }
+      }
+      op->finish(std::move(r), {});
+      return;
+    }
+    const bool stale = o.outcome.failure == IoFailure::kClosed && !o.fresh;
+    if ((!o.outcome.maybe_sent || stale) && !o.unreachable && !op->retried) {
+      op->retried = true;
+      submit(std::move(op));
+      return;
+    }
+    op->finish(nullptr, std::move(o.outcome.error));
+  }
 
   Lease acquire() { return pool.acquire(); }
   void count(store_detail::WaitEnd end) noexcept { waits.count(end); }
@@ -325,6 +405,52 @@ bool RedisLock::do_complete(const Claim& claim, std::optional<std::string> resul
   const bool completed = redis_detail::decode_flag_reply(r.get(), "complete");
   if (completed) impl_->require_replicas(waited, "complete");
   return completed;
+}
+
+void RedisLock::do_claim_async(std::string_view key, std::chrono::milliseconds lease,
+                               ClaimRequest request, ClaimDone done) {
+  if (!impl_->async_capable()) {
+    LockBackend::do_claim_async(key, lease, std::move(request), std::move(done));
+    return;
+  }
+  impl_->eval_async(impl_->redis_key(key),
+                    {"claim", impl_->now_arg(), request.claim_token, std::to_string(lease.count()),
+                     std::to_string(ttl().count()), optional_arg(request.fingerprint)},
+                    [key = std::string(key), token = request.claim_token, done = std::move(done)](
+                        ReplyPtr r, std::string error) {
+                      AsyncClaimResult outcome{StoreFailure{std::move(error)}};
+                      try {
+                        if (r && is_error_reply(r.get()))
+                          throw_reply_error(r.get(), "script failed");
+                        if (r) outcome = redis_detail::decode_claim_reply(r.get(), key, token);
+                      } catch (const std::exception& e) {  // StoreError, or out of memory
+                        outcome = StoreFailure{e.what()};
+                      }
+                      done(std::move(outcome));
+                    });
+}
+
+void RedisLock::do_complete_async(const Claim& claim, std::optional<std::string> result,
+                                  CompleteDone done) {
+  if (!impl_->async_capable()) {
+    LockBackend::do_complete_async(claim, std::move(result), std::move(done));
+    return;
+  }
+  impl_->eval_async(impl_->redis_key(claim.key),
+                    {"complete", impl_->now_arg(), std::to_string(claim.fence),
+                     std::to_string(ttl().count()), optional_arg(result)},
+                    [done = std::move(done)](ReplyPtr r, std::string error) {
+                      AsyncCompleteResult outcome{StoreFailure{std::move(error)}};
+                      try {
+                        if (r && is_error_reply(r.get())) {
+                          throw_reply_error(r.get(), "script failed");
+                        }
+                        if (r) outcome = redis_detail::decode_flag_reply(r.get(), "complete");
+                      } catch (const std::exception& e) {
+                        outcome = StoreFailure{e.what()};
+                      }
+                      done(std::move(outcome));
+                    });
 }
 
 void RedisLock::do_release(const Claim& claim) {

@@ -1,0 +1,202 @@
+// RedisLock's claim_async and complete_async on its I/O thread's connection, against a
+// redis-server of the test's own: every call's callback runs exactly once, with its own outcome,
+// under calls from several threads and calls made from callbacks; a server that dies with calls
+// in flight ends each of them once with a StoreFailure, and the next call reconnects (and
+// reloads the script the restarted server lost); destroying the backend ends the calls in
+// flight first. CLIENT PAUSE holds replies back where a test needs calls in flight, so nothing
+// here depends on timing.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "idempotency/backend.h"
+#include "idempotency/redis_lock.h"
+#include "private_redis.h"
+#include "support/eventually.h"
+
+namespace idempotency::testing {
+namespace {
+
+using std::chrono::milliseconds;
+constexpr milliseconds kLease(60'000);
+
+// Records what callbacks say went wrong, from any thread.
+class Problems {
+ public:
+  void add(std::string what) {
+    const std::lock_guard lock(mutex_);
+    list_.push_back(std::move(what));
+  }
+  [[nodiscard]] std::vector<std::string> list() {
+    const std::lock_guard lock(mutex_);
+    return list_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::string> list_;
+};
+
+// claim → complete → claim again (AlreadyDone, the result the complete stored), all from
+// callbacks; `finished` counts the chains that got that far.
+void chain(RedisLock& lock, const std::string& key, std::atomic<int>& finished,
+           Problems& problems) {
+  lock.claim_async(key, kLease, {}, [&lock, key, &finished, &problems](AsyncClaimResult r) {
+    const auto* result = std::get_if<ClaimResult>(&r);
+    if (result == nullptr || !std::holds_alternative<Won>(*result)) {
+      problems.add(key + ": the first claim did not win");
+      ++finished;
+      return;
+    }
+    lock.complete_async(
+        std::get<Won>(*result).claim, key,
+        [&lock, key, &finished, &problems](AsyncCompleteResult c) {
+          if (!std::holds_alternative<bool>(c) || !std::get<bool>(c)) {
+            problems.add(key + ": complete failed");
+            ++finished;
+            return;
+          }
+          lock.claim_async(key, kLease, {}, [key, &finished, &problems](AsyncClaimResult again) {
+            const auto* r2 = std::get_if<ClaimResult>(&again);
+            const auto* done = r2 != nullptr ? std::get_if<AlreadyDone>(r2) : nullptr;
+            if (done == nullptr || done->result != key) {
+              problems.add(key + ": the second claim did not replay its own result");
+            }
+            ++finished;
+          });
+        });
+  });
+}
+
+TEST(RedisAsync, ManyCallsFromSeveralThreadsAndFromCallbacksEachGetTheirOwnOutcome) {
+  PrivateRedis server;
+  RedisLock lock(server.url());
+  constexpr int kThreads = 4;
+  constexpr int kKeys = 300;
+  std::atomic<int> finished{0};
+  Problems problems;
+  {
+    std::vector<std::jthread> callers;
+    for (int t = 0; t < kThreads; ++t) {
+      callers.emplace_back([&, t] {
+        for (int i = 0; i < kKeys; ++i) {
+          chain(lock, "t" + std::to_string(t) + "-" + std::to_string(i), finished, problems);
+        }
+      });
+    }
+  }
+  ASSERT_TRUE(eventually([&] { return finished.load() == kThreads * kKeys; }))
+      << finished.load() << " of " << kThreads * kKeys << " chains finished";
+  EXPECT_TRUE(problems.list().empty()) << problems.list().front();
+}
+
+TEST(RedisAsync, AKeyHeldByAnotherClaimIsHeld) {
+  PrivateRedis server;
+  RedisLock lock(server.url());
+  std::atomic<int> answered{0};
+  std::optional<AsyncClaimResult> first;
+  std::optional<AsyncClaimResult> second;
+  lock.claim_async("k", kLease, {}, [&](AsyncClaimResult r) {
+    first = std::move(r);
+    ++answered;
+  });
+  ASSERT_TRUE(eventually([&] { return answered.load() == 1; }));
+  lock.claim_async("k", kLease, {}, [&](AsyncClaimResult r) {
+    second = std::move(r);
+    ++answered;
+  });
+  ASSERT_TRUE(eventually([&] { return answered.load() == 2; }));
+  ASSERT_TRUE(std::holds_alternative<ClaimResult>(*first));
+  EXPECT_TRUE(std::holds_alternative<Won>(std::get<ClaimResult>(*first)));
+  ASSERT_TRUE(std::holds_alternative<ClaimResult>(*second));
+  EXPECT_TRUE(std::holds_alternative<HeldByOther>(std::get<ClaimResult>(*second)));
+}
+
+TEST(RedisAsync, AServerThatDiesWithCallsInFlightEndsEachOnceAndTheNextCallReconnects) {
+  PrivateRedis server;
+  RedisLock lock(server.url());
+  RawRedis admin(server.url());
+  constexpr int kCalls = 50;
+  std::atomic<int> answered{0};
+  std::atomic<int> failures{0};
+  std::atomic<int> results{0};
+  // Held back by the server: sent, in flight, unanswered when it dies.
+  ASSERT_EQ(admin.text({"CLIENT", "PAUSE", "10000", "ALL"}), "OK");
+  for (int i = 0; i < kCalls; ++i) {
+    lock.claim_async("d" + std::to_string(i), kLease, {}, [&](AsyncClaimResult r) {
+      (std::holds_alternative<StoreFailure>(r) ? failures : results)++;
+      ++answered;
+    });
+  }
+  server.kill(SIGKILL);
+  ASSERT_TRUE(eventually([&] { return answered.load() == kCalls; }))
+      << answered.load() << " of " << kCalls << " callbacks ran";
+  EXPECT_EQ(failures.load(), kCalls);
+  EXPECT_EQ(results.load(), 0);
+
+  server.start();  // its script cache is empty: the next EVALSHA meets NOSCRIPT
+  std::atomic<int> later{0};
+  std::optional<AsyncClaimResult> after;
+  lock.claim_async("after-restart", kLease, {}, [&](AsyncClaimResult r) {
+    after = std::move(r);
+    ++later;
+  });
+  ASSERT_TRUE(eventually([&] { return later.load() == 1; }));
+  std::this_thread::sleep_for(milliseconds(50));  // a second callback would show here
+  EXPECT_EQ(later.load(), 1);
+  ASSERT_TRUE(std::holds_alternative<ClaimResult>(*after))
+      << std::get<StoreFailure>(*after).message;
+  EXPECT_TRUE(std::holds_alternative<Won>(std::get<ClaimResult>(*after)));
+}
+
+TEST(RedisAsync, AFlushedScriptCacheIsReloaded) {
+  PrivateRedis server;
+  RedisLock lock(server.url());
+  RawRedis admin(server.url());
+  ASSERT_EQ(admin.text({"SCRIPT", "FLUSH"}), "OK");
+  std::atomic<int> answered{0};
+  std::optional<AsyncClaimResult> r;
+  lock.claim_async("k", kLease, {}, [&](AsyncClaimResult out) {
+    r = std::move(out);
+    ++answered;
+  });
+  ASSERT_TRUE(eventually([&] { return answered.load() == 1; }));
+  ASSERT_TRUE(std::holds_alternative<ClaimResult>(*r)) << std::get<StoreFailure>(*r).message;
+  EXPECT_TRUE(std::holds_alternative<Won>(std::get<ClaimResult>(*r)));
+}
+
+TEST(RedisAsync, DestroyingTheBackendEndsEveryCallInFlightFirst) {
+  PrivateRedis server;
+  RawRedis admin(server.url());
+  constexpr int kCalls = 50;
+  std::atomic<int> answered{0};
+  {
+    RedisLock lock(server.url());
+    ASSERT_EQ(admin.text({"CLIENT", "PAUSE", "300", "ALL"}), "OK");
+    for (int i = 0; i < kCalls; ++i) {
+      lock.claim_async("x" + std::to_string(i), kLease, {}, [&](AsyncClaimResult) { ++answered; });
+    }
+  }  // waits for the paused replies
+  EXPECT_EQ(answered.load(), kCalls);
+}
+
+TEST(RedisAsync, WithoutSharedConnectionsTheBlockingCallAnswersBeforeReturning) {
+  PrivateRedis server;
+  RedisLock lock(server.url() + "?pipelines=0");
+  std::optional<AsyncClaimResult> r;
+  lock.claim_async("k", kLease, {}, [&](AsyncClaimResult out) { r = std::move(out); });
+  ASSERT_TRUE(r.has_value());
+  EXPECT_TRUE(std::holds_alternative<Won>(std::get<ClaimResult>(*r)));
+}
+
+}  // namespace
+}  // namespace idempotency::testing
