@@ -113,6 +113,20 @@ double process_cpu_seconds() {
   return sec(u.ru_utime) + sec(u.ru_stime);
 }
 
+// The measured window around running work: kWarmupSeconds unrecorded (phase 0), `seconds`
+// recorded (phase 1), then phase 2 (stop). Returns the window's wall time and the process's CPU
+// time in it.
+std::pair<double, double> measure_window(std::atomic<int>& phase, double seconds) {
+  std::this_thread::sleep_for(std::chrono::duration<double>(kWarmupSeconds));
+  const double cpu_start = process_cpu_seconds();
+  const auto start = Clock::now();
+  phase = 1;
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  phase = 2;
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  return {elapsed, process_cpu_seconds() - cpu_start};
+}
+
 // Runs body(thread, tally, record) on `threads` threads: kWarmupSeconds unrecorded, then
 // `seconds` recorded. body performs one operation and adds its calls' latencies when
 // `record` is set. Returns the merged tally (with the process's CPU time between the switches
@@ -142,17 +156,10 @@ std::pair<Tally, double> drive(int threads, double seconds, Body body) {
     });
   }
   ready.arrive_and_wait();
-  std::this_thread::sleep_for(std::chrono::duration<double>(kWarmupSeconds));
-  const double cpu_start = process_cpu_seconds();
-  const auto start = Clock::now();
-  phase = 1;
-  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-  phase = 2;
-  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  const double cpu_end = process_cpu_seconds();
+  const auto [elapsed, cpu] = measure_window(phase, seconds);
   for (auto& th : pool) th.join();
   Tally all;
-  all.cpu_seconds = cpu_end - cpu_start;
+  all.cpu_seconds = cpu;
   for (auto& t : tallies) {
     all.ops += t.ops;
     all.unexpected += t.unexpected;
@@ -226,17 +233,10 @@ class AsyncPairs {
     running_ = chains;
     for (int i = 0; i < chains; ++i) claim();
     if (inline_.load()) throw std::runtime_error("async: this backend answers inline");
-    std::this_thread::sleep_for(std::chrono::duration<double>(kWarmupSeconds));
-    const double cpu_start = process_cpu_seconds();
-    const auto start = Clock::now();
-    phase_ = 1;
-    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-    phase_ = 2;
-    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    const double cpu_end = process_cpu_seconds();
+    const auto [elapsed, cpu] = measure_window(phase_, seconds);
     std::unique_lock lock(mutex_);
     stopped_.wait(lock, [&] { return running_ == 0; });
-    tally_.cpu_seconds = cpu_end - cpu_start;
+    tally_.cpu_seconds = cpu;
     std::sort(tally_.call_ns.begin(), tally_.call_ns.end());
     return {std::move(tally_), elapsed};
   }
