@@ -234,6 +234,17 @@ class LockBackend {
                                std::optional<std::string> result) {
     return to.do_complete(claim, std::move(result));
   }
+  /// As forward_claim(), for claim_async().
+  static void forward_claim_async(LockBackend& to, std::string_view key,
+                                  std::chrono::milliseconds lease, ClaimRequest request,
+                                  ClaimDone done) {
+    to.do_claim_async(key, lease, std::move(request), std::move(done));
+  }
+  /// As forward_claim(), for complete_async().
+  static void forward_complete_async(LockBackend& to, const Claim& claim,
+                                     std::optional<std::string> result, CompleteDone done) {
+    to.do_complete_async(claim, std::move(result), std::move(done));
+  }
   /// As forward_claim(), for release().
   static void forward_release(LockBackend& to, const Claim& claim) { to.do_release(claim); }
   /// As forward_claim(), for extend().

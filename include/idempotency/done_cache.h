@@ -6,7 +6,9 @@
 // it as it is). So when a claim comes back AlreadyDone, DoneCache keeps the answer with its
 // `expires_at` and gives it to later claims of that key while `now + clock_margin < expires_at`.
 // Won and HeldByOther are never kept: a CLAIMED record changes at any moment. Every other
-// operation, inspect included, goes to the wrapped backend.
+// operation, inspect included, goes to the wrapped backend. `claim_async` is answered from a
+// copy at once, before it returns; otherwise it and `complete_async` go to the wrapped
+// backend's asynchronous calls (so a Redis backend's stay asynchronous).
 //
 //   auto store = std::make_shared<idempotency::DoneCache>(idempotency::open_backend(url));
 //   // store->claim(...) of a key completed a moment ago: answered here, no round trip
@@ -63,10 +65,15 @@ class DoneCache final : public ForwardingBackend {
  protected:
   ClaimResult do_claim(std::string_view key, std::chrono::milliseconds lease,
                        const ClaimRequest& request) override;
+  void do_claim_async(std::string_view key, std::chrono::milliseconds lease, ClaimRequest request,
+                      ClaimDone done) override;
+  void do_complete_async(const Claim& claim, std::optional<std::string> result,
+                         CompleteDone done) override;
 
  private:
   struct State;
-  std::unique_ptr<State> state_;
+  // Shared with the wrapped backend's callbacks, which may outlive this decorator.
+  std::shared_ptr<State> state_;
 };
 
 }  // namespace idempotency

@@ -126,10 +126,10 @@ const DoneCacheOptions& checked(const DoneCacheOptions& options) {
 }  // namespace
 
 DoneCache::DoneCache(std::shared_ptr<LockBackend> inner, const DoneCacheOptions& options)
-    : ForwardingBackend(std::move(inner)), state_(std::make_unique<State>(checked(options))) {}
+    : ForwardingBackend(std::move(inner)), state_(std::make_shared<State>(checked(options))) {}
 
 DoneCache::DoneCache(LockBackend& inner, const DoneCacheOptions& options)
-    : ForwardingBackend(inner), state_(std::make_unique<State>(checked(options))) {}
+    : ForwardingBackend(inner), state_(std::make_shared<State>(checked(options))) {}
 
 DoneCache::~DoneCache() = default;
 
@@ -139,6 +139,29 @@ ClaimResult DoneCache::do_claim(std::string_view key, std::chrono::milliseconds 
   ClaimResult result = ForwardingBackend::do_claim(key, lease, request);
   if (const auto* done = std::get_if<AlreadyDone>(&result)) state_->keep(key, *done);
   return result;
+}
+
+void DoneCache::do_claim_async(std::string_view key, std::chrono::milliseconds lease,
+                               ClaimRequest request, ClaimDone done) {
+  if (std::optional<AlreadyDone> kept = state_->lookup(key)) {
+    done(AsyncClaimResult(ClaimResult(std::move(*kept))));
+    return;
+  }
+  forward_claim_async(
+      inner(), key, lease, std::move(request),
+      [state = state_, key = std::string(key), done = std::move(done)](AsyncClaimResult outcome) {
+        if (const auto* result = std::get_if<ClaimResult>(&outcome)) {
+          if (const auto* d = std::get_if<AlreadyDone>(result)) {
+            state->keep(key, *d);
+          }
+        }
+        done(std::move(outcome));
+      });
+}
+
+void DoneCache::do_complete_async(const Claim& claim, std::optional<std::string> result,
+                                  CompleteDone done) {
+  forward_complete_async(inner(), claim, std::move(result), std::move(done));
 }
 
 std::size_t DoneCache::cached_count() const {

@@ -11,6 +11,7 @@
 #include <variant>
 
 #include "idempotency/backend.h"
+#include "idempotency/done_cache.h"
 #include "idempotency/errors.h"
 #include "idempotency/forwarding_backend.h"
 #include "idempotency/memory_lock.h"
@@ -91,6 +92,32 @@ TEST(AsyncBackend, ABadKeyOrLeaseIsRefusedBeforeAnyCallAndDoneIsNotCalled) {
   EXPECT_THROW(lock.complete_async(Claim{}, std::nullopt, [&](AsyncCompleteResult) { ++calls; }),
                std::invalid_argument);
   EXPECT_EQ(calls, 0);
+}
+
+// A DoneCache answers claim_async of a key it holds a DONE copy of from the copy, and keeps the
+// AlreadyDone answers that come back from the store through claim_async too.
+TEST(AsyncBackend, ADoneCacheAnswersFromItsCopiesAndKeepsWhatComesBack) {
+  auto store = std::make_shared<InMemoryLock>();
+  DoneCache cache(store);
+  std::optional<AsyncClaimResult> won;
+  cache.claim_async("k", milliseconds(60'000), {}, [&](AsyncClaimResult r) { won = std::move(r); });
+  const Claim claim = std::get<Won>(std::get<ClaimResult>(*won)).claim;
+  std::optional<AsyncCompleteResult> completed;
+  cache.complete_async(claim, "r", [&](AsyncCompleteResult r) { completed = std::move(r); });
+  ASSERT_TRUE(std::get<bool>(*completed));
+
+  for (int i = 0; i < 3; ++i) {
+    std::optional<AsyncClaimResult> dup;
+    cache.claim_async("k", milliseconds(60'000), {},
+                      [&](AsyncClaimResult r) { dup = std::move(r); });
+    ASSERT_TRUE(dup.has_value());
+    const auto& done = std::get<ClaimResult>(*dup);
+    ASSERT_TRUE(std::holds_alternative<AlreadyDone>(done));
+    EXPECT_EQ(std::get<AlreadyDone>(done).result, "r");
+  }
+  // The first duplicate came from the store and was kept; the next two from the copy.
+  EXPECT_EQ(cache.hits(), 2U);
+  EXPECT_EQ(cache.cached_count(), 1U);
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "idempotency/backend.h"
+#include "idempotency/done_cache.h"
 #include "idempotency/redis_lock.h"
 #include "private_redis.h"
 #include "support/eventually.h"
@@ -187,6 +188,37 @@ TEST(RedisAsync, DestroyingTheBackendEndsEveryCallInFlightFirst) {
     }
   }  // waits for the paused replies
   EXPECT_EQ(answered.load(), kCalls);
+}
+
+// Behind a DoneCache the calls stay asynchronous (answered on the I/O thread) until a copy
+// answers a duplicate at once.
+TEST(RedisAsync, BehindADoneCacheCallsStayAsynchronousAndDuplicatesComeFromTheCopy) {
+  PrivateRedis server;
+  RedisLock lock(server.url());
+  DoneCache cache(lock);
+  const auto caller = std::this_thread::get_id();
+  std::atomic<int> answered{0};
+  std::atomic<bool> on_caller_thread{false};
+  std::optional<Claim> claim;
+  cache.claim_async("k", kLease, {}, [&](AsyncClaimResult r) {
+    on_caller_thread = std::this_thread::get_id() == caller;
+    claim = std::get<Won>(std::get<ClaimResult>(r)).claim;
+    ++answered;
+  });
+  ASSERT_TRUE(eventually([&] { return answered.load() == 1; }));
+  EXPECT_FALSE(on_caller_thread.load()) << "answered by the I/O thread, not inline";
+  cache.complete_async(*claim, "r", [&](AsyncCompleteResult c) {
+    EXPECT_TRUE(std::get<bool>(c));
+    ++answered;
+  });
+  ASSERT_TRUE(eventually([&] { return answered.load() == 2; }));
+  cache.claim_async("k", kLease, {}, [&](AsyncClaimResult) { ++answered; });  // from the store
+  ASSERT_TRUE(eventually([&] { return answered.load() == 3; }));
+  std::optional<AsyncClaimResult> copy;
+  cache.claim_async("k", kLease, {}, [&](AsyncClaimResult r) { copy = std::move(r); });
+  ASSERT_TRUE(copy.has_value()) << "a copy answers before claim_async returns";
+  EXPECT_EQ(std::get<AlreadyDone>(std::get<ClaimResult>(*copy)).result, "r");
+  EXPECT_EQ(cache.hits(), 1U);
 }
 
 TEST(RedisAsync, WithoutSharedConnectionsTheBlockingCallAnswersBeforeReturning) {
