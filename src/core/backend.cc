@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "idempotency/detail/async_outcome.h"
 #include "idempotency/errors.h"
 #include "idempotency/key.h"
 #include "idempotency/log.h"
@@ -107,26 +108,14 @@ void LockBackend::do_claim_async(
     std::string_view key, std::chrono::milliseconds lease,
     ClaimRequest request,  // NOLINT(performance-unnecessary-value-param)
     ClaimDone done) {      // NOLINT(performance-unnecessary-value-param)
-  AsyncClaimResult outcome{StoreFailure{}};
-  try {
-    outcome = do_claim(key, lease, request);
-  } catch (const std::exception& e) {  // StoreError, or out of memory: `done` is called once
-    outcome = StoreFailure{e.what()};
-  }
-  done(std::move(outcome));
+  done(detail::outcome_of<ClaimResult>([&] { return do_claim(key, lease, request); }));
 }
 
 // As do_claim_async().
 void LockBackend::do_complete_async(
     const Claim& claim, std::optional<std::string> result,
     CompleteDone done) {  // NOLINT(performance-unnecessary-value-param)
-  AsyncCompleteResult outcome{StoreFailure{}};
-  try {
-    outcome = do_complete(claim, std::move(result));
-  } catch (const std::exception& e) {
-    outcome = StoreFailure{e.what()};
-  }
-  done(std::move(outcome));
+  done(detail::outcome_of<bool>([&] { return do_complete(claim, std::move(result)); }));
 }
 
 void LockBackend::release(const Claim& claim) {

@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -21,6 +20,7 @@
 
 #include "common/connection_pool.h"
 #include "common/notify_wait.h"
+#include "idempotency/detail/async_outcome.h"
 #include "idempotency/errors.h"
 #include "idempotency/key.h"
 #include "redis_async_pipeline.h"
@@ -49,6 +49,17 @@ namespace {
 
 std::string optional_arg(const std::optional<std::string>& v) {
   return v ? "+" + *v : std::string("-");
+}
+
+// What an asynchronous script call delivers: the connection's failure (`error`) without a
+// reply, the server's for an error reply, else `decode()` of the reply.
+template <class T, class Decode>
+std::variant<T, StoreFailure> async_outcome(const ReplyPtr& r, std::string error, Decode&& decode) {
+  if (!r) return StoreFailure{std::move(error)};
+  return detail::outcome_of<T>([&] {
+    if (is_error_reply(r.get())) throw_reply_error(r.get(), "script failed");
+    return decode();
+  });
 }
 
 }  // namespace
@@ -135,64 +146,29 @@ struct RedisLock::Impl {
     return *async;
   }
 
-  // One asynchronous EVALSHA, across its retry and a reload of the script.
-  using EvalDone = std::function<void(ReplyPtr reply, std::string error)>;
-  struct AsyncEval {
-    std::string command;  // the EVALSHA, formatted: sent again as it is
-    EvalDone finish;
-    bool retried = false;
-    bool reloaded = false;
-  };
-
-  // eval_async() is eval() for the I/O thread's connection: `finish` gets the script's reply
-  // (an error reply as it is), or nullptr and the failure's message; on the I/O thread, or
-  // here when the command cannot be formatted. Retried once when the call provably never left
-  // or found a connection the server had closed, as the pipelined eval() is; after NOSCRIPT,
-  // SCRIPT LOAD goes ahead of the same EVALSHA (calls go out in order).
+  // eval_async() is eval() for the I/O thread's connection (evalsha_async): `done` gets the
+  // script's reply (an error reply as it is), or nullptr and the failure's message; on the I/O
+  // thread, or here when the command cannot be formatted.
   void eval_async(const std::string& redis_key, const std::vector<std::string>& argv,
-                  EvalDone finish) {
+                  redis_detail::EvalDone done) {
+    std::string command;
+    if (!Connection::format(evalsha_args(redis_key, argv), command)) {
+      done(nullptr, "redis: out of memory");
+      return;
+    }
+    redis_detail::evalsha_async(async_pipeline(), std::move(command), script_call(),
+                                std::move(done));
+  }
+
+  // The script to call: views of `script` and `sha`, which never change after the constructor.
+  [[nodiscard]] redis_detail::Script script_call() const { return {script, sha}; }
+
+  // EVALSHA of the script on `redis_key` with `argv`, as views of them.
+  std::vector<std::string_view> evalsha_args(const std::string& redis_key,
+                                             const std::vector<std::string>& argv) const {
     std::vector<std::string_view> args = {"EVALSHA", sha, "1", redis_key};
     for (const std::string& a : argv) args.emplace_back(a);
-    auto op = std::make_shared<AsyncEval>();
-    if (!Connection::format(args, op->command)) {
-      finish(nullptr, "redis: out of memory");
-      return;
-    }
-    op->finish = std::move(finish);
-    submit(std::move(op));
-  }
-
-  void submit(std::shared_ptr<AsyncEval> op) {
-    std::string command = op->command;
-    async_pipeline().call(std::move(command),
-                          [this, op = std::move(op)](redis_detail::AsyncOutcome o) mutable {
-                            on_eval(std::move(op), std::move(o));
-                          });
-  }
-
-  void on_eval(std::shared_ptr<AsyncEval> op, redis_detail::AsyncOutcome o) {
-    ReplyPtr r = std::move(o.outcome.reply);
-    if (r) {
-      if (!op->reloaded && is_error_reply(r.get(), "NOSCRIPT")) {
-        op->reloaded = true;
-        std::string load;
-        if (Connection::format({"SCRIPT", "LOAD", script}, load)) {
-          // Its reply is not read: the EVALSHA right behind it says whether it took.
-          async_pipeline().call(std::move(load), [](const redis_detail::AsyncOutcome&) {});
-          submit(std::move(op));
-          return;
-        }
-      }
-      op->finish(std::move(r), {});
-      return;
-    }
-    const bool stale = o.outcome.failure == IoFailure::kClosed && !o.fresh;
-    if ((!o.outcome.maybe_sent || stale) && !o.unreachable && !op->retried) {
-      op->retried = true;
-      submit(std::move(op));
-      return;
-    }
-    op->finish(nullptr, std::move(o.outcome.error));
+    return args;
   }
 
   Lease acquire() { return pool.acquire(); }
@@ -230,11 +206,10 @@ struct RedisLock::Impl {
   // is stored there, for the caller to judge once it knows whether the script wrote.
   ReplyPtr eval(const std::string& redis_key, const std::vector<std::string>& argv,
                 ReplyPtr* waited = nullptr) {
-    std::vector<std::string_view> args = {"EVALSHA", sha, "1", redis_key};
-    for (const std::string& a : argv) args.emplace_back(a);
+    const std::vector<std::string_view> args = evalsha_args(redis_key, argv);
     static const std::vector<std::string_view> kNoWait;
     const std::vector<std::string_view>& wait = waited != nullptr ? wait_command : kNoWait;
-    const redis_detail::Script call{script, sha};
+    const redis_detail::Script call = script_call();
     if (cluster) {
       ReplyPtr r = cluster->call(redis_key, args, &call, wait, waited);
       if (is_error_reply(r.get())) throw_reply_error(r.get(), "script failed");
@@ -267,13 +242,10 @@ struct RedisLock::Impl {
     for (int attempt = 0;; ++attempt) {
       ReplyPtr r = redis_detail::call_pipelined(*pipelines, args, script, call);
       if (r) return r;
-      // `fresh` says only that this call did not open the connection: a close in the middle
-      // of a batch also reads as stale, and repeats a call that may have run. That is safe
-      // because every script operation is (a claim carries its token, the others a fence).
-      const bool stale =
-          script != nullptr && call.failed.failure == IoFailure::kClosed && !call.fresh;
-      // A server that cannot be reached is not tried twice (each try waits connect_timeout).
-      if ((!call.failed.maybe_sent || stale) && !call.unreachable && attempt == 0) continue;
+      if (attempt == 0 && redis_detail::retry_is_safe(call.failed, call.fresh, call.unreachable,
+                                                      script != nullptr)) {
+        continue;
+      }
       error = std::move(call.failed.error);
       return nullptr;
     }
@@ -418,15 +390,9 @@ void RedisLock::do_claim_async(std::string_view key, std::chrono::milliseconds l
                      std::to_string(ttl().count()), optional_arg(request.fingerprint)},
                     [key = std::string(key), token = request.claim_token, done = std::move(done)](
                         ReplyPtr r, std::string error) {
-                      AsyncClaimResult outcome{StoreFailure{std::move(error)}};
-                      try {
-                        if (r && is_error_reply(r.get()))
-                          throw_reply_error(r.get(), "script failed");
-                        if (r) outcome = redis_detail::decode_claim_reply(r.get(), key, token);
-                      } catch (const std::exception& e) {  // StoreError, or out of memory
-                        outcome = StoreFailure{e.what()};
-                      }
-                      done(std::move(outcome));
+                      done(async_outcome<ClaimResult>(r, std::move(error), [&] {
+                        return redis_detail::decode_claim_reply(r.get(), key, token);
+                      }));
                     });
 }
 
@@ -440,16 +406,9 @@ void RedisLock::do_complete_async(const Claim& claim, std::optional<std::string>
                     {"complete", impl_->now_arg(), std::to_string(claim.fence),
                      std::to_string(ttl().count()), optional_arg(result)},
                     [done = std::move(done)](ReplyPtr r, std::string error) {
-                      AsyncCompleteResult outcome{StoreFailure{std::move(error)}};
-                      try {
-                        if (r && is_error_reply(r.get())) {
-                          throw_reply_error(r.get(), "script failed");
-                        }
-                        if (r) outcome = redis_detail::decode_flag_reply(r.get(), "complete");
-                      } catch (const std::exception& e) {
-                        outcome = StoreFailure{e.what()};
-                      }
-                      done(std::move(outcome));
+                      done(async_outcome<bool>(r, std::move(error), [&] {
+                        return redis_detail::decode_flag_reply(r.get(), "complete");
+                      }));
                     });
 }
 

@@ -125,6 +125,18 @@ struct PipelinedCall {
   bool unreachable = false;  // the failure was opening a connection
 };
 
+/// retry_is_safe() says whether a pipelined call that failed may be sent once more: when it
+/// provably never left, or (a script call, `script`) found a connection opened before it
+/// closed by the server — never when no connection could be opened (each try waits
+/// connect_timeout). `fresh` says only that the call did not open the connection, so a close
+/// in the middle of a batch also reads as stale and repeats a call that may have run: safe for
+/// every script operation (a claim carries its token, the others a fence), never for others.
+[[nodiscard]] inline bool retry_is_safe(const PipelineOutcome& failed, bool fresh, bool unreachable,
+                                        bool script) noexcept {
+  const bool stale = script && failed.failure == IoFailure::kClosed && !fresh;
+  return (!failed.maybe_sent || stale) && !unreachable;
+}
+
 /// call_pipelined() sends `args` over `pipelines` (with `script`, `args` is its EVALSHA, and
 /// the script is loaded after NOSCRIPT, redis_script_call.h): the reply, or nullptr with
 /// `call.failed` saying why. A connection that cannot be opened is such a failure, never sent.

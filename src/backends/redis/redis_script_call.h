@@ -7,12 +7,14 @@
 
 #include <hiredis/hiredis.h>
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/connection_pool.h"
 #include "idempotency/errors.h"
+#include "redis_async_pipeline.h"
 #include "redis_connection.h"
 #include "redis_internal.h"
 
@@ -63,5 +65,17 @@ template <class Command>
                                    const std::vector<std::string_view>& args, const Script& script,
                                    const std::vector<std::string_view>& then = {},
                                    ReplyPtr* then_reply = nullptr);
+
+/// EvalDone gets an asynchronous script call's reply (an error reply as it is), or nullptr and
+/// the failure's message.
+using EvalDone = std::function<void(ReplyPtr reply, std::string error)>;
+
+/// evalsha_async() is evalsha() over `pipeline`: `command` is the EVALSHA of `script.sha`,
+/// formatted (Connection::format), and `done` runs on the I/O thread. A failed call is sent
+/// once more when retry_is_safe() says so; after NOSCRIPT, SCRIPT LOAD of `script.source` is
+/// queued right ahead of the same EVALSHA (calls go out in order, so its reply need not be
+/// awaited: the EVALSHA says whether it took). `script` must outlive the call.
+void evalsha_async(AsyncPipeline& pipeline, std::string command, const Script& script,
+                   EvalDone done);
 
 }  // namespace idempotency::redis_detail
