@@ -247,10 +247,10 @@ run_wrk() {
   json=$(sed -n 's/^BENCH_JSON //p' <<<"$out")
   [ -n "$json" ] || { echo "$out" >&2; die "wrk printed no BENCH_JSON line"; }
   # CPU seconds spent during the measured run: proxy user, proxy system, upstream, wrk.
-  cpu=$(awk -v a="$px0 $px1 $up0 $up1 $wrk_cpu" 'BEGIN { split(a, v, " ");
-    printf "{\"proxy_user_s\":%.3f,\"proxy_sys_s\":%.3f,\"upstream_s\":%.3f,\"wrk_s\":%.3f}",
-      v[3] - v[1], v[4] - v[2], v[7] + v[8] - v[5] - v[6], v[9] + v[10] }')
-  [ -n "$PROXY_PID" ] || cpu=$(sed 's/"proxy_user_s":[0-9.]*,"proxy_sys_s":[0-9.]*,//' <<<"$cpu")
+  cpu=$(awk -v a="$px0 $px1 $up0 $up1 $wrk_cpu" -v proxy="$PROXY_PID" 'BEGIN { split(a, v, " ");
+    if (proxy != "") printf "{\"proxy_user_s\":%.3f,\"proxy_sys_s\":%.3f,", v[3] - v[1], v[4] - v[2]
+    else printf "{"
+    printf "\"upstream_s\":%.3f,\"wrk_s\":%.3f}", v[7] + v[8] - v[5] - v[6], v[9] + v[10] }')
   record "{\"kind\":\"wrk\",\"target\":\"$target\",\"conns\":$conns,\"threads\":$threads,\"wrk\":$json,\"cpu\":$cpu,\"outcomes_before\":$before,\"outcomes_after\":$after${extra:+,$extra}}"
   say "$(printf '%-40s c=%-3s %s' "$target" "$conns" "$json")"
 }
