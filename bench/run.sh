@@ -423,8 +423,12 @@ us() { awk -v v="$1" 'BEGIN { print v * 1000 }'; } # ms → µs
 # redis_limit ROUND THREADS PORT SHA CLAIMS_PER_S: redis-benchmark -c THREADS of EVALSHA of the
 # library's script (the claim operation, on fresh random keys), and of SET NX PX (the least a
 # claim can be). -n is sized from the library's rate just measured, for about STORE_SECONDS.
+# -r is 2*10^9: redis-benchmark reads it into an int, and a larger value (10^12 until
+# 2026-12-02) overflowed to a keyspace of one key, so every "fresh" claim met the first
+# one's live record and the limit measured a read-only re-affirm at about twice the rate.
+# Each run checks that it did write about one key per call.
 redis_limit() {
-  local round=$1 c=$2 port=$3 sha=$4 rate=$5 n csv rps p50 p99 what args
+  local round=$1 c=$2 port=$3 sha=$4 rate=$5 n csv rps p50 p99 what args keys
   n=$(awk -v r="$rate" -v s="$STORE_SECONDS" 'BEGIN { n = int(r * s * 1.5); print (n < 20000 ? 20000 : n) }')
   for what in evalsha setnx; do
     if [ "$what" = evalsha ]; then
@@ -433,8 +437,12 @@ redis_limit() {
     else
       args=(SET "idempotency:rs-$round-$c-__rand_int__" 0123456789abcdef0123456789abcdef NX PX 60000)
     fi
-    csv=$(redis-benchmark -h 127.0.0.1 -p "$port" -c "$c" -n "$n" -r 1000000000000 --csv \
+    keys=$(redis-cli -p "$port" DBSIZE)
+    csv=$(redis-benchmark -h 127.0.0.1 -p "$port" -c "$c" -n "$n" -r 2000000000 --csv \
       --precision 3 "${args[@]}" | tail -n 1)
+    keys=$(($(redis-cli -p "$port" DBSIZE) - keys))
+    [ $((keys * 100)) -ge $((n * 99)) ] ||
+      die "redis-benchmark $what wrote $keys keys in $n calls: its keys were not fresh"
     rps=$(cut -d, -f2 <<<"$csv" | tr -d '"')
     p50=$(cut -d, -f5 <<<"$csv" | tr -d '"')
     p99=$(cut -d, -f7 <<<"$csv" | tr -d '"')

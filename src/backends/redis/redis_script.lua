@@ -31,16 +31,19 @@ end
 local kInjectedClockSlackMs = 600000  -- 10 min; see store()
 local key = KEYS[1]
 local op = ARGV[1]
+local find, format = string.find, string.format
 
--- A decimal integer of at most 15 digits: exact as a Lua number (a double).
+-- A decimal integer of at most 15 digits: exact as a Lua number (a double). find, not match:
+-- a check that builds no strings, since the script's own cost is most of a call's (the Redis
+-- commands in it are a third).
 local function is_int(s)
-  return type(s) == 'string' and string.match(s, '^%-?%d+$') ~= nil and
-      string.len(string.match(s, '%d+')) <= 15
+  return type(s) == 'string' and find(s, '^%-?%d+$') ~= nil and
+      #s <= (find(s, '^%-') and 16 or 15)
 end
 
 -- A decimal integer of any length (a fence is compared as text, never converted).
 local function is_digits(s)
-  return type(s) == 'string' and string.match(s, '^%-?%d+$') ~= nil
+  return type(s) == 'string' and find(s, '^%-?%d+$') ~= nil
 end
 
 local function int_arg(i)
@@ -54,11 +57,11 @@ end
 local function opt_arg(i)
   local s = ARGV[i]
   if s == '-' then return nil end
-  if type(s) == 'string' and string.sub(s, 1, 1) == '+' then return string.sub(s, 2) end
+  if type(s) == 'string' and find(s, '^%+') then return string.sub(s, 2) end
   error('idempotency script: argument ' .. i .. ' is not an optional', 0)
 end
 
-local function fmt(n) return string.format('%d', n) end
+local function fmt(n) return format('%d', n) end
 
 local now
 local server_clock = (ARGV[2] == '')
@@ -69,27 +72,27 @@ else
   now = int_arg(2)
 end
 
+-- Whether the stored hash has a result / a fingerprint field, live or expired: store() deletes
+-- only a field that is there, as an HDEL of nothing still costs a call.
+local had_result, had_fingerprint = false, false
+
 -- The stored record, or nil when there is none or it is past expires_at.
 local function load()
   local flat = redis.call('HGETALL', key)
   if #flat == 0 then return nil end
-  local h = {}
-  for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
-  if (h.state ~= 'CLAIMED' and h.state ~= 'DONE') or not is_int(h.fence) or
-      string.match(h.fence, '^[1-9]%d*$') == nil or not is_int(h.lease_expiry) or
-      not is_int(h.expires_at) or h.claim_token == nil then
+  local rec = {}
+  for i = 1, #flat, 2 do rec[flat[i]] = flat[i + 1] end
+  had_result, had_fingerprint = rec.result ~= nil, rec.fingerprint ~= nil
+  local fence = rec.fence
+  if (rec.state ~= 'CLAIMED' and rec.state ~= 'DONE') or not is_int(fence) or
+      find(fence, '^[1-9]') == nil or not is_int(rec.lease_expiry) or
+      not is_int(rec.expires_at) or rec.claim_token == nil then
     error('idempotency script: the stored record is malformed', 0)
   end
-  local rec = {
-    state = h.state,
-    fence_text = h.fence,
-    fence = tonumber(h.fence),
-    lease_expiry = tonumber(h.lease_expiry),
-    expires_at = tonumber(h.expires_at),
-    claim_token = h.claim_token,
-    result = h.result,
-    fingerprint = h.fingerprint,
-  }
+  rec.fence_text = fence
+  rec.fence = tonumber(fence)
+  rec.lease_expiry = tonumber(rec.lease_expiry)
+  rec.expires_at = tonumber(rec.expires_at)
   if now >= rec.expires_at then return nil end  -- reaped, whether or not Redis got to it yet
   return rec
 end
@@ -100,26 +103,34 @@ end
 -- took effect (scripts are not rolled back), which lost the record and let a second claimant
 -- win (RedisCluster.ReshardingTheKeysSlotsUnderLoadLosesAndDoublesNoClaim).
 local function store(rec)
-  local args = {'HSET', key, 'state', rec.state, 'fence', fmt(rec.fence),
-                'lease_expiry', fmt(rec.lease_expiry), 'expires_at', fmt(rec.expires_at),
-                'claim_token', rec.claim_token}
-  local absent = {}
-  if rec.result then
-    table.insert(args, 'result')
-    table.insert(args, rec.result)
+  local result, fingerprint = rec.result, rec.fingerprint
+  local state, fence, lease_expiry = rec.state, fmt(rec.fence), fmt(rec.lease_expiry)
+  local expires_at, token = fmt(rec.expires_at), rec.claim_token
+  -- One HSET of a fixed shape per case: no argument table to build and unpack.
+  if result and fingerprint then
+    redis.call('HSET', key, 'state', state, 'fence', fence, 'lease_expiry', lease_expiry,
+               'expires_at', expires_at, 'claim_token', token, 'result', result,
+               'fingerprint', fingerprint)
+  elseif result then
+    redis.call('HSET', key, 'state', state, 'fence', fence, 'lease_expiry', lease_expiry,
+               'expires_at', expires_at, 'claim_token', token, 'result', result)
+  elseif fingerprint then
+    redis.call('HSET', key, 'state', state, 'fence', fence, 'lease_expiry', lease_expiry,
+               'expires_at', expires_at, 'claim_token', token, 'fingerprint', fingerprint)
   else
-    table.insert(absent, 'result')
+    redis.call('HSET', key, 'state', state, 'fence', fence, 'lease_expiry', lease_expiry,
+               'expires_at', expires_at, 'claim_token', token)
   end
-  if rec.fingerprint then
-    table.insert(args, 'fingerprint')
-    table.insert(args, rec.fingerprint)
-  else
-    table.insert(absent, 'fingerprint')
+  local drop_result, drop_fingerprint = had_result and not result, had_fingerprint and not fingerprint
+  if drop_result and drop_fingerprint then
+    redis.call('HDEL', key, 'result', 'fingerprint')
+  elseif drop_result then
+    redis.call('HDEL', key, 'result')
+  elseif drop_fingerprint then
+    redis.call('HDEL', key, 'fingerprint')
   end
-  redis.call(unpack(args))
-  if #absent > 0 then redis.call('HDEL', key, unpack(absent)) end
   if server_clock then
-    redis.call('PEXPIREAT', key, fmt(rec.expires_at))
+    redis.call('PEXPIREAT', key, expires_at)
   else
     -- An injected clock is not the server's, so its instants mean nothing to PEXPIREAT:
     -- keep the remaining lifetime instead, plus slack, because Redis counts it in real time
