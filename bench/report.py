@@ -193,6 +193,8 @@ def store_report(recs, p):
             p(f"| {b}: {label} | {t} | {num(rate)} | {p50txt} | {num(p99, 1)} |")
         p("")
 
+    script_weight_report(recs, p)
+
     other = {k: v for k, v in groups.items() if k[1] in ("dup", "dupcache", "hot")}
     if other:
         p("| backend | threads | duplicate claims/s (AlreadyDone) | p50 µs | p99 µs "
@@ -242,6 +244,34 @@ def store_report(recs, p):
         p("Redis has no row: it deletes each record itself at its `expires_at` (PEXPIREAT), and "
           "`purge_expired()` returns 0 without a call.")
         p("")
+
+
+# The Redis script's weight (bench/script_weight.sh): instructions, not time, so that the
+# script is compared with the least a claim can be on a VM whose timings move by a third.
+def script_weight_report(recs, p):
+    w = {r["case"]: r for r in recs if r["kind"] == "script_weight"}
+    if not w:
+        return
+    calls = next(iter(w.values()))["calls"]
+    p(f"**The Redis script's weight** (`bench/script_weight.sh`: redis-server under valgrind's "
+      f"callgrind, {calls:,} calls through `redis-cli --pipe`, instructions per call above a "
+      f"server that only started and stopped)")
+    p("")
+    p("| call | instructions per call | ÷ the minimal claim script |")
+    p("|---|---:|---:|")
+    minimal = w.get("minimal", {}).get("instructions_per_call")
+    labels = [("setnx", "SET key token NX PX (no script)"),
+              ("noop", "EVALSHA of `return 1`"),
+              ("minimal", "EVALSHA of the minimal claim: TIME, HGETALL, HSET of 5 fields, PEXPIREAT"),
+              ("claim", "**ours: claim of a fresh key**"),
+              ("complete", "**ours: complete of that claim** (with its PUBLISH)")]
+    for case, label in labels:
+        if case not in w:
+            continue
+        n = w[case]["instructions_per_call"]
+        ratio = f"{n / minimal:.2f}×" if minimal else "—"
+        p(f"| {label} | {n:,} | {ratio} |")
+    p("")
 
 
 def pipelining_report(groups, p):

@@ -17,7 +17,8 @@
 #               EVALSHA, pgbench -M prepared, raw SQLite), on private servers, and on the same
 #               Redis (blocking threads, and as many pairs in flight by claim_async) the peer
 #               (bench/peer: AWS Lambda Powertools' idempotency on Node.js, its
-#               packages installed by bench/peer/install.sh); then scale, purge
+#               packages installed by bench/peer/install.sh); the Redis script's weight in
+#               instructions (bench/script_weight.sh); then scale, purge
 #
 # No part given: all five. Knobs (environment): BENCH_DURATION (10, seconds), BENCH_WARMUP (2),
 # BENCH_SLOW_CONNS (200), BENCH_HEADER_TIMEOUT (5s); for store: STORE_BENCH (the driver,
@@ -32,7 +33,7 @@ set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$BENCH_DIR")
-[ $# -ge 1 ] || { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 GATEWAY=$(realpath "$1"); shift
 PARTS=("$@")
 [ ${#PARTS[@]} -eq 0 ] && PARTS=(throughput rss slowloris purge store)
@@ -552,6 +553,10 @@ part_store() {
   if has peer; then
     say "store: the peer with and without a registered Lambda context, $PEER_OVERLAP_KEYS keys each called twice at once"
     peer_run 1 overlap "$redis_url" "$PEER_OVERLAP_KEYS"
+  fi
+  if has redis; then
+    say "store: the Redis script's weight, in instructions (bench/script_weight.sh, valgrind)"
+    while IFS= read -r line; do record "$line"; done < <("$BENCH_DIR/script_weight.sh")
   fi
   say "store: the duplicate path (direct and behind a DoneCache) and the one-hot-key path (one round)"
   if has memory; then store_run 1 run memory:// memory "$STORE_THREADS" "$STORE_SECONDS" dup,dupcache,hot; fi

@@ -156,23 +156,22 @@ redis_detail::ReplyPtr resp(std::string_view bytes) { return redis_detail::reply
 
 TEST(RedisReply, DecodesEveryDocumentedShape) {
   using redis_detail::decode_claim_reply;
-  ClaimResult w =
-      decode_claim_reply(resp("*3\r\n$3\r\nwon\r\n$1\r\n7\r\n$4\r\n1234\r\n").get(), "k", "tok");
+  ClaimResult w = decode_claim_reply(resp("*3\r\n$3\r\nwon\r\n:7\r\n:1234\r\n").get(), "k", "tok");
   ASSERT_TRUE(std::holds_alternative<Won>(w));
   EXPECT_EQ(std::get<Won>(w).claim.fence, 7);
   EXPECT_EQ(to_millis(std::get<Won>(w).claim.lease_expiry), 1234);
   EXPECT_EQ(std::get<Won>(w).claim.claim_token, "tok");
   EXPECT_EQ(std::get<Won>(w).claim.key, "k");
 
-  ClaimResult d = decode_claim_reply(
-      resp("*4\r\n$4\r\ndone\r\n$0\r\n\r\n$-1\r\n$4\r\n5678\r\n").get(), "k", "tok");
+  ClaimResult d =
+      decode_claim_reply(resp("*4\r\n$4\r\ndone\r\n$0\r\n\r\n$-1\r\n:5678\r\n").get(), "k", "tok");
   ASSERT_TRUE(std::holds_alternative<AlreadyDone>(d));
   EXPECT_EQ(std::get<AlreadyDone>(d).result, std::optional<std::string>(""));
   EXPECT_EQ(std::get<AlreadyDone>(d).fingerprint, std::nullopt);
   EXPECT_EQ(std::get<AlreadyDone>(d).expires_at, std::optional<TimePoint>(from_millis(5678)));
 
   ClaimResult h =
-      decode_claim_reply(resp("*3\r\n$4\r\nheld\r\n$2\r\n99\r\n$2\r\nfp\r\n").get(), "k", "t");
+      decode_claim_reply(resp("*3\r\n$4\r\nheld\r\n:99\r\n$2\r\nfp\r\n").get(), "k", "t");
   ASSERT_TRUE(std::holds_alternative<HeldByOther>(h));
   EXPECT_EQ(to_millis(std::get<HeldByOther>(h).lease_expiry), 99);
   EXPECT_EQ(std::get<HeldByOther>(h).fingerprint, std::optional<std::string>("fp"));
@@ -185,22 +184,22 @@ TEST(RedisReply, DecodesEveryDocumentedShape) {
 
 TEST(RedisReply, UnexpectedShapesAreStoreErrorsNeverGuesses) {
   const std::vector<std::string> bad_claims = {
-      ":1\r\n",                                                // an integer
-      "+OK\r\n",                                               // a status
-      "$-1\r\n",                                               // nil
-      "*0\r\n",                                                // empty array
-      "*2\r\n$3\r\nwon\r\n$1\r\n1\r\n",                        // too short
-      "*4\r\n$3\r\nwon\r\n$1\r\n1\r\n$1\r\n2\r\n$1\r\n3\r\n",  // too long
-      "*3\r\n$3\r\nWON\r\n$1\r\n1\r\n$1\r\n2\r\n",             // unknown tag
-      "*3\r\n$3\r\nwon\r\n$1\r\nx\r\n$1\r\n2\r\n",             // fence not a number
-      "*3\r\n$3\r\nwon\r\n$1\r\n0\r\n$1\r\n2\r\n",             // fence below 1
-      "*3\r\n$3\r\nwon\r\n:1\r\n$1\r\n2\r\n",                  // fence as an integer
-      "*3\r\n$3\r\nwon\r\n$1\r\n1\r\n$-1\r\n",                 // lease missing
-      "*3\r\n$4\r\nheld\r\n$2\r\n1x\r\n$-1\r\n",               // lease not a number
-      "*4\r\n$4\r\ndone\r\n:5\r\n$-1\r\n$1\r\n9\r\n",          // result as an integer
-      "*4\r\n$4\r\ndone\r\n*0\r\n$-1\r\n$1\r\n9\r\n",          // result as an array
-      "*3\r\n$4\r\ndone\r\n$1\r\nr\r\n$-1\r\n",                // expires_at missing
-      "*4\r\n$4\r\ndone\r\n$1\r\nr\r\n$-1\r\n$-1\r\n",         // expires_at nil
+      ":1\r\n",                                         // an integer
+      "+OK\r\n",                                        // a status
+      "$-1\r\n",                                        // nil
+      "*0\r\n",                                         // empty array
+      "*2\r\n$3\r\nwon\r\n:1\r\n",                      // too short
+      "*4\r\n$3\r\nwon\r\n:1\r\n:2\r\n:3\r\n",          // too long
+      "*3\r\n$3\r\nWON\r\n:1\r\n:2\r\n",                // unknown tag
+      "*3\r\n$3\r\nwon\r\n$1\r\nx\r\n:2\r\n",           // fence not a number
+      "*3\r\n$3\r\nwon\r\n:0\r\n:2\r\n",                // fence below 1
+      "*3\r\n$3\r\nwon\r\n$1\r\n1\r\n:2\r\n",           // fence as a string
+      "*3\r\n$3\r\nwon\r\n:1\r\n$-1\r\n",               // lease missing
+      "*3\r\n$4\r\nheld\r\n$2\r\n99\r\n$-1\r\n",        // lease as a string
+      "*4\r\n$4\r\ndone\r\n:5\r\n$-1\r\n:9\r\n",        // result as an integer
+      "*4\r\n$4\r\ndone\r\n*0\r\n$-1\r\n:9\r\n",        // result as an array
+      "*3\r\n$4\r\ndone\r\n$1\r\nr\r\n$-1\r\n",         // expires_at missing
+      "*4\r\n$4\r\ndone\r\n$1\r\nr\r\n$-1\r\n$-1\r\n",  // expires_at nil
   };
   for (const auto& bytes : bad_claims) {
     SCOPED_TRACE(bytes);

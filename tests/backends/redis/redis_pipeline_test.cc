@@ -214,8 +214,11 @@ TEST(RedisPipeline, CallersThatFindASlotBrokenTogetherShareOneConnect) {
   std::atomic<int> opened{0};
   Pipelines pipelines(1, [&] {
     ++opened;
-    // Every caller has found the slot empty before this connect ends.
+    // Every caller has found the slot empty before this connect ends: `arrived` counts a
+    // caller just before its call, so wait for all of them, then long enough for the last to
+    // be inside it (without the pause, one caller in ~6 runs came after the connect).
     while (arrived.load() < kThreads) std::this_thread::yield();
+    std::this_thread::sleep_for(milliseconds(300));
     return open_to(server);
   });
   std::vector<std::string> replies(kThreads);
