@@ -1,5 +1,5 @@
 // Connection: one blocking connection to one Redis node, over plain TCP or TLS. hiredis only
-// formats commands (redisFormatCommandArgv) and parses replies (redisReader); the socket is
+// parses replies (redisReader), and format() writes commands; the socket is
 // ours, so every write is a send(2) with MSG_NOSIGNAL (a peer that closed the connection is an
 // EPIPE, never a SIGPIPE) and TLS is a TlsSession in between. A Redis Cluster client can open
 // one per node from the same ConnectionSettings.
@@ -46,8 +46,8 @@ class Connection {
   /// any other reply.
   [[nodiscard]] ReplyPtr command(const std::vector<std::string_view>& args);
 
-  /// format() appends `args` to `out` as one RESP command; false when hiredis cannot allocate
-  /// (appending to `out` may throw std::bad_alloc).
+  /// format() appends `args` to `out` as one RESP command (an array of bulk strings); false
+  /// when memory for it cannot be had.
   [[nodiscard]] static bool format(const std::vector<std::string_view>& args, std::string& out);
   /// send() writes `bytes` (commands already formatted) whole; false when the connection
   /// failed (failure() says how).

@@ -17,6 +17,7 @@
 #include "idempotency/record.h"
 #include "idempotency/redis_lock.h"
 #include "private_redis.h"
+#include "redis_connection.h"
 #include "redis_internal.h"
 #include "redis_test_util.h"
 #include "support/server_clock_checks.h"
@@ -180,6 +181,45 @@ TEST(RedisReply, DecodesEveryDocumentedShape) {
       redis_detail::decode_flag_reply(resp("*2\r\n$8\r\ncomplete\r\n:1\r\n").get(), "complete"));
   EXPECT_FALSE(
       redis_detail::decode_flag_reply(resp("*2\r\n$7\r\nrelease\r\n:0\r\n").get(), "release"));
+}
+
+// Commands are formatted by our own RESP writer: byte for byte what hiredis's formatter makes,
+// for every shape a command can have, appended after what the buffer held.
+TEST(RedisConnection, FormatsCommandsByteForByteAsHiredis) {
+  const std::string binary("a\r\nb\0c$*\n", 9);
+  const std::string big(100'000, 'x');
+  std::vector<std::vector<std::string>> commands = {
+      {},
+      {"PING"},
+      {""},
+      {"SET", "k", binary},
+      {"EVALSHA", std::string(40, 'f'), "1", "idempotency:k", "claim", "", "token", "60000",
+       "3600000", "-"},
+      {"SET", "k", big},
+  };
+  std::vector<std::string> many;
+  for (int i = 0; i < 40; ++i) many.push_back(std::to_string(i * 1'000'003));
+  commands.push_back(many);
+  for (const std::vector<std::string>& command : commands) {
+    SCOPED_TRACE(command.size());
+    std::vector<const char*> argv;
+    std::vector<std::size_t> lens;
+    std::vector<std::string_view> args;
+    for (const std::string& a : command) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+      args.emplace_back(a);
+    }
+    char* raw = nullptr;
+    const int size =
+        redisFormatCommandArgv(&raw, static_cast<int>(argv.size()), argv.data(), lens.data());
+    ASSERT_GT(size, 0);
+    const std::string expected(raw, static_cast<std::size_t>(size));
+    redisFreeCommand(raw);
+    std::string out = "queued-before";
+    ASSERT_TRUE(redis_detail::Connection::format(args, out));
+    EXPECT_EQ(out, "queued-before" + expected);
+  }
 }
 
 TEST(RedisReply, UnexpectedShapesAreStoreErrorsNeverGuesses) {
