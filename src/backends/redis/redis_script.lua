@@ -70,12 +70,12 @@ end
 -- The stored record, read into locals. `live` is false when there is none or it is past
 -- expires_at (reaped, whether or not Redis got to it yet); had_result / had_fingerprint say
 -- whether the hash holds those fields even so, as the write deletes only a field that is there.
-local state, fence_text, fence, lease_expiry, expires_at, claim_token, result, fingerprint
+local state, fence_text, lease_text, expires_at, claim_token, result, fingerprint
 local live, had_result, had_fingerprint = false, false, false
 do
   local flat = redis.call('HGETALL', key)
   if #flat > 0 then
-    local lease_text, expires_text
+    local expires_text
     for i = 1, #flat, 2 do
       local name, value = flat[i], flat[i + 1]
       if name == 'state' then state = value
@@ -93,7 +93,8 @@ do
         not is_int(expires_text) or claim_token == nil then
       error('idempotency script: the stored record is malformed', 0)
     end
-    fence, lease_expiry, expires_at = tonumber(fence_text), tonumber(lease_text), tonumber(expires_text)
+    -- fence and lease_expiry are converted only where an operation needs their values.
+    expires_at = tonumber(expires_text)
     live = now < expires_at
   end
 end
@@ -105,7 +106,8 @@ if op ~= 'claim' and (type(caller_fence) ~= 'string' or find(caller_fence, '^%-?
 end
 
 -- Each operation answers at once, or sets `reply` and the record to write: every field of it
--- (new_result / new_fingerprint nil for none), and `publish`, what to tell waiters.
+-- (new_fence and new_lease_expiry a number, or the stored text when unchanged; new_result /
+-- new_fingerprint nil for none), and `publish`, what to tell waiters.
 local reply, publish
 local new_state, new_fence, new_lease_expiry, new_expires_at, new_token, new_result, new_fingerprint
 
@@ -117,22 +119,25 @@ if op == 'claim' then
   if lease <= 0 or ttl <= 0 then
     return redis.error_reply('ERR idempotency script: lease and ttl must be positive')
   end
+  local fence = 0
   if live then
-    -- A retried claim call finds its own live claim: re-affirm it, same fence, nothing written.
-    -- A lapsed one is reclaimed below; a released one has no token left.
-    if state == 'CLAIMED' and token ~= '' and claim_token == token and now < lease_expiry then
-      return {'won', fence, lease_expiry}
-    end
     if state == 'DONE' then
       return {'done', result or false, fingerprint or false, expires_at}
+    end
+    local lease_expiry
+    fence, lease_expiry = tonumber(fence_text), tonumber(lease_text)
+    -- A retried claim call finds its own live claim: re-affirm it, same fence, nothing written.
+    -- A lapsed one is reclaimed below; a released one has no token left.
+    if token ~= '' and claim_token == token and now < lease_expiry then
+      return {'won', fence, lease_expiry}
     end
     if now < lease_expiry then
       return {'held', lease_expiry, fingerprint or false}
     end
   end
   -- Absent, or the holder's lease lapsed (it crashed or gave up): take it, fence + 1.
-  new_state, new_fence, new_lease_expiry, new_expires_at = 'CLAIMED', live and fence + 1 or 1,
-      now + lease, now + lease + ttl
+  new_state, new_fence, new_lease_expiry, new_expires_at = 'CLAIMED', fence + 1, now + lease,
+      now + lease + ttl
   new_token, new_result, new_fingerprint = token, nil, fingerprint_arg
   reply = {'won', new_fence, new_lease_expiry}
 
@@ -145,7 +150,8 @@ elseif op == 'complete' then
   if not live or fence_text ~= caller_fence then return {'complete', 0} end
   if state == 'DONE' then return {'complete', 1} end
   -- No lease guard: until someone reclaims, the lapsed holder is the only one that ran.
-  new_state, new_fence, new_lease_expiry, new_expires_at = 'DONE', fence, lease_expiry, now + ttl
+  new_state, new_fence, new_lease_expiry, new_expires_at = 'DONE', fence_text, lease_text,
+      now + ttl
   new_token, new_result, new_fingerprint = claim_token, result_arg, fingerprint
   reply, publish = {'complete', 1}, 'complete'  -- wakes wait_for_change() in other processes
 
@@ -159,8 +165,8 @@ elseif op == 'release' then
   end
   -- Advancing the fence kills the released claim; keeping the record keeps the fence. Nobody
   -- holds the new fence, so the token is cleared: no retried claim may re-affirm it.
-  new_state, new_fence, new_lease_expiry, new_expires_at = 'CLAIMED', fence + 1, now,
-      math.max(expires_at, now + ttl)
+  new_state, new_fence, new_lease_expiry, new_expires_at = 'CLAIMED', tonumber(fence_text) + 1,
+      now, math.max(expires_at, now + ttl)
   new_token, new_result, new_fingerprint = '', result, fingerprint
   reply, publish = {'release', 1}, 'release'
 
@@ -177,7 +183,7 @@ elseif op == 'extend' then
       claim_token ~= token then
     return {'extend', false}
   end
-  new_state, new_fence, new_lease_expiry = 'CLAIMED', fence, now + lease
+  new_state, new_fence, new_lease_expiry = 'CLAIMED', fence_text, now + lease
   new_expires_at = math.max(expires_at, now + lease + ttl)
   new_token, new_result, new_fingerprint = claim_token, result, fingerprint
   reply = {'extend', new_lease_expiry}
@@ -192,8 +198,9 @@ end
 -- key" after the DEL already took effect (scripts are not rolled back), which lost the record
 -- and let a second claimant win (RedisCluster.ReshardingTheKeysSlotsUnderLoadLosesAndDoublesNoClaim).
 local format = string.format
-local f, l, e = format('%d', new_fence), format('%d', new_lease_expiry),
-    format('%d', new_expires_at)
+local f = type(new_fence) == 'string' and new_fence or format('%d', new_fence)
+local l = type(new_lease_expiry) == 'string' and new_lease_expiry or format('%d', new_lease_expiry)
+local e = format('%d', new_expires_at)
 -- One HSET of a fixed shape per case: no argument table to build and unpack.
 if new_result and new_fingerprint then
   redis.call('HSET', key, 'state', new_state, 'fence', f, 'lease_expiry', l, 'expires_at', e,
