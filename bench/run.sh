@@ -427,16 +427,19 @@ us() { awk -v v="$1" 'BEGIN { print v * 1000 }'; } # ms → µs
 # -r is 2*10^9: redis-benchmark reads it into an int, and a larger value (10^12 until
 # 2026-12-02) overflowed to a keyspace of one key, so every "fresh" claim met the first
 # one's live record and the limit measured a read-only re-affirm at about twice the rate.
-# Each run checks that it did write about one key per call.
+# Each run checks that it did write about one key per call (DBSIZE before and after; every key
+# the store part writes lives an hour, so none expires meanwhile).
 redis_limit() {
-  local round=$1 c=$2 port=$3 sha=$4 rate=$5 n csv rps p50 p99 what args keys
+  local round=$1 c=$2 port=$3 sha=$4 rate=$5 n csv rps p50 p99 what args keys prefix
   n=$(awk -v r="$rate" -v s="$STORE_SECONDS" 'BEGIN { n = int(r * s * 1.5); print (n < 20000 ? 20000 : n) }')
   for what in evalsha setnx; do
     if [ "$what" = evalsha ]; then
-      args=(EVALSHA "$sha" 1 "idempotency:rb-$round-$c-__rand_int__" claim ""
+      prefix="idempotency:rb-$round-$c-"
+      args=(EVALSHA "$sha" 1 "${prefix}__rand_int__" claim ""
         0123456789abcdef0123456789abcdef 60000 3600000 -)
     else
-      args=(SET "idempotency:rs-$round-$c-__rand_int__" 0123456789abcdef0123456789abcdef NX PX 60000)
+      prefix="idempotency:rs-$round-$c-"
+      args=(SET "${prefix}__rand_int__" 0123456789abcdef0123456789abcdef NX PX 3600000)
     fi
     keys=$(redis-cli -p "$port" DBSIZE)
     csv=$(redis-benchmark -h 127.0.0.1 -p "$port" -c "$c" -n "$n" -r 2000000000 --csv \
