@@ -430,16 +430,14 @@ us() { awk -v v="$1" 'BEGIN { print v * 1000 }'; } # ms → µs
 # Each run checks that it did write about one key per call (DBSIZE before and after; every key
 # the store part writes lives an hour, so none expires meanwhile).
 redis_limit() {
-  local round=$1 c=$2 port=$3 sha=$4 rate=$5 n csv rps p50 p99 what args keys prefix
+  local round=$1 c=$2 port=$3 sha=$4 rate=$5 n csv rps p50 p99 what args keys
   n=$(awk -v r="$rate" -v s="$STORE_SECONDS" 'BEGIN { n = int(r * s * 1.5); print (n < 20000 ? 20000 : n) }')
   for what in evalsha setnx; do
     if [ "$what" = evalsha ]; then
-      prefix="idempotency:rb-$round-$c-"
-      args=(EVALSHA "$sha" 1 "${prefix}__rand_int__" claim ""
+      args=(EVALSHA "$sha" 1 "idempotency:rb-$round-$c-__rand_int__" claim ""
         0123456789abcdef0123456789abcdef 60000 3600000 -)
     else
-      prefix="idempotency:rs-$round-$c-"
-      args=(SET "${prefix}__rand_int__" 0123456789abcdef0123456789abcdef NX PX 3600000)
+      args=(SET "idempotency:rs-$round-$c-__rand_int__" 0123456789abcdef0123456789abcdef NX PX 3600000)
     fi
     keys=$(redis-cli -p "$port" DBSIZE)
     csv=$(redis-benchmark -h 127.0.0.1 -p "$port" -c "$c" -n "$n" -r 2000000000 --csv \

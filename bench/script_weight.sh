@@ -21,7 +21,8 @@ command -v valgrind >/dev/null || { echo "script_weight: valgrind is missing (ap
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# shellcheck source=../tests/support/servers/free_port.sh
+. "$(dirname "$BENCH_DIR")/tests/support/servers/free_port.sh"
 
 cat >"$TMP/noop.lua" <<'EOF'
 return 1

@@ -36,11 +36,12 @@ end
 
 local key = KEYS[1]
 local op = ARGV[1]
-local find, tonumber = string.find, tonumber
+local find, format, tonumber = string.find, string.format, tonumber
+local kDecimal = '^%-?%d+$'  -- a decimal integer, as text
 
 -- A decimal integer of at most 15 characters: exact as a Lua number (a double).
 local function is_int(s)
-  return type(s) == 'string' and #s <= 15 and find(s, '^%-?%d+$') ~= nil
+  return type(s) == 'string' and #s <= 15 and find(s, kDecimal) ~= nil
 end
 
 local function int_arg(i)
@@ -101,7 +102,7 @@ end
 
 -- A caller's fence: a decimal integer of any length, kept as text (compared, never converted).
 local caller_fence = ARGV[3]
-if op ~= 'claim' and (type(caller_fence) ~= 'string' or find(caller_fence, '^%-?%d+$') == nil) then
+if op ~= 'claim' and (type(caller_fence) ~= 'string' or find(caller_fence, kDecimal) == nil) then
   caller_fence = nil
 end
 
@@ -197,7 +198,6 @@ end
 -- migrating, a key that stops existing mid-script makes the next write fail with "non local
 -- key" after the DEL already took effect (scripts are not rolled back), which lost the record
 -- and let a second claimant win (RedisCluster.ReshardingTheKeysSlotsUnderLoadLosesAndDoublesNoClaim).
-local format = string.format
 local f = type(new_fence) == 'string' and new_fence or format('%d', new_fence)
 local l = type(new_lease_expiry) == 'string' and new_lease_expiry or format('%d', new_lease_expiry)
 local e = format('%d', new_expires_at)
