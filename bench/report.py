@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """report.py RECORDS.jsonl [--duration S --warmup S --elapsed S --gateway PATH --root DIR]
+                            [--json OUT.json]
 
 Renders bench/run.sh's records as the markdown report: the machine, every wrk run, then the
 ratios against the nginx peer measured in the same run, memory and slowloris, each next to its
@@ -69,6 +70,43 @@ def valid(r):
 
 def verdict(ok):
     return "PASS" if ok else "**FAIL**"
+
+
+VERDICTS = ("PASS", "FAIL", "INVALID")
+
+
+def json_document(lines, recs):
+    """The report as one JSON document (bench/results/latest.json): its title and notes, every
+    table row that carries a verdict (keyed by its table's header, plus "overall"), and every
+    raw record the run made."""
+    checks, header = [], None
+    for line in lines:
+        if not line.startswith("|"):
+            header = None
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if header is None:
+            # A table may judge two targets per row: its second "target" and verdict column
+            # are keyed "target 2" and "verdict 2".
+            header, seen = [], {}
+            for c in cells:
+                name = c or "verdict"
+                seen[name] = seen.get(name, 0) + 1
+                header.append(name if seen[name] == 1 else f"{name} {seen[name]}")
+            continue
+        bare = [c.strip("*") for c in cells]
+        found = [c for c in bare if c in VERDICTS]
+        if found and not set(line) <= set("|-: "):
+            row = dict(zip(header, bare))
+            # The row's overall verdict: INVALID or FAIL if any of its targets is.
+            row["overall"] = next(v for v in ("INVALID", "FAIL", "PASS") if v in found)
+            checks.append(row)
+    return {
+        "title": next((l.lstrip("# ") for l in lines if l.startswith("#")), ""),
+        "notes": [l[2:] for l in lines if l.startswith("- ")],
+        "checks": checks,
+        "records": recs,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -403,6 +441,7 @@ def main():
     ap.add_argument("--root", default=".")
     ap.add_argument("--load", default="?", help="load averages before the bench started")
     ap.add_argument("--store-bench", default=None, help="the store part's driver")
+    ap.add_argument("--json", default=None, help="also write the report as one JSON document")
     a = ap.parse_args()
     recs = [json.loads(line) for line in open(a.records) if line.strip()]
     runs = [r for r in recs if r["kind"] == "wrk"]
@@ -580,6 +619,10 @@ def main():
         p("")
     store_report(recs, p)
     print("\n".join(out))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(json_document(out, recs), f, indent=1, ensure_ascii=False)
+            f.write("\n")
 
 
 if __name__ == "__main__":

@@ -27,8 +27,8 @@
 # stores, and the peer, the part runs), BENCH_STORE_SCALE (1000,100000,1000000),
 # BENCH_STORE_PURGE (1000,10000,100000; either empty: that step is left out),
 # BENCH_PEER_SECONDS (5), BENCH_PEER_WARMUP (1). Output: the markdown table on stdout and in
-# bench/results/latest.md (a full run) or bench/results/last-PART.md (a partial one), with the
-# raw records beside it as .jsonl.
+# bench/results/latest.md (a full run) or bench/results/last-PART.md (a partial one), and beside
+# it the same as one JSON document (.json: every verdict, and the raw records).
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "$0")" && pwd)
@@ -603,12 +603,11 @@ main() {
 
   [ "${PARTS[*]}" = "throughput rss slowloris purge store" ] || name="last-$(tr ' ' '-' <<<"${PARTS[*]}")"
   mkdir -p "$BENCH_DIR/results"
-  cp "$RECORDS" "$BENCH_DIR/results/$name.jsonl"
   python3 "$BENCH_DIR/report.py" "$RECORDS" --duration "$DURATION" --warmup "$WARMUP" \
     --elapsed $(($(date +%s) - started)) --gateway "$GATEWAY" --root "$ROOT" \
-    --load "$load_start" --store-bench "$STORE_BENCH" |
+    --load "$load_start" --store-bench "$STORE_BENCH" --json "$BENCH_DIR/results/$name.json" |
     tee "$BENCH_DIR/results/$name.md"
-  say "written: bench/results/$name.md (raw records: $name.jsonl)"
+  say "written: bench/results/$name.md and $name.json (its verdicts and raw records)"
 }
 
 main
