@@ -58,8 +58,8 @@ using ReaderPtr = std::unique_ptr<redisReader, ReaderDeleter>;
 /// shape.
 [[nodiscard]] std::optional<TimePoint> decode_extend_reply(const redisReply* reply);
 
-/// decode_record() reads an HGETALL reply: nullopt for no record, else the record. Throws
-/// `StoreError` when the hash is not a well-formed record.
+/// decode_record() reads the script's reply to inspect: nullopt for no record, else the
+/// record. Throws `StoreError` for a reply of any other shape.
 [[nodiscard]] std::optional<Record> decode_record(const redisReply* reply);
 
 /// reply_from_resp() parses one complete RESP reply from `bytes` (for tests of the

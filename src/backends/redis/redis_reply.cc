@@ -90,53 +90,35 @@ bool decode_flag_reply(const redisReply* reply, std::string_view op) {
 }
 
 std::optional<Record> decode_record(const redisReply* reply) {
-  if (reply == nullptr || reply->type != REDIS_REPLY_ARRAY || reply->elements % 2 != 0) {
-    unexpected("HGETALL");
+  constexpr std::string_view kWhat = "inspect";
+  if (reply != nullptr && reply->type == REDIS_REPLY_NIL) return std::nullopt;
+  if (reply == nullptr || reply->type != REDIS_REPLY_ARRAY || reply->elements != 7) {
+    unexpected(kWhat);
   }
-  if (reply->elements == 0) return std::nullopt;
+  for (std::size_t i = 0; i < 5; ++i) {
+    if (!is_string(reply->element[i])) unexpected(kWhat);
+  }
+  auto number = [&](std::size_t i) {
+    const auto n = parse_int(reply_view(reply->element[i]));
+    if (!n) unexpected(kWhat);
+    return *n;
+  };
   Record rec;
-  bool state = false, fence = false, lease = false, expires = false, token = false;
-  auto malformed = [] { throw StoreError("redis: the stored record is malformed"); };
-  for (std::size_t i = 0; i < reply->elements; i += 2) {
-    const redisReply* name = reply->element[i];
-    const redisReply* value = reply->element[i + 1];
-    if (!is_string(name) || !is_string(value)) unexpected("HGETALL");
-    const std::string_view field = reply_view(name);
-    const std::string_view v = reply_view(value);
-    auto number = [&]() -> std::int64_t {
-      auto n = parse_int(v);
-      if (!n) malformed();
-      return *n;
-    };
-    if (field == "state") {
-      if (v == "CLAIMED") {
-        rec.state = RecordState::kClaimed;
-      } else if (v == "DONE") {
-        rec.state = RecordState::kDone;
-      } else {
-        malformed();
-      }
-      state = true;
-    } else if (field == "fence") {
-      rec.fence = number();
-      if (rec.fence < 1) malformed();
-      fence = true;
-    } else if (field == "lease_expiry") {
-      rec.lease_expiry = number();
-      lease = true;
-    } else if (field == "expires_at") {
-      rec.expires_at = number();
-      expires = true;
-    } else if (field == "claim_token") {
-      rec.claim_token = std::string(v);
-      token = true;
-    } else if (field == "result") {
-      rec.result = std::string(v);
-    } else if (field == "fingerprint") {
-      rec.fingerprint = std::string(v);
-    }
+  const std::string_view state = reply_view(reply->element[0]);
+  if (state == "CLAIMED") {
+    rec.state = RecordState::kClaimed;
+  } else if (state == "DONE") {
+    rec.state = RecordState::kDone;
+  } else {
+    unexpected(kWhat);
   }
-  if (!(state && fence && lease && expires && token)) malformed();
+  rec.fence = number(1);
+  if (rec.fence < 1) unexpected(kWhat);
+  rec.lease_expiry = number(2);
+  rec.expires_at = number(3);
+  rec.claim_token = std::string(reply_view(reply->element[4]));
+  rec.result = optional_element(reply->element[5], kWhat);
+  rec.fingerprint = optional_element(reply->element[6], kWhat);
   return rec;
 }
 

@@ -1,8 +1,8 @@
 -- The record state machine of src/core/transition.cc, re-expressed for Redis: one call is
--- one claim, complete, release or extend on one key, decided atomically on the server.
+-- one claim, complete, release, extend or inspect on one key, decided atomically on the server.
 --
--- KEYS[1]  the record's hash
--- ARGV[1]  "claim" | "complete" | "release" | "extend"
+-- KEYS[1]  the record's key
+-- ARGV[1]  "claim" | "complete" | "release" | "extend" | "inspect"
 -- ARGV[2]  now, epoch ms of an injected client clock; "" judges by the server's TIME
 -- claim:    ARGV[3] claim token, ARGV[4] lease ms, ARGV[5] ttl ms, ARGV[6] fingerprint
 -- complete: ARGV[3] fence, ARGV[4] ttl ms, ARGV[5] result
@@ -16,15 +16,26 @@
 --            | {"held", lease_expiry, fingerprint}
 --   complete {"complete", 1 | 0}   release {"release", 1 | 0}
 --   extend   {"extend", lease_expiry} | {"extend", nil}
+--   inspect  nil | {state, fence, lease_expiry, expires_at, claim_token, result, fingerprint}:
+--            the record as stored (past expires_at too), its numbers as text
 --
--- The hash holds state (CLAIMED | DONE), fence, lease_expiry, expires_at, claim_token and,
--- when present, result and fingerprint. Every write sets the key's expiry to expires_at, so
+-- The record is one string: a header line, then its strings back to back (the result may hold
+-- any bytes),
+--   "<C|D> <fence> <lease_expiry> <expires_at> <token bytes> <fingerprint bytes> <result
+--   bytes>\n" .. claim_token .. fingerprint .. result
+-- with -1 bytes for an absent fingerprint or result. A fresh claim may also be made without
+-- the script, by the client's SET NX PX (a tenth of a script call's cost to the server):
+--   "F <expires_at - lease_expiry> <token bytes> <fingerprint bytes>\n" .. token .. fingerprint
+-- is fence 1, CLAIMED, with expires_at the key's own expiry (PEXPIRETIME: Redis 7; before
+-- it, now + PTTL, as the client writes this form only until its first PEXPIRETIME is refused). A hash (state, fence, lease_expiry, expires_at, claim_token,
+-- result, fingerprint) is a record of an earlier version of this script: read as well, and
+-- stored as a string by the next write. Every write sets the key's expiry to expires_at, so
 -- Redis deletes the record exactly when its retention ends. A record at or past expires_at
--- is therefore treated as absent here too (a claim restarts at fence 1): the answers are
--- the same whether or not Redis has reaped it yet, and an injected clock may run at any pace.
+-- is therefore treated as absent here too (a claim restarts at fence 1): the answers are the
+-- same whether or not Redis has reaped it yet, and an injected clock may run at any pace.
 -- complete and release also PUBLISH on a channel named like the key, which
--- RedisLock::wait_for_change() subscribes to. Lua numbers are doubles: exact for epoch ms
--- and any real fence; a caller's fence is compared as text, never converted.
+-- RedisLock::wait_for_change() subscribes to. Lua numbers are doubles: exact for epoch ms and
+-- any real fence; a caller's fence is compared as text, never converted.
 --
 -- The script's own work costs the server more than the Redis commands it sends, and every
 -- Lua table, closure and string is an allocation: so the record lives in locals, not a
@@ -36,8 +47,12 @@ end
 
 local key = KEYS[1]
 local op = ARGV[1]
-local find, format, tonumber = string.find, string.format, tonumber
+local find, format, match, sub, tonumber = string.find, string.format, string.match, string.sub,
+    tonumber
 local kDecimal = '^%-?%d+$'  -- a decimal integer, as text
+-- The string record's header lines (above): each capture a decimal, then where its strings start.
+local kFull = '^[CD] (%d+) (%-?%d+) (%-?%d+) (%d+) (%-?%d+) (%-?%d+)\n()'
+local kFresh = '^F (%d+) (%d+) (%-?%d+)\n()'
 
 -- A decimal integer of at most 15 characters: exact as a Lua number (a double).
 local function is_int(s)
@@ -69,13 +84,18 @@ else
 end
 
 -- The stored record, read into locals. `live` is false when there is none or it is past
--- expires_at (reaped, whether or not Redis got to it yet); had_result / had_fingerprint say
--- whether the hash holds those fields even so, as the write deletes only a field that is there.
+-- expires_at (reaped, whether or not Redis got to it yet).
 local state, fence_text, lease_text, expires_at, claim_token, result, fingerprint
-local live, had_result, had_fingerprint = false, false, false
+local live = false
+local function malformed()
+  error('idempotency script: the stored record is malformed', 0)
+end
 do
-  local flat = redis.call('HGETALL', key)
-  if #flat > 0 then
+  local raw = redis.pcall('GET', key)
+  if type(raw) == 'table' then
+    -- A hash, written by an earlier version of this script (or an error, passed on as it is).
+    if raw.err == nil or find(raw.err, '^WRONGTYPE') == nil then return raw end
+    local flat = redis.call('HGETALL', key)
     local expires_text
     for i = 1, #flat, 2 do
       local name, value = flat[i], flat[i + 1]
@@ -88,14 +108,47 @@ do
       elseif name == 'fingerprint' then fingerprint = value
       end
     end
-    had_result, had_fingerprint = result ~= nil, fingerprint ~= nil
-    if (state ~= 'CLAIMED' and state ~= 'DONE') or not is_int(fence_text) or
-        find(fence_text, '^[1-9]') == nil or not is_int(lease_text) or
-        not is_int(expires_text) or claim_token == nil then
-      error('idempotency script: the stored record is malformed', 0)
+    if (state ~= 'CLAIMED' and state ~= 'DONE') or not is_int(expires_text) then malformed() end
+    expires_at = tonumber(expires_text)
+  elseif raw then
+    if sub(raw, 1, 1) == 'F' then
+      local offset, token_len, fingerprint_len, at = match(raw, kFresh)
+      if offset == nil or not is_int(offset) then malformed() end
+      token_len, fingerprint_len = tonumber(token_len), tonumber(fingerprint_len)
+      local token_end = at + token_len - 1
+      local fingerprint_end = token_end + (fingerprint_len < 0 and 0 or fingerprint_len)
+      if fingerprint_end ~= #raw then malformed() end
+      expires_at = redis.pcall('PEXPIRETIME', key)
+      if type(expires_at) ~= 'number' then
+        -- Before Redis 7 (the client stops writing this form at the first refusal).
+        expires_at = now + redis.call('PTTL', key)
+      end
+      if expires_at < 0 then malformed() end
+      state, fence_text, claim_token = 'CLAIMED', '1', sub(raw, at, token_end)
+      lease_text = format('%d', expires_at - tonumber(offset))
+      if fingerprint_len >= 0 then fingerprint = sub(raw, token_end + 1, fingerprint_end) end
+    else
+      local fence, lease, expires, token_len, fingerprint_len, result_len, at = match(raw, kFull)
+      if fence == nil or not is_int(expires) then malformed() end
+      token_len, fingerprint_len = tonumber(token_len), tonumber(fingerprint_len)
+      result_len = tonumber(result_len)
+      local token_end = at + token_len - 1
+      local fingerprint_end = token_end + (fingerprint_len < 0 and 0 or fingerprint_len)
+      local result_end = fingerprint_end + (result_len < 0 and 0 or result_len)
+      if result_end ~= #raw then malformed() end
+      state = sub(raw, 1, 1) == 'D' and 'DONE' or 'CLAIMED'
+      fence_text, lease_text, claim_token = fence, lease, sub(raw, at, token_end)
+      expires_at = tonumber(expires)
+      if fingerprint_len >= 0 then fingerprint = sub(raw, token_end + 1, fingerprint_end) end
+      if result_len >= 0 then result = sub(raw, fingerprint_end + 1, result_end) end
+    end
+  end
+  if state ~= nil then
+    if not is_int(fence_text) or find(fence_text, '^[1-9]') == nil or not is_int(lease_text) or
+        claim_token == nil then
+      malformed()
     end
     -- fence and lease_expiry are converted only where an operation needs their values.
-    expires_at = tonumber(expires_text)
     live = now < expires_at
   end
 end
@@ -112,7 +165,12 @@ end
 local reply, publish
 local new_state, new_fence, new_lease_expiry, new_expires_at, new_token, new_result, new_fingerprint
 
-if op == 'claim' then
+if op == 'inspect' then
+  if state == nil then return false end
+  return {state, fence_text, lease_text, format('%d', expires_at), claim_token, result or false,
+          fingerprint or false}
+
+elseif op == 'claim' then
   local token = ARGV[3]
   local lease = int_arg(4)
   local ttl = int_arg(5)
@@ -193,39 +251,19 @@ else
   return redis.error_reply('ERR idempotency script: unknown operation')
 end
 
--- The write: the record overwritten in place (HSET, then HDEL of an optional field it had and
--- no longer has), never deleted and re-created. On a Redis Cluster node whose slot is
--- migrating, a key that stops existing mid-script makes the next write fail with "non local
--- key" after the DEL already took effect (scripts are not rolled back), which lost the record
--- and let a second claimant win (RedisCluster.ReshardingTheKeysSlotsUnderLoadLosesAndDoublesNoClaim).
+-- The write: one SET of the record's string over whatever is there (a hash of an earlier
+-- version too), never a DEL and a re-create. On a Redis Cluster node whose slot is migrating, a
+-- key that stops existing mid-script makes the next write fail with "non local key" after the
+-- DEL already took effect (scripts are not rolled back), which lost the record and let a
+-- second claimant win (RedisCluster.ReshardingTheKeysSlotsUnderLoadLosesAndDoublesNoClaim).
 local f = type(new_fence) == 'string' and new_fence or format('%d', new_fence)
 local l = type(new_lease_expiry) == 'string' and new_lease_expiry or format('%d', new_lease_expiry)
-local e = format('%d', new_expires_at)
--- One HSET of a fixed shape per case: no argument table to build and unpack.
-if new_result and new_fingerprint then
-  redis.call('HSET', key, 'state', new_state, 'fence', f, 'lease_expiry', l, 'expires_at', e,
-             'claim_token', new_token, 'result', new_result, 'fingerprint', new_fingerprint)
-elseif new_result then
-  redis.call('HSET', key, 'state', new_state, 'fence', f, 'lease_expiry', l, 'expires_at', e,
-             'claim_token', new_token, 'result', new_result)
-elseif new_fingerprint then
-  redis.call('HSET', key, 'state', new_state, 'fence', f, 'lease_expiry', l, 'expires_at', e,
-             'claim_token', new_token, 'fingerprint', new_fingerprint)
-else
-  redis.call('HSET', key, 'state', new_state, 'fence', f, 'lease_expiry', l, 'expires_at', e,
-             'claim_token', new_token)
-end
-local drop_result = had_result and not new_result
-local drop_fingerprint = had_fingerprint and not new_fingerprint
-if drop_result and drop_fingerprint then
-  redis.call('HDEL', key, 'result', 'fingerprint')
-elseif drop_result then
-  redis.call('HDEL', key, 'result')
-elseif drop_fingerprint then
-  redis.call('HDEL', key, 'fingerprint')
-end
+local record = format('%s %s %s %d %d %d %d\n', new_state == 'DONE' and 'D' or 'C', f, l,
+    new_expires_at, #new_token, new_fingerprint and #new_fingerprint or -1,
+    new_result and #new_result or -1) .. new_token .. (new_fingerprint or '') .. (new_result or '')
+redis.call('SET', key, record)
 if server_clock then
-  redis.call('PEXPIREAT', key, e)
+  redis.call('PEXPIREAT', key, format('%d', new_expires_at))
 else
   -- An injected clock is not the server's, so its instants mean nothing to PEXPIREAT: keep
   -- the remaining lifetime instead, plus 10 min of slack, because Redis counts it in real

@@ -19,9 +19,11 @@
 #include <vector>
 
 #include "idempotency/backend.h"
+#include "idempotency/clock.h"
 #include "idempotency/done_cache.h"
 #include "idempotency/redis_lock.h"
 #include "private_redis.h"
+#include "support/claim_matchers.h"
 #include "support/eventually.h"
 
 namespace idempotency::testing {
@@ -144,35 +146,115 @@ TEST(RedisAsync, AServerThatDiesWithCallsInFlightEndsEachOnceAndTheNextCallRecon
   EXPECT_EQ(failures.load(), kCalls);
   EXPECT_EQ(results.load(), 0);
 
-  server.start();  // its script cache is empty: the next EVALSHA meets NOSCRIPT
+  // Its script cache is empty: a claim of a fresh key needs no script, the second claim of
+  // it meets NOSCRIPT and reloads.
+  server.start();
   std::atomic<int> later{0};
   std::optional<AsyncClaimResult> after;
+  std::optional<AsyncClaimResult> again;
   lock.claim_async("after-restart", kLease, {}, [&](AsyncClaimResult r) {
     after = std::move(r);
     ++later;
   });
   ASSERT_TRUE(eventually([&] { return later.load() == 1; }));
-  std::this_thread::sleep_for(milliseconds(50));  // a second callback would show here
-  EXPECT_EQ(later.load(), 1);
+  lock.claim_async("after-restart", kLease, {}, [&](AsyncClaimResult r) {
+    again = std::move(r);
+    ++later;
+  });
+  ASSERT_TRUE(eventually([&] { return later.load() == 2; }));
+  std::this_thread::sleep_for(milliseconds(50));  // a third callback would show here
+  EXPECT_EQ(later.load(), 2);
   ASSERT_TRUE(std::holds_alternative<ClaimResult>(*after))
       << std::get<StoreFailure>(*after).message;
   EXPECT_TRUE(std::holds_alternative<Won>(std::get<ClaimResult>(*after)));
+  ASSERT_TRUE(std::holds_alternative<ClaimResult>(*again))
+      << std::get<StoreFailure>(*again).message;
+  EXPECT_TRUE(std::holds_alternative<HeldByOther>(std::get<ClaimResult>(*again)));
 }
 
 TEST(RedisAsync, AFlushedScriptCacheIsReloaded) {
   PrivateRedis server;
   RedisLock lock(server.url());
   RawRedis admin(server.url());
+  const Claim held = won(lock.claim("k", kLease));
   ASSERT_EQ(admin.text({"SCRIPT", "FLUSH"}), "OK");
   std::atomic<int> answered{0};
   std::optional<AsyncClaimResult> r;
+  // The key exists, so the script decides (a fresh key would need none).
   lock.claim_async("k", kLease, {}, [&](AsyncClaimResult out) {
     r = std::move(out);
     ++answered;
   });
   ASSERT_TRUE(eventually([&] { return answered.load() == 1; }));
   ASSERT_TRUE(std::holds_alternative<ClaimResult>(*r)) << std::get<StoreFailure>(*r).message;
-  EXPECT_TRUE(std::holds_alternative<Won>(std::get<ClaimResult>(*r)));
+  const auto* other = std::get_if<HeldByOther>(&std::get<ClaimResult>(*r));
+  ASSERT_NE(other, nullptr);
+  EXPECT_EQ(other->lease_expiry, held.lease_expiry);
+}
+
+// claim_async of a fresh key on Redis 7: one plain SET NX PX of the record's fresh form, no
+// script; the lease it reports is the server's (the key's expiry less the ttl), and every
+// later operation reads the fresh form as the record it is.
+TEST(RedisAsync, AFreshKeyIsClaimedWithoutTheScriptAndReadAsTheRecordItIs) {
+  PrivateRedis server;
+  RawRedis admin(server.url());
+  RedisLock lock(server.url(), RedisOptions{.backend = {.ttl = std::chrono::minutes(5)}});
+  auto claim_now = [&](const std::string& key, milliseconds lease,
+                       const std::string& token) -> ClaimResult {
+    std::atomic<int> answered{0};
+    std::optional<AsyncClaimResult> out;
+    lock.claim_async(key, lease, ClaimRequest{.claim_token = token, .fingerprint = "fp"},
+                     [&](AsyncClaimResult r) {
+                       out = std::move(r);
+                       ++answered;
+                     });
+    EXPECT_TRUE(eventually([&] { return answered.load() == 1; }));
+    EXPECT_TRUE(out && std::holds_alternative<ClaimResult>(*out));
+    return std::get<ClaimResult>(*out);
+  };
+  const std::string token = "token-of-the-first-claim";
+  const Claim first = won(claim_now("k", kLease, token));
+  const std::string redis_key = lock.key_prefix() + "k";
+  const long long expiry = std::stoll(admin.text({"PEXPIRETIME", redis_key}));
+  EXPECT_EQ(admin.text({"GET", redis_key}), "F 300000 24 2\n" + token + "fp");
+  EXPECT_EQ(first.fence, 1);
+  EXPECT_EQ(first.claim_token, token);
+  EXPECT_EQ(to_millis(first.lease_expiry), expiry - 300'000);
+
+  const std::optional<Record> stored = lock.inspect("k");
+  ASSERT_TRUE(stored);
+  EXPECT_EQ(stored->state, RecordState::kClaimed);
+  EXPECT_EQ(stored->fence, 1);
+  EXPECT_EQ(stored->lease_expiry, to_millis(first.lease_expiry));
+  EXPECT_EQ(stored->expires_at, expiry);
+  EXPECT_EQ(stored->claim_token, token);
+  EXPECT_EQ(stored->fingerprint, std::optional<std::string>("fp"));
+
+  // A retried claim (its reply lost) is re-affirmed by its token; anyone else is held off.
+  const Claim retried = won(claim_now("k", kLease, token));
+  EXPECT_EQ(retried.fence, 1);
+  EXPECT_EQ(retried.lease_expiry, first.lease_expiry);
+  const ClaimResult other = claim_now("k", kLease, "another-token");
+  ASSERT_TRUE(std::holds_alternative<HeldByOther>(other));
+  EXPECT_EQ(std::get<HeldByOther>(other).lease_expiry, first.lease_expiry);
+  EXPECT_EQ(std::get<HeldByOther>(other).fingerprint, std::optional<std::string>("fp"));
+
+  ASSERT_TRUE(lock.complete(first, "result"));
+  const ClaimResult replay = claim_now("k", kLease, "a-third-token");
+  ASSERT_TRUE(std::holds_alternative<AlreadyDone>(replay));
+  EXPECT_EQ(std::get<AlreadyDone>(replay).result, std::optional<std::string>("result"));
+  EXPECT_EQ(admin.text({"TYPE", redis_key}), "string");
+
+  // A lapsed fresh claim is taken over at fence 2, and its holder is fenced out.
+  const Claim lapsed = won(claim_now("lapsing", milliseconds(200), token));
+  EXPECT_EQ(lapsed.fence, 1);
+  ASSERT_TRUE(eventually([&] {
+    return std::holds_alternative<Won>(claim_now("lapsing", kLease, "the-next-holder"));
+  }));
+  const std::optional<Record> taken = lock.inspect("lapsing");
+  ASSERT_TRUE(taken);
+  EXPECT_EQ(taken->fence, 2);
+  EXPECT_FALSE(lock.complete(lapsed));
 }
 
 TEST(RedisAsync, DestroyingTheBackendEndsEveryCallInFlightFirst) {

@@ -262,6 +262,29 @@ TEST(RedisReply, UnexpectedShapesAreStoreErrorsNeverGuesses) {
     SCOPED_TRACE(bytes);
     EXPECT_THROW((void)redis_detail::decode_flag_reply(resp(bytes).get(), "complete"), StoreError);
   }
+  const std::optional<Record> record = redis_detail::decode_record(
+      resp("*7\r\n$4\r\nDONE\r\n$1\r\n2\r\n$2\r\n10\r\n$2\r\n20\r\n$3\r\ntok\r\n"
+           "$6\r\nresult\r\n$-1\r\n")
+          .get());
+  ASSERT_TRUE(record);
+  EXPECT_EQ(record->state, RecordState::kDone);
+  EXPECT_EQ(record->fence, 2);
+  EXPECT_EQ(record->lease_expiry, 10);
+  EXPECT_EQ(record->expires_at, 20);
+  EXPECT_EQ(record->claim_token, "tok");
+  EXPECT_EQ(record->result, std::optional<std::string>("result"));
+  EXPECT_EQ(record->fingerprint, std::nullopt);
+  EXPECT_EQ(redis_detail::decode_record(resp("$-1\r\n").get()), std::nullopt);
+  EXPECT_THROW((void)redis_detail::decode_record(
+                   resp("*7\r\n$4\r\nGONE\r\n$1\r\n2\r\n$2\r\n10\r\n$2\r\n20\r\n$3\r\n"
+                        "tok\r\n$-1\r\n$-1\r\n")
+                       .get()),
+               StoreError);
+  EXPECT_THROW((void)redis_detail::decode_record(
+                   resp("*7\r\n$4\r\nDONE\r\n$1\r\n0\r\n$2\r\n10\r\n$2\r\n20\r\n$3\r\n"
+                        "tok\r\n$-1\r\n$-1\r\n")
+                       .get()),
+               StoreError);
   EXPECT_THROW((void)redis_detail::decode_record(resp("*1\r\n$5\r\nstate\r\n").get()), StoreError);
   EXPECT_THROW(
       (void)redis_detail::decode_record(resp("*2\r\n$5\r\nstate\r\n$7\r\nCLAIMED\r\n").get()),
@@ -285,6 +308,8 @@ TEST(RedisLockTest, ATamperedRecordIsAStoreErrorWithoutTheKey) {
   RawRedis raw(fixture_redis_url());
   const std::string key = "customer-order-4711";
   Claim c = won(lock->claim(key, milliseconds(60'000)));
+  // A hash (an earlier version's form) whose state is no state.
+  raw.command({"DEL", lock->key_prefix() + key});
   raw.command({"HSET", lock->key_prefix() + key, "state", "BOGUS"});
   for (int op = 0; op < 3; ++op) {
     try {
@@ -298,24 +323,36 @@ TEST(RedisLockTest, ATamperedRecordIsAStoreErrorWithoutTheKey) {
     }
   }
   EXPECT_THROW((void)lock->inspect(key), StoreError);
+  // A string that is not a record, in either form.
+  for (const std::string bogus : {"x", "F 1 2 3\nab", "C 1 2 3 1 -1 -1\n", "D 0 2 3 0 -1 -1\n"}) {
+    raw.command({"SET", lock->key_prefix() + key, bogus});
+    try {
+      (void)lock->claim(key, milliseconds(1000));
+      ADD_FAILURE() << "claimed over " << bogus;
+    } catch (const StoreError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("malformed"));
+      EXPECT_THAT(e.what(), Not(HasSubstr(key)));
+    }
+    EXPECT_THROW((void)lock->inspect(key), StoreError);
+  }
   // A key of another type: Redis's own WRONGTYPE error, still without the key.
   raw.command({"DEL", lock->key_prefix() + key});
-  raw.command({"SET", lock->key_prefix() + key, "x"});
+  raw.command({"RPUSH", lock->key_prefix() + key, "x"});
   try {
     (void)lock->claim(key, milliseconds(1000));
-    ADD_FAILURE() << "claimed over a string key";
+    ADD_FAILURE() << "claimed over a list";
   } catch (const StoreError& e) {
     EXPECT_THAT(e.what(), HasSubstr("WRONGTYPE"));
     EXPECT_THAT(e.what(), Not(HasSubstr(key)));
   }
 }
 
-TEST(RedisLockTest, EachRecordIsOneHashWhoseExpiryIsItsExpiresAt) {
+TEST(RedisLockTest, EachRecordIsOneStringWhoseExpiryIsItsExpiresAt) {
   auto lock = fixture_lock(BackendOptions{.ttl = std::chrono::minutes(5)});
   RawRedis raw(fixture_redis_url());
   Claim c = won(lock->claim("k", milliseconds(60'000), ClaimRequest{.fingerprint = "fp"}));
   const std::string redis_key = lock->key_prefix() + "k";
-  EXPECT_EQ(raw.text({"TYPE", redis_key}), "hash");
+  EXPECT_EQ(raw.text({"TYPE", redis_key}), "string");
   std::optional<Record> r = lock->inspect("k");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->state, RecordState::kClaimed);
@@ -333,6 +370,45 @@ TEST(RedisLockTest, EachRecordIsOneHashWhoseExpiryIsItsExpiresAt) {
   EXPECT_EQ(r->result, std::optional<std::string>("result-bytes"));
   EXPECT_EQ(raw.text({"PEXPIRETIME", redis_key}), std::to_string(r->expires_at));
   EXPECT_EQ(lock->purge_expired(), 0U);
+}
+
+// A record an earlier version stored as a hash is read as the record it is, and the next
+// write stores it as a string: an upgrade neither loses a claim nor replays a stale answer.
+TEST(RedisLockTest, ARecordStoredAsAHashByAnEarlierVersionIsReadAndRewritten) {
+  auto lock = fixture_lock(BackendOptions{.ttl = std::chrono::minutes(5)});
+  RawRedis raw(fixture_redis_url());
+  RedisReplyPtr t = raw.command({"TIME"});
+  const long long now = std::stoll(std::string(t->element[0]->str)) * 1000 +
+                        std::stoll(std::string(t->element[1]->str)) / 1000;
+  const std::string lease = std::to_string(now + 60'000);
+  const std::string expires = std::to_string(now + 360'000);
+  const std::string done_key = lock->key_prefix() + "done";
+  raw.command({"HSET", done_key, "state", "DONE", "fence", "2", "lease_expiry", lease, "expires_at",
+               expires, "claim_token", "t", "result", "stored", "fingerprint", "fp"});
+  raw.command({"PEXPIREAT", done_key, expires});
+  const ClaimResult replayed = lock->claim("done", milliseconds(60'000));
+  ASSERT_TRUE(std::holds_alternative<AlreadyDone>(replayed));
+  const auto& replay = std::get<AlreadyDone>(replayed);
+  EXPECT_EQ(replay.result, std::optional<std::string>("stored"));
+  EXPECT_EQ(replay.fingerprint, std::optional<std::string>("fp"));
+  EXPECT_EQ(replay.expires_at, from_millis(now + 360'000));
+  EXPECT_EQ(raw.text({"TYPE", done_key}), "hash") << "a claim that writes nothing keeps it";
+
+  const std::string held_key = lock->key_prefix() + "held";
+  raw.command({"HSET", held_key, "state", "CLAIMED", "fence", "3", "lease_expiry", lease,
+               "expires_at", expires, "claim_token", "holder"});
+  raw.command({"PEXPIREAT", held_key, expires});
+  EXPECT_TRUE(std::holds_alternative<HeldByOther>(lock->claim("held", milliseconds(60'000))));
+  const Claim holder{"held", 3, from_millis(now + 60'000), "holder"};
+  ASSERT_TRUE(lock->complete(holder, "late"));
+  EXPECT_EQ(raw.text({"TYPE", held_key}), "string");
+  const std::optional<Record> r = lock->inspect("held");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->state, RecordState::kDone);
+  EXPECT_EQ(r->fence, 3);
+  EXPECT_EQ(r->lease_expiry, now + 60'000);
+  EXPECT_EQ(r->result, std::optional<std::string>("late"));
+  EXPECT_EQ(raw.text({"PEXPIRETIME", held_key}), std::to_string(r->expires_at));
 }
 
 TEST(RedisLockTest, DatabaseNumberFromTheUrlIsUsed) {
