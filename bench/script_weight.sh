@@ -12,6 +12,9 @@
 #               the five fields, PEXPIREAT, a reply of three values
 #   claim       EVALSHA of src/backends/redis/redis_script.lua: a claim of a fresh key
 #   complete    the same script: complete of each key just claimed (fence 1)
+#   fresh       what claim_async sends for a fresh key instead of the script: SET NX PX of the
+#               record's fresh form, then PEXPIRETIME (the lease on the server's clock)
+#   fresh_complete  the script's complete of each such fresh record
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "$0")" && pwd)
@@ -55,6 +58,9 @@ for i in range(n):
     key = "idempotency:w-%d" % i
     if kind == "setnx":
         w.write(resp("SET", key, token, "NX", "PX", "60000"))
+    elif kind == "fresh":
+        w.write(resp("SET", key, "F 3600000 %d -1\n%s" % (len(token), token), "NX", "PX", "3660000"))
+        w.write(resp("PEXPIRETIME", key))
     elif kind == "complete":
         w.write(resp("EVALSHA", sha, "1", key, "complete", "", "1", "3600000", "-"))
     elif kind != "none":
@@ -95,3 +101,6 @@ emit minimal "$(instructions "$TMP/minimal.lua" claim)"
 claimed=$(instructions "$SCRIPT" claim)
 emit claim "$claimed"
 emit complete "$(instructions "$SCRIPT" claim complete)" "$claimed"
+fresh=$(instructions "$SCRIPT" fresh)
+emit fresh "$fresh"
+emit fresh_complete "$(instructions "$SCRIPT" fresh complete)" "$fresh"

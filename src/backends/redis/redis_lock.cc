@@ -51,6 +51,45 @@ std::string optional_arg(const std::optional<std::string>& v) {
   return v ? "+" + *v : std::string("-");
 }
 
+// A fresh key's claim without the script (RedisLock::Impl::fresh_claims): SET NX PX of the
+// record's fresh form (redis_script.lua), then PEXPIRETIME right behind it on the same
+// connection, whose answer less the ttl is the lease expiry on the server's clock, as the
+// script would have answered.
+struct FreshClaim {
+  FreshClaim(std::string redis_key, const ClaimRequest& request, std::chrono::milliseconds lease,
+             std::chrono::milliseconds ttl)
+      : key(std::move(redis_key)),
+        record("F " + std::to_string(ttl.count()) + " " +
+               std::to_string(request.claim_token.size()) + " " +
+               (request.fingerprint ? std::to_string(request.fingerprint->size()) : "-1") + "\n" +
+               request.claim_token + request.fingerprint.value_or("")),
+        px(std::to_string((lease + ttl).count())),
+        set{"SET", key, record, "NX", "PX", px},
+        expiry{"PEXPIRETIME", key} {}
+  FreshClaim(const FreshClaim&) = delete;
+  FreshClaim& operator=(const FreshClaim&) = delete;
+
+  std::string key;
+  std::string record;
+  std::string px;
+  std::vector<std::string_view> set;     // views of the three above
+  std::vector<std::string_view> expiry;  // a view of the key
+};
+
+// The claim the two replies say was won, or nullopt: the key exists, either failed, or any
+// other reply. The script decides then, and it re-affirms a fresh record of the same claim
+// token that did get written, so a lost reply loses or doubles nothing.
+std::optional<Claim> fresh_win(const redisReply* created, const redisReply* expiry,
+                               std::string_view key, const std::string& claim_token,
+                               std::chrono::milliseconds ttl) {
+  if (created == nullptr || created->type != REDIS_REPLY_STATUS ||
+      redis_detail::reply_view(created) != "OK" || expiry == nullptr ||
+      expiry->type != REDIS_REPLY_INTEGER || expiry->integer <= 0) {
+    return std::nullopt;
+  }
+  return Claim{std::string(key), 1, from_millis(expiry->integer - ttl.count()), claim_token};
+}
+
 // What an asynchronous script call delivers: the connection's failure (`error`) without a
 // reply, the server's for an error reply, else `decode()` of the reply.
 template <class T, class Decode>
@@ -146,15 +185,36 @@ struct RedisLock::Impl {
     return *async;
   }
 
-  // Whether claim_async makes a fresh record by SET NX PX, without the script (a tenth of its
-  // cost to the server): on the server's clock only (the record expires with the key), and only
-  // where calls go asynchronously. Its lease is read back by PEXPIRETIME (Redis 7); a server
-  // that refuses the command turns this off for good at its first refusal.
+  // Whether a claim of a fresh key makes its record by SET NX PX, without the script (a tenth
+  // of its cost to the server; FreshClaim): on the server's clock only (the record expires with
+  // the key), on a single node's shared connections (pipelined, or claim_async's), which send
+  // its two commands in one write. Its lease is read back by PEXPIRETIME (Redis 7); a server
+  // that refuses that command turns this off for good at its first refusal.
   std::atomic<bool> fresh_claims{true};
 
-  [[nodiscard]] bool claims_fresh_async() const {
-    return async_capable() && !options.backend.clock &&
-           fresh_claims.load(std::memory_order_relaxed);
+  [[nodiscard]] bool claims_fresh() const {
+    return pipelines && !options.backend.clock && fresh_claims.load(std::memory_order_relaxed);
+  }
+
+  // note_refusal() turns fresh claims off when PEXPIRETIME's reply is an error: before Redis 7.
+  // The script reads a fresh record by PTTL there instead.
+  void note_refusal(const redisReply* expiry) {
+    if (expiry != nullptr && is_error_reply(expiry)) {
+      fresh_claims.store(false, std::memory_order_relaxed);
+    }
+  }
+
+  // claim_fresh() is FreshClaim's two commands in one write on a shared connection: the claim
+  // won, or nullopt for the script to decide. Throws `StoreError` when no connection opens.
+  std::optional<Claim> claim_fresh(std::string_view key, const ClaimRequest& request,
+                                   std::chrono::milliseconds lease, std::chrono::milliseconds ttl) {
+    const FreshClaim fresh(redis_key(key), request, lease, ttl);
+    redis_detail::Preceding set{fresh.set, nullptr};
+    bool opened = false;
+    std::size_t slot = redis_detail::Pipelines::kAny;
+    const redis_detail::PipelineOutcome o = pipelines->call(fresh.expiry, opened, slot, &set);
+    note_refusal(o.reply.get());
+    return fresh_win(set.reply.get(), o.reply.get(), key, request.claim_token, ttl);
   }
 
   // eval_async() is eval() for the I/O thread's connection (evalsha_async): `done` gets the
@@ -359,6 +419,11 @@ std::optional<Record> RedisLock::do_inspect(std::string_view key) {
 
 ClaimResult RedisLock::do_claim(std::string_view key, std::chrono::milliseconds lease,
                                 const ClaimRequest& request) {
+  if (impl_->claims_fresh()) {
+    if (std::optional<Claim> claim = impl_->claim_fresh(key, request, lease, ttl())) {
+      return Won{std::move(*claim)};
+    }
+  }
   ReplyPtr waited;
   ReplyPtr r =
       impl_->eval(impl_->redis_key(key),
@@ -388,7 +453,7 @@ void RedisLock::do_claim_async(std::string_view key, std::chrono::milliseconds l
     LockBackend::do_claim_async(key, lease, std::move(request), std::move(done));
     return;
   }
-  if (impl_->claims_fresh_async()) {
+  if (impl_->claims_fresh()) {
     claim_fresh_async(key, lease, std::move(request), std::move(done));
     return;
   }
@@ -408,11 +473,7 @@ void RedisLock::claim_by_script_async(std::string_view key, std::chrono::millise
                     });
 }
 
-// A fresh key's claim without the script: SET NX PX of the fresh form (redis_script.lua), and
-// PEXPIRETIME right behind it on the same connection, whose expiry less the ttl is the lease
-// expiry on the server's clock, as the script would have answered. Whenever that is not a
-// plain win (the key exists; a failure; any other reply) the script decides: it re-affirms a
-// fresh record of this claim token that did get written, so nothing is lost or doubled.
+// FreshClaim's two commands on the I/O thread's connection, one after the other.
 void RedisLock::claim_fresh_async(std::string_view key, std::chrono::milliseconds lease,
                                   ClaimRequest request, ClaimDone done) {
   struct Pending {
@@ -423,19 +484,14 @@ void RedisLock::claim_fresh_async(std::string_view key, std::chrono::millisecond
     ClaimDone done;
     ReplyPtr created;  // SET's reply, or null when it failed
   };
-  const std::string redis_key = impl_->redis_key(key);
-  const std::string offset = std::to_string(ttl().count());
-  const std::string& token = request.claim_token;
-  std::string record = "F " + offset + " " + std::to_string(token.size()) + " " +
-                       (request.fingerprint ? std::to_string(request.fingerprint->size()) : "-1") +
-                       "\n" + token + request.fingerprint.value_or("");
-  const std::string px = std::to_string((lease + ttl()).count());
   std::string set;
   std::string expiry;
-  if (!Connection::format({"SET", redis_key, record, "NX", "PX", px}, set) ||
-      !Connection::format({"PEXPIRETIME", redis_key}, expiry)) {
-    done(StoreFailure{"redis: out of memory"});
-    return;
+  {
+    const FreshClaim fresh(impl_->redis_key(key), request, lease, ttl());
+    if (!Connection::format(fresh.set, set) || !Connection::format(fresh.expiry, expiry)) {
+      done(StoreFailure{"redis: out of memory"});
+      return;
+    }
   }
   auto pending = std::make_shared<Pending>(
       Pending{this, std::string(key), lease, std::move(request), std::move(done), nullptr});
@@ -445,22 +501,16 @@ void RedisLock::claim_fresh_async(std::string_view key, std::chrono::millisecond
     pending->created = std::move(o.outcome.reply);
   });
   pipeline.call(std::move(expiry), [pending](redis_detail::AsyncOutcome o) {
-    const ReplyPtr& created = pending->created;
-    const ReplyPtr& at = o.outcome.reply;
-    if (at && is_error_reply(at.get())) {
-      // Before Redis 7: no PEXPIRETIME. The script reads the fresh form by PTTL instead.
-      pending->lock->impl_->fresh_claims.store(false, std::memory_order_relaxed);
-    }
-    if (created && created->type == REDIS_REPLY_STATUS &&
-        redis_detail::reply_view(created.get()) == "OK" && at && at->type == REDIS_REPLY_INTEGER &&
-        at->integer > 0) {
-      Claim claim{pending->key, 1, from_millis(at->integer - pending->lock->ttl().count()),
-                  pending->request.claim_token};
-      pending->done(ClaimResult(Won{std::move(claim)}));
+    RedisLock& lock = *pending->lock;
+    lock.impl_->note_refusal(o.outcome.reply.get());
+    if (std::optional<Claim> claim =
+            fresh_win(pending->created.get(), o.outcome.reply.get(), pending->key,
+                      pending->request.claim_token, lock.ttl())) {
+      pending->done(ClaimResult(Won{std::move(*claim)}));
       return;
     }
-    pending->lock->claim_by_script_async(pending->key, pending->lease, std::move(pending->request),
-                                         std::move(pending->done));
+    lock.claim_by_script_async(pending->key, pending->lease, std::move(pending->request),
+                               std::move(pending->done));
   });
 }
 

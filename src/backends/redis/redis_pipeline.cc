@@ -65,7 +65,8 @@ struct Pipeline::Pending {
   std::atomic<std::uint32_t> state{kWaiting};
   std::uintptr_t next = kReading;  // while queued: the call queued before this one, or kReading
   Pending* after = nullptr;        // while in flight: the call sent after this one
-  std::string formatted;           // the command, in RESP
+  std::string formatted;           // the command, in RESP (after `before`'s)
+  Preceding* before = nullptr;     // the command sent ahead of this one, until its reply came
   PipelineOutcome outcome;
 };
 
@@ -87,9 +88,11 @@ std::size_t Pipeline::queued() const noexcept {
   return n;
 }
 
-PipelineOutcome Pipeline::call(const std::vector<std::string_view>& args) {
+PipelineOutcome Pipeline::call(const std::vector<std::string_view>& args, Preceding* before) {
   Pending me;
-  if (!Connection::format(args, me.formatted)) {
+  me.before = before;
+  if ((before != nullptr && !Connection::format(before->args, me.formatted)) ||
+      !Connection::format(args, me.formatted)) {
     return {.failure = IoFailure::kError, .error = "redis: out of memory"};
   }
   const auto self = reinterpret_cast<std::uintptr_t>(&me);  // NOLINT
@@ -123,6 +126,11 @@ void Pipeline::read_until(Pending& me) {
       ReplyPtr reply = connection_->take_reply();
       if (!reply) break;
       Pending* owner = in_flight_front_;
+      if (owner->before != nullptr) {  // the reply to the command sent ahead of its own
+        owner->before->reply = std::move(reply);
+        owner->before = nullptr;
+        continue;
+      }
       in_flight_front_ = owner->after;
       if (in_flight_front_ == nullptr) in_flight_back_ = nullptr;
       owner->outcome.reply = std::move(reply);
@@ -227,7 +235,7 @@ Pipelines::Pipelines(std::size_t count, Connect connect)
     : connect_(std::move(connect)), slots_(std::max<std::size_t>(count, 1)) {}
 
 PipelineOutcome Pipelines::call(const std::vector<std::string_view>& args, bool& fresh,
-                                std::size_t& at) {
+                                std::size_t& at, Preceding* before) {
   if (at >= slots_.size()) at = next_.fetch_add(1, std::memory_order_relaxed) % slots_.size();
   Slot& slot = slots_[at];
   fresh = false;
@@ -237,7 +245,7 @@ PipelineOutcome Pipelines::call(const std::vector<std::string_view>& args, bool&
     pipeline = slot.pipeline;
   }
   if (!pipeline || pipeline->broken()) pipeline = reopen(slot, fresh);
-  return pipeline->call(args);
+  return pipeline->call(args, before);
 }
 
 std::shared_ptr<Pipeline> Pipelines::reopen(Slot& slot, bool& fresh) {

@@ -43,6 +43,12 @@ struct PipelineOutcome {
   std::string error;
 };
 
+/// Preceding is a command sent right ahead of a call's own, and the reply it got.
+struct Preceding {
+  const std::vector<std::string_view>& args;
+  ReplyPtr reply;
+};
+
 /// Pipeline is one connection that concurrent calls share.
 class Pipeline {
  public:
@@ -54,8 +60,11 @@ class Pipeline {
 
   /// call() sends `args` and returns its reply. Blocks until the reply has come or the
   /// connection failed; once a call has failed the pipeline is broken and every later call
-  /// fails at once, unsent.
-  [[nodiscard]] PipelineOutcome call(const std::vector<std::string_view>& args);
+  /// fails at once, unsent. With `before`, its command goes first, in the same write and right
+  /// ahead of `args` on the connection, and its reply to `before->reply` (nullptr when the
+  /// connection failed first).
+  [[nodiscard]] PipelineOutcome call(const std::vector<std::string_view>& args,
+                                     Preceding* before = nullptr);
 
   /// broken() says whether the connection has failed; the pipeline must then be replaced.
   [[nodiscard]] bool broken() const noexcept {
@@ -163,13 +172,13 @@ class Pipelines {
   /// same operation used (a retry then goes to that pipeline's replacement).
   static constexpr std::size_t kAny = static_cast<std::size_t>(-1);
 
-  /// call() sends `args` on pipeline `slot` (kAny: the next in turn, and `slot` is set to the
-  /// one chosen). `fresh` is set when that pipeline was opened after this call found the slot
-  /// broken or empty, by it or by the call whose connect it waited for (a failure on it is not
-  /// a stale connection). Throws `StoreError` when a connection cannot be opened, also to the
-  /// callers that waited for that connect.
+  /// call() sends `args` (after `before`'s command, as Pipeline::call) on pipeline `slot`
+  /// (kAny: the next in turn, and `slot` is set to the one chosen). `fresh` is set when that
+  /// pipeline was opened after this call found the slot broken or empty, by it or by the call whose
+  /// connect it waited for (a failure on it is not a stale connection). Throws `StoreError` when a
+  /// connection cannot be opened, also to the callers that waited for that connect.
   [[nodiscard]] PipelineOutcome call(const std::vector<std::string_view>& args, bool& fresh,
-                                     std::size_t& slot);
+                                     std::size_t& slot, Preceding* before = nullptr);
 
  private:
   struct Slot {

@@ -353,6 +353,9 @@ TEST(RedisLockTest, EachRecordIsOneStringWhoseExpiryIsItsExpiresAt) {
   Claim c = won(lock->claim("k", milliseconds(60'000), ClaimRequest{.fingerprint = "fp"}));
   const std::string redis_key = lock->key_prefix() + "k";
   EXPECT_EQ(raw.text({"TYPE", redis_key}), "string");
+  // A fresh key's claim, made without the script (a plain SET NX PX): its fresh form.
+  EXPECT_EQ(raw.text({"GET", redis_key}),
+            "F 300000 " + std::to_string(c.claim_token.size()) + " 2\n" + c.claim_token + "fp");
   std::optional<Record> r = lock->inspect("k");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->state, RecordState::kClaimed);
@@ -369,6 +372,10 @@ TEST(RedisLockTest, EachRecordIsOneStringWhoseExpiryIsItsExpiresAt) {
   EXPECT_EQ(r->state, RecordState::kDone);
   EXPECT_EQ(r->result, std::optional<std::string>("result-bytes"));
   EXPECT_EQ(raw.text({"PEXPIRETIME", redis_key}), std::to_string(r->expires_at));
+  EXPECT_EQ(raw.text({"GET", redis_key}), "D 1 " + std::to_string(r->lease_expiry) + " " +
+                                              std::to_string(r->expires_at) + " " +
+                                              std::to_string(c.claim_token.size()) + " 2 12\n" +
+                                              c.claim_token + "fp" + "result-bytes");
   EXPECT_EQ(lock->purge_expired(), 0U);
 }
 
@@ -409,6 +416,48 @@ TEST(RedisLockTest, ARecordStoredAsAHashByAnEarlierVersionIsReadAndRewritten) {
   EXPECT_EQ(r->lease_expiry, now + 60'000);
   EXPECT_EQ(r->result, std::optional<std::string>("late"));
   EXPECT_EQ(raw.text({"PEXPIRETIME", held_key}), std::to_string(r->expires_at));
+}
+
+// Where the fresh form cannot be used the script makes every record: an injected clock (Redis
+// counts a key's expiry on its own), a connection per call (`?pipelines=0`: nothing sends two
+// commands in one write), and a server without PEXPIRETIME (before Redis 7; renamed here),
+// whose first refusal turns fresh claims off while the script reads the one it made by PTTL.
+TEST(RedisLockTest, WhereTheFreshFormCannotBeUsedTheScriptMakesTheRecord) {
+  PrivateRedis server({"--rename-command", "PEXPIRETIME", "pexpiretime-renamed"});
+  RawRedis raw(server.url());
+  const BackendOptions backend{.ttl = std::chrono::minutes(5)};
+  auto server_ms = [&] {
+    RedisReplyPtr t = raw.command({"TIME"});
+    return std::stoll(std::string(t->element[0]->str)) * 1000 +
+           std::stoll(std::string(t->element[1]->str)) / 1000;
+  };
+  RedisLock lock(server.url(), RedisOptions{.backend = backend, .key_prefix = "old:"});
+  const long long before = server_ms();
+  const Claim first = won(lock.claim("a", milliseconds(60'000)));
+  const long long after = server_ms();
+  EXPECT_EQ(first.fence, 1);
+  EXPECT_GE(to_millis(first.lease_expiry), before + 60'000);
+  EXPECT_LE(to_millis(first.lease_expiry), after + 60'000 + 1);
+  EXPECT_EQ(raw.text({"GET", "old:a"}).substr(0, 9), "F 300000 ") << "the SET NX went first";
+  const std::optional<Record> fresh = lock.inspect("a");
+  ASSERT_TRUE(fresh);
+  EXPECT_NEAR(static_cast<double>(fresh->lease_expiry),
+              static_cast<double>(to_millis(first.lease_expiry)), 1.0);
+  EXPECT_TRUE(std::holds_alternative<HeldByOther>(lock.claim("a", milliseconds(60'000))));
+  (void)won(lock.claim("b", milliseconds(60'000)));
+  EXPECT_EQ(raw.text({"GET", "old:b"}).substr(0, 4), "C 1 ") << "fresh claims are off";
+  ASSERT_TRUE(lock.complete(first));
+  EXPECT_EQ(raw.text({"GET", "old:a"}).substr(0, 4), "D 1 ");
+
+  auto clock = std::make_shared<ManualClock>();
+  RedisLock injected(server.url(), RedisOptions{.backend = {.ttl = backend.ttl, .clock = clock},
+                                                .key_prefix = "injected:"});
+  (void)won(injected.claim("a", milliseconds(60'000)));
+  EXPECT_EQ(raw.text({"GET", "injected:a"}).substr(0, 4), "C 1 ");
+  RedisLock per_call(server.url() + "?pipelines=0",
+                     RedisOptions{.backend = backend, .key_prefix = "per-call:"});
+  (void)won(per_call.claim("a", milliseconds(60'000)));
+  EXPECT_EQ(raw.text({"GET", "per-call:a"}).substr(0, 4), "C 1 ");
 }
 
 TEST(RedisLockTest, DatabaseNumberFromTheUrlIsUsed) {

@@ -81,6 +81,47 @@ TEST(RedisPipeline, EveryCallerGetsItsOwnReplyUnderConcurrency) {
   EXPECT_LE(pipeline.writes(), std::uint64_t{kThreads} * kCalls);
 }
 
+// A call with a command ahead of its own: both go in the same write, in order, and each reply
+// goes where it belongs, among concurrent plain calls.
+TEST(RedisPipeline, ACommandSentAheadOfACallGetsItsOwnReplyInTheSameWrite) {
+  PrivateRedis server;
+  Pipeline pipeline(open_to(server));
+  constexpr int kThreads = 4;
+  constexpr int kCalls = 300;
+  std::vector<std::vector<std::string>> wrong(kThreads);
+  {
+    std::vector<std::jthread> callers;
+    callers.reserve(kThreads);
+    for (int t = 0; t < kThreads; ++t) {
+      callers.emplace_back([&, t] {
+        for (int i = 0; i < kCalls; ++i) {
+          const std::string key = "k" + std::to_string(t) + "-" + std::to_string(i);
+          if (t % 2 == 0) {
+            const PipelineOutcome o = pipeline.call({"ECHO", key});
+            if (text_of(o) != key) wrong[t].push_back("plain: " + text_of(o));
+            continue;
+          }
+          // The second command sees the first's effect: they ran in order, back to back.
+          const std::vector<std::string_view> set = {"SET", key, "value-" + std::to_string(i)};
+          redis_detail::Preceding before{set, nullptr};
+          const PipelineOutcome o = pipeline.call({"STRLEN", key}, &before);
+          const std::string first =
+              before.reply ? std::string(before.reply->str, before.reply->len) : "<none>";
+          if (first != "OK") wrong[t].push_back("before: " + first);
+          if (!o.reply || o.reply->type != REDIS_REPLY_INTEGER ||
+              o.reply->integer != static_cast<long long>(("value-" + std::to_string(i)).size())) {
+            wrong[t].push_back("after: " + text_of(o));
+          }
+        }
+      });
+    }
+  }
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_THAT(wrong[t], ::testing::IsEmpty()) << "caller " << t;
+  }
+  EXPECT_FALSE(pipeline.broken());
+}
+
 TEST(RedisPipeline, CallsMadeWhileAReplyIsAwaitedGoOutTogetherInOneWrite) {
   PrivateRedis server;
   Pipeline pipeline(open_to(server));
