@@ -303,7 +303,7 @@ def script_weight_report(recs, p):
               ("minimal", "EVALSHA of the minimal claim: TIME, HGETALL, HSET of 5 fields, PEXPIREAT"),
               ("claim", "**ours: claim of a fresh key**"),
               ("complete", "**ours: complete of that claim** (with its PUBLISH)"),
-              ("fresh", "**ours: `claim_async` of a fresh key on Redis 7: SET NX PX + PEXPIRETIME, "
+              ("fresh", "**ours: claim of a fresh key on Redis 7: SET NX PX GET + PEXPIRETIME, "
                         "no script**"),
               ("fresh_complete", "**ours: complete of that fresh claim**")]
     for case, label in labels:

@@ -12,8 +12,8 @@
 #               the five fields, PEXPIREAT, a reply of three values
 #   claim       EVALSHA of src/backends/redis/redis_script.lua: a claim of a fresh key
 #   complete    the same script: complete of each key just claimed (fence 1)
-#   fresh       what claim_async sends for a fresh key instead of the script: SET NX PX of the
-#               record's fresh form, then PEXPIRETIME (the lease on the server's clock)
+#   fresh       what a claim sends first on Redis 7 instead of the script (a fresh key's whole
+#               claim): SET NX PX GET of the record's fresh form, then PEXPIRETIME (its lease)
 #   fresh_complete  the script's complete of each such fresh record
 set -euo pipefail
 
@@ -59,7 +59,8 @@ for i in range(n):
     if kind == "setnx":
         w.write(resp("SET", key, token, "NX", "PX", "60000"))
     elif kind == "fresh":
-        w.write(resp("SET", key, "F 3600000 %d -1\n%s" % (len(token), token), "NX", "PX", "3660000"))
+        w.write(resp("SET", key, "F 3600000 %d -1\n%s" % (len(token), token), "NX", "PX", "3660000",
+                     "GET"))
         w.write(resp("PEXPIRETIME", key))
     elif kind == "complete":
         w.write(resp("EVALSHA", sha, "1", key, "complete", "", "1", "3600000", "-"))

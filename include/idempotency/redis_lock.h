@@ -9,15 +9,18 @@
 //
 // Each record is one Redis string under `RedisOptions::key_prefix` (a hash written by an
 // earlier version is read too, and rewritten as a string), so every call touches a single key.
-// `redis+cluster://host:port[,host:port…]` (and `rediss+cluster://`) talks to a Redis Cluster: each
-// call goes to the master of its key's slot, following MOVED / ASK. claim, complete and release are
-// each one round trip: a Lua script, loaded once and called with EVALSHA, re-expresses the core's
-// `transition()` and decides on the server. Time is the server's own (`TIME`), so clock skew
-// between client instances cannot break a lease; claim_async on Redis 7 makes a fresh key's record
-// with a plain `SET NX PX` instead (a tenth of a script's cost to the server) and reads its lease
-// back from the key's expiry; every write sets the key's expiry to the record's `expires_at`, so
-// Redis deletes the record exactly when its retention window ends (a claim after that starts again
-// at fence 1).
+// `redis+cluster://host:port[,host:port…]` (and `rediss+cluster://`) talks to a Redis Cluster:
+// each call goes to the master of its key's slot, following MOVED / ASK. claim, complete and
+// release are each one round trip: a Lua script, loaded once and called with EVALSHA,
+// re-expresses the core's `transition()` and decides on the server. Time is the server's own
+// (`TIME`), so clock skew between client instances cannot break a lease; every write sets the
+// key's expiry to the record's `expires_at`, so Redis deletes the record exactly when its
+// retention window ends (a claim after that starts again at fence 1).
+//
+// On Redis 7, a single node and the server's clock, a claim first sends a plain `SET NX PX GET`
+// and `PEXPIRETIME` in one write: a fresh key gets its record, its lease read back from the
+// key's expiry, and a DONE key answers with its record, both without the script (a sixth of
+// its cost to the server); any other key goes on to the script, a second round trip.
 //
 // Error handling: a call that fails (server down, timeout, auth refused, an unexpected
 // reply) throws `StoreError` with the server's message, never the key, and never reports
@@ -164,7 +167,7 @@ class RedisLock final : public LockBackend {
   bool do_complete(const Claim& claim, std::optional<std::string> result) override;
   /// On a single node with `pipelines` above 0 and no `?replicas=N`: sent on the I/O thread's
   /// connection and answered there (retried once as do_claim is); otherwise the blocking call.
-  /// There, on Redis 7 and the server's clock, a fresh key is claimed without the script.
+  /// There, on Redis 7 and the server's clock, `SET NX PX GET` comes first (as for do_claim).
   void do_claim_async(std::string_view key, std::chrono::milliseconds lease, ClaimRequest request,
                       ClaimDone done) override;
   /// As do_claim_async().
@@ -189,7 +192,7 @@ class RedisLock final : public LockBackend {
                           const std::stop_token& stop) override;
 
  private:
-  // do_claim_async()'s two ways: the script, and SET NX PX of a fresh record.
+  // do_claim_async()'s two ways: the script, and SET NX PX GET first (FreshClaim).
   void claim_by_script_async(std::string_view key, std::chrono::milliseconds lease,
                              ClaimRequest request, ClaimDone done);
   void claim_fresh_async(std::string_view key, std::chrono::milliseconds lease,

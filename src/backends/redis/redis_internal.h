@@ -62,6 +62,11 @@ using ReaderPtr = std::unique_ptr<redisReader, ReaderDeleter>;
 /// record. Throws `StoreError` for a reply of any other shape.
 [[nodiscard]] std::optional<Record> decode_record(const redisReply* reply);
 
+/// decode_done_record() reads a DONE record in its string form (redis_script.lua), as SET NX
+/// GET returns it: the replay it answers, or nullopt for any other value (another state, or a
+/// malformed one, which the script then judges).
+[[nodiscard]] std::optional<AlreadyDone> decode_done_record(std::string_view value);
+
 /// reply_from_resp() parses one complete RESP reply from `bytes` (for tests of the
 /// decoders). Throws `std::invalid_argument` when `bytes` is not exactly one reply.
 [[nodiscard]] ReplyPtr reply_from_resp(std::string_view bytes);

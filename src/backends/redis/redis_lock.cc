@@ -51,10 +51,11 @@ std::string optional_arg(const std::optional<std::string>& v) {
   return v ? "+" + *v : std::string("-");
 }
 
-// A fresh key's claim without the script (RedisLock::Impl::fresh_claims): SET NX PX of the
-// record's fresh form (redis_script.lua), then PEXPIRETIME right behind it on the same
-// connection, whose answer less the ttl is the lease expiry on the server's clock, as the
-// script would have answered.
+// A claim without the script (RedisLock::Impl::fresh_claims): SET NX PX GET of the record's
+// fresh form (redis_script.lua), then PEXPIRETIME right behind it on the same connection. A
+// fresh key gets its record, and the expiry less the ttl is the lease expiry on the server's
+// clock, as the script would have answered; a key already DONE returns its record, which is
+// the replay. (NX with GET is Redis 7, as PEXPIRETIME is.)
 struct FreshClaim {
   FreshClaim(std::string redis_key, const ClaimRequest& request, std::chrono::milliseconds lease,
              std::chrono::milliseconds ttl)
@@ -64,7 +65,7 @@ struct FreshClaim {
                (request.fingerprint ? std::to_string(request.fingerprint->size()) : "-1") + "\n" +
                request.claim_token + request.fingerprint.value_or("")),
         px(std::to_string((lease + ttl).count())),
-        set{"SET", key, record, "NX", "PX", px},
+        set{"SET", key, record, "NX", "PX", px, "GET"},
         expiry{"PEXPIRETIME", key} {}
   FreshClaim(const FreshClaim&) = delete;
   FreshClaim& operator=(const FreshClaim&) = delete;
@@ -76,18 +77,26 @@ struct FreshClaim {
   std::vector<std::string_view> expiry;  // a view of the key
 };
 
-// The claim the two replies say was won, or nullopt: the key exists, either failed, or any
-// other reply. The script decides then, and it re-affirms a fresh record of the same claim
-// token that did get written, so a lost reply loses or doubles nothing.
-std::optional<Claim> fresh_win(const redisReply* created, const redisReply* expiry,
-                               std::string_view key, const std::string& claim_token,
-                               std::chrono::milliseconds ttl) {
-  if (created == nullptr || created->type != REDIS_REPLY_STATUS ||
-      redis_detail::reply_view(created) != "OK" || expiry == nullptr ||
+// What the two replies answer — a win, or the replay of a DONE record — or nullopt: a record
+// in another state, a failure, any other reply. The script decides then, and it re-affirms a
+// fresh record of the same claim token that did get written, so a lost reply loses or doubles
+// nothing.
+std::optional<ClaimResult> fresh_outcome(const redisReply* previous, const redisReply* expiry,
+                                         std::string_view key, const std::string& claim_token,
+                                         std::chrono::milliseconds ttl) {
+  if (previous == nullptr) return std::nullopt;
+  if (previous->type == REDIS_REPLY_STRING) {
+    if (auto done = redis_detail::decode_done_record(redis_detail::reply_view(previous))) {
+      return ClaimResult(std::move(*done));
+    }
+    return std::nullopt;
+  }
+  if (previous->type != REDIS_REPLY_NIL || expiry == nullptr ||
       expiry->type != REDIS_REPLY_INTEGER || expiry->integer <= 0) {
     return std::nullopt;
   }
-  return Claim{std::string(key), 1, from_millis(expiry->integer - ttl.count()), claim_token};
+  return ClaimResult(
+      Won{Claim{std::string(key), 1, from_millis(expiry->integer - ttl.count()), claim_token}});
 }
 
 // What an asynchronous script call delivers: the connection's failure (`error`) without a
@@ -185,11 +194,11 @@ struct RedisLock::Impl {
     return *async;
   }
 
-  // Whether a claim of a fresh key makes its record by SET NX PX, without the script (a tenth
-  // of its cost to the server; FreshClaim): on the server's clock only (the record expires with
-  // the key), on a single node's shared connections (pipelined, or claim_async's), which send
-  // its two commands in one write. Its lease is read back by PEXPIRETIME (Redis 7); a server
-  // that refuses that command turns this off for good at its first refusal.
+  // Whether a claim tries FreshClaim first, without the script (a sixth of its cost to the
+  // server for a fresh key, and a DONE key's replay without it): on the server's clock only
+  // (the record expires with the key), on a single node's shared connections (pipelined, or
+  // claim_async's), which send its two commands in one write. Both commands are Redis 7's; a
+  // server that refuses PEXPIRETIME turns this off for good at its first refusal.
   std::atomic<bool> fresh_claims{true};
 
   [[nodiscard]] bool claims_fresh() const {
@@ -197,24 +206,25 @@ struct RedisLock::Impl {
   }
 
   // note_refusal() turns fresh claims off when PEXPIRETIME's reply is an error: before Redis 7.
-  // The script reads a fresh record by PTTL there instead.
+  // The script reads a fresh record left there by PTTL instead.
   void note_refusal(const redisReply* expiry) {
     if (expiry != nullptr && is_error_reply(expiry)) {
       fresh_claims.store(false, std::memory_order_relaxed);
     }
   }
 
-  // claim_fresh() is FreshClaim's two commands in one write on a shared connection: the claim
-  // won, or nullopt for the script to decide. Throws `StoreError` when no connection opens.
-  std::optional<Claim> claim_fresh(std::string_view key, const ClaimRequest& request,
-                                   std::chrono::milliseconds lease, std::chrono::milliseconds ttl) {
+  // claim_fresh() is FreshClaim's two commands in one write on a shared connection: what they
+  // answer, or nullopt for the script to decide. Throws `StoreError` when no connection opens.
+  std::optional<ClaimResult> claim_fresh(std::string_view key, const ClaimRequest& request,
+                                         std::chrono::milliseconds lease,
+                                         std::chrono::milliseconds ttl) {
     const FreshClaim fresh(redis_key(key), request, lease, ttl);
     redis_detail::Preceding set{fresh.set, nullptr};
     bool opened = false;
     std::size_t slot = redis_detail::Pipelines::kAny;
     const redis_detail::PipelineOutcome o = pipelines->call(fresh.expiry, opened, slot, &set);
     note_refusal(o.reply.get());
-    return fresh_win(set.reply.get(), o.reply.get(), key, request.claim_token, ttl);
+    return fresh_outcome(set.reply.get(), o.reply.get(), key, request.claim_token, ttl);
   }
 
   // eval_async() is eval() for the I/O thread's connection (evalsha_async): `done` gets the
@@ -420,8 +430,8 @@ std::optional<Record> RedisLock::do_inspect(std::string_view key) {
 ClaimResult RedisLock::do_claim(std::string_view key, std::chrono::milliseconds lease,
                                 const ClaimRequest& request) {
   if (impl_->claims_fresh()) {
-    if (std::optional<Claim> claim = impl_->claim_fresh(key, request, lease, ttl())) {
-      return Won{std::move(*claim)};
+    if (std::optional<ClaimResult> answered = impl_->claim_fresh(key, request, lease, ttl())) {
+      return std::move(*answered);
     }
   }
   ReplyPtr waited;
@@ -482,7 +492,7 @@ void RedisLock::claim_fresh_async(std::string_view key, std::chrono::millisecond
     std::chrono::milliseconds lease;
     ClaimRequest request;
     ClaimDone done;
-    ReplyPtr created;  // SET's reply, or null when it failed
+    ReplyPtr created;  // SET's reply (the previous value), or null when it failed
   };
   std::string set;
   std::string expiry;
@@ -503,10 +513,10 @@ void RedisLock::claim_fresh_async(std::string_view key, std::chrono::millisecond
   pipeline.call(std::move(expiry), [pending](redis_detail::AsyncOutcome o) {
     RedisLock& lock = *pending->lock;
     lock.impl_->note_refusal(o.outcome.reply.get());
-    if (std::optional<Claim> claim =
-            fresh_win(pending->created.get(), o.outcome.reply.get(), pending->key,
-                      pending->request.claim_token, lock.ttl())) {
-      pending->done(ClaimResult(Won{std::move(*claim)}));
+    if (std::optional<ClaimResult> answered =
+            fresh_outcome(pending->created.get(), o.outcome.reply.get(), pending->key,
+                          pending->request.claim_token, lock.ttl())) {
+      pending->done(std::move(*answered));
       return;
     }
     lock.claim_by_script_async(pending->key, pending->lease, std::move(pending->request),

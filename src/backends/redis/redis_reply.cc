@@ -1,5 +1,7 @@
 // Strict decoding of the script's replies: any shape but the documented one is a StoreError,
 // so a script changed by hand on the server can never be read as an outcome.
+#include <algorithm>
+#include <array>
 #include <charconv>
 #include <cstdint>
 #include <memory>
@@ -120,6 +122,42 @@ std::optional<Record> decode_record(const redisReply* reply) {
   rec.result = optional_element(reply->element[5], kWhat);
   rec.fingerprint = optional_element(reply->element[6], kWhat);
   return rec;
+}
+
+std::optional<AlreadyDone> decode_done_record(std::string_view value) {
+  // "D <fence> <lease_expiry> <expires_at> <token bytes> <fingerprint bytes> <result bytes>\n"
+  // and the strings back to back (redis_script.lua); -1 bytes for an absent one.
+  if (!value.starts_with("D ")) return std::nullopt;
+  const std::size_t eol = value.find('\n');
+  if (eol == std::string_view::npos) return std::nullopt;
+  std::string_view header = value.substr(2, eol - 2);
+  std::array<std::int64_t, 6> n{};
+  for (std::size_t i = 0; i < n.size(); ++i) {
+    const std::size_t space = i + 1 < n.size() ? header.find(' ') : header.size();
+    if (space == std::string_view::npos) return std::nullopt;
+    const std::optional<std::int64_t> v = parse_int(header.substr(0, space));
+    if (!v) return std::nullopt;
+    n[i] = *v;
+    header.remove_prefix(std::min(space + 1, header.size()));
+  }
+  const auto [fence, lease, expires_at, token_len, fingerprint_len, result_len] = n;
+  (void)lease;
+  if (fence < 1 || token_len < 0 || fingerprint_len < -1 || result_len < -1) return std::nullopt;
+  std::string_view rest = value.substr(eol + 1);
+  const auto take = [&rest](std::int64_t len) -> std::optional<std::string> {
+    if (len < 0) return std::nullopt;
+    std::string taken(rest.substr(0, static_cast<std::size_t>(len)));
+    rest.remove_prefix(static_cast<std::size_t>(len));
+    return taken;
+  };
+  const auto sizes = static_cast<std::uint64_t>(token_len) +
+                     static_cast<std::uint64_t>(std::max<std::int64_t>(fingerprint_len, 0)) +
+                     static_cast<std::uint64_t>(std::max<std::int64_t>(result_len, 0));
+  if (sizes != rest.size()) return std::nullopt;
+  rest.remove_prefix(static_cast<std::size_t>(token_len));
+  std::optional<std::string> fingerprint = take(fingerprint_len);
+  std::optional<std::string> result = take(result_len);
+  return AlreadyDone{std::move(result), std::move(fingerprint), from_millis(expires_at)};
 }
 
 ReplyPtr reply_from_resp(std::string_view bytes) {

@@ -24,7 +24,7 @@
 --   "<C|D> <fence> <lease_expiry> <expires_at> <token bytes> <fingerprint bytes> <result
 --   bytes>\n" .. claim_token .. fingerprint .. result
 -- with -1 bytes for an absent fingerprint or result. A fresh claim may also be made without
--- the script, by the client's SET NX PX (a tenth of a script call's cost to the server):
+-- the script, by the client's SET NX PX GET (a sixth of a script call's cost to the server):
 --   "F <expires_at - lease_expiry> <token bytes> <fingerprint bytes>\n" .. token .. fingerprint
 -- is fence 1, CLAIMED, with expires_at the key's own expiry (PEXPIRETIME: Redis 7; before
 -- it, now + PTTL, as the client writes this form only until its first PEXPIRETIME is refused). A hash (state, fence, lease_expiry, expires_at, claim_token,

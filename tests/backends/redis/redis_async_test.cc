@@ -240,9 +240,16 @@ TEST(RedisAsync, AFreshKeyIsClaimedWithoutTheScriptAndReadAsTheRecordItIs) {
   EXPECT_EQ(std::get<HeldByOther>(other).fingerprint, std::optional<std::string>("fp"));
 
   ASSERT_TRUE(lock.complete(first, "result"));
+  // A DONE record answers SET NX GET itself: the replay without the script.
+  ASSERT_EQ(admin.text({"CONFIG", "RESETSTAT"}), "OK");
   const ClaimResult replay = claim_now("k", kLease, "a-third-token");
   ASSERT_TRUE(std::holds_alternative<AlreadyDone>(replay));
   EXPECT_EQ(std::get<AlreadyDone>(replay).result, std::optional<std::string>("result"));
+  EXPECT_EQ(std::get<AlreadyDone>(replay).fingerprint, std::optional<std::string>("fp"));
+  EXPECT_EQ(to_millis(*std::get<AlreadyDone>(replay).expires_at),
+            std::stoll(admin.text({"PEXPIRETIME", redis_key})));
+  EXPECT_EQ(admin.text({"INFO", "commandstats"}).find("cmdstat_evalsha"), std::string::npos)
+      << "the replay ran the script";
   EXPECT_EQ(admin.text({"TYPE", redis_key}), "string");
 
   // A lapsed fresh claim is taken over at fence 2, and its holder is fenced out.

@@ -262,6 +262,35 @@ TEST(RedisReply, UnexpectedShapesAreStoreErrorsNeverGuesses) {
     SCOPED_TRACE(bytes);
     EXPECT_THROW((void)redis_detail::decode_flag_reply(resp(bytes).get(), "complete"), StoreError);
   }
+  // A DONE record as SET NX GET returns it: the replay, or nullopt for the script to judge.
+  const std::optional<AlreadyDone> replay =
+      redis_detail::decode_done_record(std::string("D 3 10 20 3 2 6\ntokfpresult"));
+  ASSERT_TRUE(replay);
+  EXPECT_EQ(replay->result, std::optional<std::string>("result"));
+  EXPECT_EQ(replay->fingerprint, std::optional<std::string>("fp"));
+  EXPECT_EQ(replay->expires_at, from_millis(20));
+  const std::optional<AlreadyDone> bare =
+      redis_detail::decode_done_record(std::string("D 1 10 20 3 -1 -1\ntok"));
+  ASSERT_TRUE(bare);
+  EXPECT_EQ(bare->result, std::nullopt);
+  EXPECT_EQ(bare->fingerprint, std::nullopt);
+  const std::vector<std::string> not_done = {
+      "C 1 10 20 3 -1 -1\ntok",    // claimed
+      "F 60000 3 -1\ntok",         // fresh
+      "D 0 10 20 3 -1 -1\ntok",    // fence 0
+      "D 1 10 20 3 -1 -1\ntoken",  // longer than it says
+      "D 1 10 20 3 -1 2\ntok",     // shorter
+      "D 1 10 20 3 -1\ntok",       // a field missing
+      "D 1 10 20 3 -1 -1 7\ntok",  // one too many
+      "D 1 10 20 3 -1 -1 tok",     // no line end
+      "D 1 10 x 3 -1 -1\ntok",     // not a number
+      "D 1 10 20 -3 -1 -1\n",      // a negative length
+      "D  1 10 20 3 -1 -1\ntok",   // two spaces
+  };
+  for (const std::string& value : not_done) {
+    SCOPED_TRACE(value);
+    EXPECT_EQ(redis_detail::decode_done_record(value), std::nullopt);
+  }
   const std::optional<Record> record = redis_detail::decode_record(
       resp("*7\r\n$4\r\nDONE\r\n$1\r\n2\r\n$2\r\n10\r\n$2\r\n20\r\n$3\r\ntok\r\n"
            "$6\r\nresult\r\n$-1\r\n")
