@@ -639,15 +639,15 @@ class RedisPopulator final : public Populator {
     if (!ctx_ || ctx_->err != 0) throw std::runtime_error("redis connect failed");
   }
   void add(std::int64_t from, std::int64_t n, bool expired) override {
-    // Records as the script writes them (src/backends/redis/redis_script.lua: store()).
+    // DONE records as the script writes them (src/backends/redis/redis_script.lua: the
+    // string form, a 32-byte token, no fingerprint or result).
     static const char* const kLua =
         "local t = redis.call('TIME') local now = t[1] * 1000 "
         "local exp = now + tonumber(ARGV[3]) "
         "for i = tonumber(ARGV[1]), tonumber(ARGV[2]) do "
         "local k = 'idempotency:pop-' .. i "
-        "redis.call('HSET', k, 'state', 'DONE', 'fence', '1', 'lease_expiry', "
-        "string.format('%d', exp - 3600000), 'expires_at', string.format('%d', exp), "
-        "'claim_token', string.rep('t', 32)) "
+        "redis.call('SET', k, string.format('D 1 %d %d 32 -1 -1\\n', exp - 3600000, exp) .. "
+        "string.rep('t', 32)) "
         "redis.call('PEXPIREAT', k, string.format('%d', exp)) end return 0";
     if (expired) return;  // Redis expires records itself: nothing for purge_expired() to do
     constexpr std::int64_t kChunk = 100'000;

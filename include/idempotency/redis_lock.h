@@ -192,12 +192,6 @@ class RedisLock final : public LockBackend {
                           const std::stop_token& stop) override;
 
  private:
-  // do_claim_async()'s two ways: the script, and SET NX PX GET first (FreshClaim).
-  void claim_by_script_async(std::string_view key, std::chrono::milliseconds lease,
-                             ClaimRequest request, ClaimDone done);
-  void claim_fresh_async(std::string_view key, std::chrono::milliseconds lease,
-                         ClaimRequest request, ClaimDone done);
-
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

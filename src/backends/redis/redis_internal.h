@@ -67,6 +67,11 @@ using ReaderPtr = std::unique_ptr<redisReader, ReaderDeleter>;
 /// malformed one, which the script then judges).
 [[nodiscard]] std::optional<AlreadyDone> decode_done_record(std::string_view value);
 
+/// refuses_fresh_claims() says whether the replies to a claim's `SET NX PX GET` and
+/// `PEXPIRETIME` (either null when it did not come) show a server that refuses those commands
+/// as such (before Redis 7, or an ACL), rather than a passing error.
+[[nodiscard]] bool refuses_fresh_claims(const redisReply* set, const redisReply* expiry);
+
 /// reply_from_resp() parses one complete RESP reply from `bytes` (for tests of the
 /// decoders). Throws `std::invalid_argument` when `bytes` is not exactly one reply.
 [[nodiscard]] ReplyPtr reply_from_resp(std::string_view bytes);

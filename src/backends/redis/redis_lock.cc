@@ -175,6 +175,12 @@ struct RedisLock::Impl {
   // The shared connections of a single node without `?replicas=N`; null otherwise.
   std::unique_ptr<redis_detail::Pipelines> pipelines;
   store_detail::ConnectionPool<ConnectionPtr> pool;  // its connections are closed early
+  // Whether a claim tries FreshClaim first, without the script (a sixth of its cost to the
+  // server for a fresh key, and a DONE key's replay without it): on the server's clock only
+  // (the record expires with the key), on a single node's shared connections (pipelined, or
+  // claim_async's), which send its two commands back to back. Both are Redis 7's; a server
+  // that refuses them turns this off for good at its first refusal (refuses_fresh_claims()).
+  std::atomic<bool> fresh_claims{true};
   // claim_async's and complete_async's connection and I/O thread, made by the first such call.
   // Last: destroyed first, it ends the calls in flight while what their callbacks use exists.
   std::once_flag async_made;
@@ -194,21 +200,15 @@ struct RedisLock::Impl {
     return *async;
   }
 
-  // Whether a claim tries FreshClaim first, without the script (a sixth of its cost to the
-  // server for a fresh key, and a DONE key's replay without it): on the server's clock only
-  // (the record expires with the key), on a single node's shared connections (pipelined, or
-  // claim_async's), which send its two commands in one write. Both commands are Redis 7's; a
-  // server that refuses PEXPIRETIME turns this off for good at its first refusal.
-  std::atomic<bool> fresh_claims{true};
-
   [[nodiscard]] bool claims_fresh() const {
     return pipelines && !options.backend.clock && fresh_claims.load(std::memory_order_relaxed);
   }
 
-  // note_refusal() turns fresh claims off when PEXPIRETIME's reply is an error: before Redis 7.
-  // The script reads a fresh record left there by PTTL instead.
-  void note_refusal(const redisReply* expiry) {
-    if (expiry != nullptr && is_error_reply(expiry)) {
+  // note_refusal() turns fresh claims off when the server refused FreshClaim's commands as
+  // such (before Redis 7); a passing error (LOADING, BUSY, OOM) leaves them on. The script
+  // reads a fresh record left there by PTTL.
+  void note_refusal(const redisReply* set, const redisReply* expiry) {
+    if (redis_detail::refuses_fresh_claims(set, expiry)) {
       fresh_claims.store(false, std::memory_order_relaxed);
     }
   }
@@ -222,9 +222,83 @@ struct RedisLock::Impl {
     redis_detail::Preceding set{fresh.set, nullptr};
     bool opened = false;
     std::size_t slot = redis_detail::Pipelines::kAny;
-    const redis_detail::PipelineOutcome o = pipelines->call(fresh.expiry, opened, slot, &set);
-    note_refusal(o.reply.get());
+    redis_detail::PipelineOutcome o = pipelines->call(fresh.expiry, opened, slot, &set);
+    // A failure the script call may repeat (never sent, or a stale connection) goes on to it,
+    // as eval() would retry; any other (a timeout) ends the claim, as eval()'s would.
+    if (!o.reply && !redis_detail::retry_is_safe(o, opened, false, true)) {
+      throw StoreError(std::move(o.error));
+    }
+    note_refusal(set.reply.get(), o.reply.get());
     return fresh_outcome(set.reply.get(), o.reply.get(), key, request.claim_token, ttl);
+  }
+
+  // claim_script_async() is a claim by the script on `pipeline` (claim_async's).
+  void claim_script_async(redis_detail::AsyncPipeline& pipeline, std::string key,
+                          std::chrono::milliseconds lease, const ClaimRequest& request,
+                          std::chrono::milliseconds ttl, ClaimDone done) {
+    std::string command;
+    if (!Connection::format(
+            evalsha_args(redis_key(key),
+                         {"claim", now_arg(), request.claim_token, std::to_string(lease.count()),
+                          std::to_string(ttl.count()), optional_arg(request.fingerprint)}),
+            command)) {
+      done(StoreFailure{"redis: out of memory"});
+      return;
+    }
+    redis_detail::evalsha_async(pipeline, std::move(command), script_call(),
+                                [key = std::move(key), token = request.claim_token,
+                                 done = std::move(done)](ReplyPtr r, std::string error) {
+                                  done(async_outcome<ClaimResult>(r, std::move(error), [&] {
+                                    return redis_detail::decode_claim_reply(r.get(), key, token);
+                                  }));
+                                });
+  }
+
+  // claim_fresh_async() is FreshClaim's two commands on `pipeline`, one right after the other
+  // (calls go out in order), then the script when they did not answer.
+  void claim_fresh_async(redis_detail::AsyncPipeline& pipeline, std::string key,
+                         std::chrono::milliseconds lease, ClaimRequest request,
+                         std::chrono::milliseconds ttl, ClaimDone done) {
+    struct Pending {
+      Impl* impl;
+      redis_detail::AsyncPipeline* pipeline;
+      std::string key;
+      std::chrono::milliseconds lease;
+      ClaimRequest request;
+      std::chrono::milliseconds ttl;
+      ClaimDone done;
+      ReplyPtr previous;  // SET's reply (the value the key had), or null when it failed
+    };
+    std::string set;
+    std::string expiry;
+    {
+      const FreshClaim fresh(redis_key(key), request, lease, ttl);
+      if (!Connection::format(fresh.set, set) || !Connection::format(fresh.expiry, expiry)) {
+        done(StoreFailure{"redis: out of memory"});
+        return;
+      }
+    }
+    auto pending = std::make_shared<Pending>(Pending{
+        this, &pipeline, std::move(key), lease, std::move(request), ttl, std::move(done), nullptr});
+    pipeline.call(std::move(set), [pending](redis_detail::AsyncOutcome o) {
+      pending->previous = std::move(o.outcome.reply);
+    });
+    pipeline.call(std::move(expiry), [pending](redis_detail::AsyncOutcome o) {
+      Pending& p = *pending;
+      if (!o.outcome.reply &&
+          !redis_detail::retry_is_safe(o.outcome, o.fresh, o.unreachable, true)) {
+        p.done(StoreFailure{std::move(o.outcome.error)});
+        return;
+      }
+      p.impl->note_refusal(p.previous.get(), o.outcome.reply.get());
+      if (std::optional<ClaimResult> answered = fresh_outcome(
+              p.previous.get(), o.outcome.reply.get(), p.key, p.request.claim_token, p.ttl)) {
+        p.done(std::move(*answered));
+        return;
+      }
+      p.impl->claim_script_async(*p.pipeline, std::move(p.key), p.lease, p.request, p.ttl,
+                                 std::move(p.done));
+    });
   }
 
   // eval_async() is eval() for the I/O thread's connection (evalsha_async): `done` gets the
@@ -315,7 +389,7 @@ struct RedisLock::Impl {
 
   // The shared connections' calls (a script's with `script`): retried once when the call
   // provably never left, or found a connection the server had closed (as the pool's path does).
-  // A command outside the script (HGETALL, TIME) is retried only when it never left: nullptr
+  // A command outside the script (TIME, SCRIPT LOAD) is retried only when it never left: nullptr
   // then, with `error` saying how.
   ReplyPtr pipelined(const std::vector<std::string_view>& args, const redis_detail::Script* script,
                      std::string& error) {
@@ -341,7 +415,7 @@ struct RedisLock::Impl {
     return r;
   }
 
-  // command() sends one command outside the script (HGETALL, TIME) on a single node: nullptr
+  // command() sends one command outside the script (TIME, SCRIPT LOAD) on a single node: nullptr
   // when the connection failed, with `error` saying how.
   ReplyPtr command(const std::vector<std::string_view>& args, std::string& error) {
     if (pipelines) return pipelined(args, nullptr, error);
@@ -463,65 +537,13 @@ void RedisLock::do_claim_async(std::string_view key, std::chrono::milliseconds l
     LockBackend::do_claim_async(key, lease, std::move(request), std::move(done));
     return;
   }
+  redis_detail::AsyncPipeline& pipeline = impl_->async_pipeline();
   if (impl_->claims_fresh()) {
-    claim_fresh_async(key, lease, std::move(request), std::move(done));
+    impl_->claim_fresh_async(pipeline, std::string(key), lease, std::move(request), ttl(),
+                             std::move(done));
     return;
   }
-  claim_by_script_async(key, lease, std::move(request), std::move(done));
-}
-
-void RedisLock::claim_by_script_async(std::string_view key, std::chrono::milliseconds lease,
-                                      ClaimRequest request, ClaimDone done) {
-  impl_->eval_async(impl_->redis_key(key),
-                    {"claim", impl_->now_arg(), request.claim_token, std::to_string(lease.count()),
-                     std::to_string(ttl().count()), optional_arg(request.fingerprint)},
-                    [key = std::string(key), token = request.claim_token, done = std::move(done)](
-                        ReplyPtr r, std::string error) {
-                      done(async_outcome<ClaimResult>(r, std::move(error), [&] {
-                        return redis_detail::decode_claim_reply(r.get(), key, token);
-                      }));
-                    });
-}
-
-// FreshClaim's two commands on the I/O thread's connection, one after the other.
-void RedisLock::claim_fresh_async(std::string_view key, std::chrono::milliseconds lease,
-                                  ClaimRequest request, ClaimDone done) {
-  struct Pending {
-    RedisLock* lock;
-    std::string key;
-    std::chrono::milliseconds lease;
-    ClaimRequest request;
-    ClaimDone done;
-    ReplyPtr created;  // SET's reply (the previous value), or null when it failed
-  };
-  std::string set;
-  std::string expiry;
-  {
-    const FreshClaim fresh(impl_->redis_key(key), request, lease, ttl());
-    if (!Connection::format(fresh.set, set) || !Connection::format(fresh.expiry, expiry)) {
-      done(StoreFailure{"redis: out of memory"});
-      return;
-    }
-  }
-  auto pending = std::make_shared<Pending>(
-      Pending{this, std::string(key), lease, std::move(request), std::move(done), nullptr});
-  auto& pipeline = impl_->async_pipeline();
-  // In order on one connection, so the second reply comes after the first.
-  pipeline.call(std::move(set), [pending](redis_detail::AsyncOutcome o) {
-    pending->created = std::move(o.outcome.reply);
-  });
-  pipeline.call(std::move(expiry), [pending](redis_detail::AsyncOutcome o) {
-    RedisLock& lock = *pending->lock;
-    lock.impl_->note_refusal(o.outcome.reply.get());
-    if (std::optional<ClaimResult> answered =
-            fresh_outcome(pending->created.get(), o.outcome.reply.get(), pending->key,
-                          pending->request.claim_token, lock.ttl())) {
-      pending->done(std::move(*answered));
-      return;
-    }
-    lock.claim_by_script_async(pending->key, pending->lease, std::move(pending->request),
-                               std::move(pending->done));
-  });
+  impl_->claim_script_async(pipeline, std::string(key), lease, request, ttl(), std::move(done));
 }
 
 void RedisLock::do_complete_async(const Claim& claim, std::optional<std::string> result,

@@ -126,7 +126,9 @@ std::optional<Record> decode_record(const redisReply* reply) {
 
 std::optional<AlreadyDone> decode_done_record(std::string_view value) {
   // "D <fence> <lease_expiry> <expires_at> <token bytes> <fingerprint bytes> <result bytes>\n"
-  // and the strings back to back (redis_script.lua); -1 bytes for an absent one.
+  // and the strings back to back (redis_script.lua); -1 bytes for an absent one. Read no more
+  // leniently than the script reads it (its is_int: a sign, digits, 15 characters at most), so
+  // a record the script would call malformed is never replayed from here.
   if (!value.starts_with("D ")) return std::nullopt;
   const std::size_t eol = value.find('\n');
   if (eol == std::string_view::npos) return std::nullopt;
@@ -135,29 +137,46 @@ std::optional<AlreadyDone> decode_done_record(std::string_view value) {
   for (std::size_t i = 0; i < n.size(); ++i) {
     const std::size_t space = i + 1 < n.size() ? header.find(' ') : header.size();
     if (space == std::string_view::npos) return std::nullopt;
-    const std::optional<std::int64_t> v = parse_int(header.substr(0, space));
+    const std::string_view field = header.substr(0, space);
+    if (field.empty() || field.size() > 15) return std::nullopt;
+    const std::optional<std::int64_t> v = parse_int(field);
     if (!v) return std::nullopt;
     n[i] = *v;
     header.remove_prefix(std::min(space + 1, header.size()));
   }
   const auto [fence, lease, expires_at, token_len, fingerprint_len, result_len] = n;
   (void)lease;
+  // The fence, as the script reads it: starting with 1 to 9.
+  if (value[2] < '1' || value[2] > '9') return std::nullopt;
   if (fence < 1 || token_len < 0 || fingerprint_len < -1 || result_len < -1) return std::nullopt;
   std::string_view rest = value.substr(eol + 1);
-  const auto take = [&rest](std::int64_t len) -> std::optional<std::string> {
+  // Each length checked on its own against what is left: their sum cannot overflow.
+  const auto take = [&rest](std::int64_t len, bool& fits) -> std::optional<std::string> {
     if (len < 0) return std::nullopt;
+    if (static_cast<std::uint64_t>(len) > rest.size()) {
+      fits = false;
+      return std::nullopt;
+    }
     std::string taken(rest.substr(0, static_cast<std::size_t>(len)));
     rest.remove_prefix(static_cast<std::size_t>(len));
     return taken;
   };
-  const auto sizes = static_cast<std::uint64_t>(token_len) +
-                     static_cast<std::uint64_t>(std::max<std::int64_t>(fingerprint_len, 0)) +
-                     static_cast<std::uint64_t>(std::max<std::int64_t>(result_len, 0));
-  if (sizes != rest.size()) return std::nullopt;
-  rest.remove_prefix(static_cast<std::size_t>(token_len));
-  std::optional<std::string> fingerprint = take(fingerprint_len);
-  std::optional<std::string> result = take(result_len);
+  bool fits = true;
+  (void)take(token_len, fits);
+  std::optional<std::string> fingerprint = take(fingerprint_len, fits);
+  std::optional<std::string> result = take(result_len, fits);
+  if (!fits || !rest.empty()) return std::nullopt;
   return AlreadyDone{std::move(result), std::move(fingerprint), from_millis(expires_at)};
+}
+
+bool refuses_fresh_claims(const redisReply* set, const redisReply* expiry) {
+  // Before Redis 7: PEXPIRETIME is an unknown command and SET takes no NX with GET (a syntax
+  // error, nothing written); an ACL may deny either. Other errors pass (LOADING, BUSY, OOM).
+  const auto refused = [](const redisReply* r, std::string_view what) {
+    return r != nullptr && r->type == REDIS_REPLY_ERROR &&
+           (reply_view(r).starts_with(what) || reply_view(r).starts_with("NOPERM"));
+  };
+  return refused(expiry, "ERR unknown command") || refused(set, "ERR syntax error");
 }
 
 ReplyPtr reply_from_resp(std::string_view bytes) {

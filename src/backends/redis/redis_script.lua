@@ -117,11 +117,13 @@ do
       token_len, fingerprint_len = tonumber(token_len), tonumber(fingerprint_len)
       local token_end = at + token_len - 1
       local fingerprint_end = token_end + (fingerprint_len < 0 and 0 or fingerprint_len)
-      if fingerprint_end ~= #raw then malformed() end
+      if fingerprint_end ~= #raw or fingerprint_len < -1 then malformed() end
       expires_at = redis.pcall('PEXPIRETIME', key)
       if type(expires_at) ~= 'number' then
         -- Before Redis 7 (the client stops writing this form at the first refusal).
-        expires_at = now + redis.call('PTTL', key)
+        local pttl = redis.call('PTTL', key)
+        if pttl < 0 then malformed() end
+        expires_at = now + pttl
       end
       if expires_at < 0 then malformed() end
       state, fence_text, claim_token = 'CLAIMED', '1', sub(raw, at, token_end)
@@ -135,7 +137,7 @@ do
       local token_end = at + token_len - 1
       local fingerprint_end = token_end + (fingerprint_len < 0 and 0 or fingerprint_len)
       local result_end = fingerprint_end + (result_len < 0 and 0 or result_len)
-      if result_end ~= #raw then malformed() end
+      if result_end ~= #raw or fingerprint_len < -1 or result_len < -1 then malformed() end
       state = sub(raw, 1, 1) == 'D' and 'DONE' or 'CLAIMED'
       fence_text, lease_text, claim_token = fence, lease, sub(raw, at, token_end)
       expires_at = tonumber(expires)

@@ -275,22 +275,42 @@ TEST(RedisReply, UnexpectedShapesAreStoreErrorsNeverGuesses) {
   EXPECT_EQ(bare->result, std::nullopt);
   EXPECT_EQ(bare->fingerprint, std::nullopt);
   const std::vector<std::string> not_done = {
-      "C 1 10 20 3 -1 -1\ntok",    // claimed
-      "F 60000 3 -1\ntok",         // fresh
-      "D 0 10 20 3 -1 -1\ntok",    // fence 0
-      "D 1 10 20 3 -1 -1\ntoken",  // longer than it says
-      "D 1 10 20 3 -1 2\ntok",     // shorter
-      "D 1 10 20 3 -1\ntok",       // a field missing
-      "D 1 10 20 3 -1 -1 7\ntok",  // one too many
-      "D 1 10 20 3 -1 -1 tok",     // no line end
-      "D 1 10 x 3 -1 -1\ntok",     // not a number
-      "D 1 10 20 -3 -1 -1\n",      // a negative length
-      "D  1 10 20 3 -1 -1\ntok",   // two spaces
+      "C 1 10 20 3 -1 -1\ntok",                             // claimed
+      "F 60000 3 -1\ntok",                                  // fresh
+      "D 0 10 20 3 -1 -1\ntok",                             // fence 0
+      "D 1 10 20 3 -1 -1\ntoken",                           // longer than it says
+      "D 1 10 20 3 -1 2\ntok",                              // shorter
+      "D 1 10 20 3 -1\ntok",                                // a field missing
+      "D 1 10 20 3 -1 -1 7\ntok",                           // one too many
+      "D 1 10 20 3 -1 -1 tok",                              // no line end
+      "D 1 10 x 3 -1 -1\ntok",                              // not a number
+      "D 1 10 20 -3 -1 -1\n",                               // a negative length
+      "D  1 10 20 3 -1 -1\ntok",                            // two spaces
+      "D 01 10 20 3 -1 -1\ntok",                            // a fence with a leading zero
+      "D 1 1234567890123456 20 3 -1 -1\ntok",               // over 15 digits, as the script refuses
+      "D 1 10 20 999999999999999 999999999999999 -1\ntok",  // lengths past what is there
+      "D 1 10 20 3 -2 -1\ntok",                             // -1 is the only absent length
   };
   for (const std::string& value : not_done) {
     SCOPED_TRACE(value);
     EXPECT_EQ(redis_detail::decode_done_record(value), std::nullopt);
   }
+  // A server that refuses the fresh claim's commands as such, against a passing error.
+  using redis_detail::refuses_fresh_claims;
+  const auto ok = resp("$-1\r\n");
+  const auto expiry = resp(":1780000000000\r\n");
+  EXPECT_FALSE(refuses_fresh_claims(ok.get(), expiry.get()));
+  EXPECT_FALSE(refuses_fresh_claims(nullptr, nullptr));
+  EXPECT_TRUE(refuses_fresh_claims(
+      ok.get(), resp("-ERR unknown command 'PEXPIRETIME', with args beginning with: \r\n").get()));
+  EXPECT_TRUE(refuses_fresh_claims(resp("-ERR syntax error\r\n").get(), expiry.get()));
+  EXPECT_TRUE(refuses_fresh_claims(
+      ok.get(),
+      resp("-NOPERM this user has no permissions to run the 'pexpiretime' command\r\n").get()));
+  EXPECT_FALSE(refuses_fresh_claims(
+      ok.get(), resp("-LOADING Redis is loading the dataset in memory\r\n").get()));
+  EXPECT_FALSE(refuses_fresh_claims(
+      resp("-OOM command not allowed when used memory > 'maxmemory'.\r\n").get(), expiry.get()));
   const std::optional<Record> record = redis_detail::decode_record(
       resp("*7\r\n$4\r\nDONE\r\n$1\r\n2\r\n$2\r\n10\r\n$2\r\n20\r\n$3\r\ntok\r\n"
            "$6\r\nresult\r\n$-1\r\n")
@@ -487,6 +507,26 @@ TEST(RedisLockTest, WhereTheFreshFormCannotBeUsedTheScriptMakesTheRecord) {
                      RedisOptions{.backend = backend, .key_prefix = "per-call:"});
   (void)won(per_call.claim("a", milliseconds(60'000)));
   EXPECT_EQ(raw.text({"GET", "per-call:a"}).substr(0, 4), "C 1 ");
+}
+
+// A redelivery of a completed message: SET NX GET returns the DONE record, which is the
+// replay, and the script never runs.
+TEST(RedisLockTest, ADoneKeysReplayComesFromItsRecordWithoutTheScript) {
+  PrivateRedis server;
+  RawRedis raw(server.url());
+  RedisLock lock(server.url(), RedisOptions{.backend = {.ttl = std::chrono::minutes(5)}});
+  const Claim c = won(lock.claim("k", milliseconds(60'000), ClaimRequest{.fingerprint = "fp"}));
+  ASSERT_TRUE(lock.complete(c, "stored result"));
+  ASSERT_EQ(raw.text({"CONFIG", "RESETSTAT"}), "OK");
+  const ClaimResult replayed = lock.claim("k", milliseconds(60'000));
+  ASSERT_TRUE(std::holds_alternative<AlreadyDone>(replayed));
+  const auto& replay = std::get<AlreadyDone>(replayed);
+  EXPECT_EQ(replay.result, std::optional<std::string>("stored result"));
+  EXPECT_EQ(replay.fingerprint, std::optional<std::string>("fp"));
+  EXPECT_EQ(replay.expires_at,
+            from_millis(std::stoll(raw.text({"PEXPIRETIME", lock.key_prefix() + "k"}))));
+  EXPECT_EQ(raw.text({"INFO", "commandstats"}).find("cmdstat_evalsha"), std::string::npos)
+      << "the replay ran the script";
 }
 
 TEST(RedisLockTest, DatabaseNumberFromTheUrlIsUsed) {

@@ -102,14 +102,15 @@ TEST(RedisPipeline, ACommandSentAheadOfACallGetsItsOwnReplyInTheSameWrite) {
             continue;
           }
           // The second command sees the first's effect: they ran in order, back to back.
-          const std::vector<std::string_view> set = {"SET", key, "value-" + std::to_string(i)};
+          const std::string value = "value-" + std::to_string(i);
+          const std::vector<std::string_view> set = {"SET", key, value};
           redis_detail::Preceding before{set, nullptr};
           const PipelineOutcome o = pipeline.call({"STRLEN", key}, &before);
           const std::string first =
               before.reply ? std::string(before.reply->str, before.reply->len) : "<none>";
           if (first != "OK") wrong[t].push_back("before: " + first);
           if (!o.reply || o.reply->type != REDIS_REPLY_INTEGER ||
-              o.reply->integer != static_cast<long long>(("value-" + std::to_string(i)).size())) {
+              o.reply->integer != static_cast<long long>(value.size())) {
             wrong[t].push_back("after: " + text_of(o));
           }
         }
@@ -120,6 +121,12 @@ TEST(RedisPipeline, ACommandSentAheadOfACallGetsItsOwnReplyInTheSameWrite) {
     EXPECT_THAT(wrong[t], ::testing::IsEmpty()) << "caller " << t;
   }
   EXPECT_FALSE(pipeline.broken());
+  // Alone on the connection: one write for the two commands.
+  const std::uint64_t writes = pipeline.writes();
+  const std::vector<std::string_view> set = {"SET", "alone", "v"};
+  redis_detail::Preceding before{set, nullptr};
+  EXPECT_EQ(text_of(pipeline.call({"GET", "alone"}, &before)), "v");
+  EXPECT_EQ(pipeline.writes(), writes + 1);
 }
 
 TEST(RedisPipeline, CallsMadeWhileAReplyIsAwaitedGoOutTogetherInOneWrite) {
