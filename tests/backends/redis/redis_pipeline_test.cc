@@ -52,27 +52,37 @@ PipelineOutcome blocking_pop(Pipeline& pipeline, const std::string& list) {
   return pipeline.call({"BLPOP", list, "0"});
 }
 
+// Runs `call(t, i)` for i below `calls` on each of `threads` threads at once: what each thread's
+// calls found wrong (a call returns "" when its reply was right).
+template <class Call>
+std::vector<std::vector<std::string>> run_callers(int threads, int calls, Call&& call) {
+  std::vector<std::vector<std::string>> wrong(static_cast<std::size_t>(threads));
+  {
+    std::vector<std::jthread> callers;
+    callers.reserve(static_cast<std::size_t>(threads));
+    for (int t = 0; t < threads; ++t) {
+      callers.emplace_back([&, t] {
+        for (int i = 0; i < calls; ++i) {
+          if (std::string w = call(t, i); !w.empty()) wrong[t].push_back(std::move(w));
+        }
+      });
+    }
+  }
+  return wrong;
+}
+
 TEST(RedisPipeline, EveryCallerGetsItsOwnReplyUnderConcurrency) {
   PrivateRedis server;
   Pipeline pipeline(open_to(server));
   constexpr int kThreads = 8;
   constexpr int kCalls = 400;
-  std::vector<std::vector<std::string>> wrong(kThreads);
-  {
-    std::vector<std::jthread> callers;
-    callers.reserve(kThreads);
-    for (int t = 0; t < kThreads; ++t) {
-      callers.emplace_back([&, t] {
-        for (int i = 0; i < kCalls; ++i) {
-          // Now and then a reply larger than one read, so replies straddle reads.
-          std::string payload = "t" + std::to_string(t) + "-" + std::to_string(i);
-          if (i % 50 == 0) payload.append(std::size_t{40} * 1024, 'x');
-          const PipelineOutcome o = pipeline.call({"ECHO", payload});
-          if (text_of(o) != payload) wrong[t].push_back(text_of(o).substr(0, 40));
-        }
-      });
-    }
-  }
+  const auto wrong = run_callers(kThreads, kCalls, [&](int t, int i) -> std::string {
+    // Now and then a reply larger than one read, so replies straddle reads.
+    std::string payload = "t" + std::to_string(t) + "-" + std::to_string(i);
+    if (i % 50 == 0) payload.append(std::size_t{40} * 1024, 'x');
+    const PipelineOutcome o = pipeline.call({"ECHO", payload});
+    return text_of(o) == payload ? "" : text_of(o).substr(0, 40);
+  });
   for (int t = 0; t < kThreads; ++t) {
     EXPECT_THAT(wrong[t], ::testing::IsEmpty()) << "caller " << t << " got another's reply";
   }
@@ -88,35 +98,26 @@ TEST(RedisPipeline, ACommandSentAheadOfACallGetsItsOwnReplyInTheSameWrite) {
   Pipeline pipeline(open_to(server));
   constexpr int kThreads = 4;
   constexpr int kCalls = 300;
-  std::vector<std::vector<std::string>> wrong(kThreads);
-  {
-    std::vector<std::jthread> callers;
-    callers.reserve(kThreads);
-    for (int t = 0; t < kThreads; ++t) {
-      callers.emplace_back([&, t] {
-        for (int i = 0; i < kCalls; ++i) {
-          const std::string key = "k" + std::to_string(t) + "-" + std::to_string(i);
-          if (t % 2 == 0) {
-            const PipelineOutcome o = pipeline.call({"ECHO", key});
-            if (text_of(o) != key) wrong[t].push_back("plain: " + text_of(o));
-            continue;
-          }
-          // The second command sees the first's effect: they ran in order, back to back.
-          const std::string value = "value-" + std::to_string(i);
-          const std::vector<std::string_view> set = {"SET", key, value};
-          redis_detail::Preceding before{set, nullptr};
-          const PipelineOutcome o = pipeline.call({"STRLEN", key}, &before);
-          const std::string first =
-              before.reply ? std::string(before.reply->str, before.reply->len) : "<none>";
-          if (first != "OK") wrong[t].push_back("before: " + first);
-          if (!o.reply || o.reply->type != REDIS_REPLY_INTEGER ||
-              o.reply->integer != static_cast<long long>(value.size())) {
-            wrong[t].push_back("after: " + text_of(o));
-          }
-        }
-      });
+  const auto wrong = run_callers(kThreads, kCalls, [&](int t, int i) -> std::string {
+    const std::string key = "k" + std::to_string(t) + "-" + std::to_string(i);
+    if (t % 2 == 0) {
+      const PipelineOutcome o = pipeline.call({"ECHO", key});
+      return text_of(o) == key ? "" : "plain: " + text_of(o);
     }
-  }
+    // The second command sees the first's effect: they ran in order, back to back.
+    const std::string value = "value-" + std::to_string(i);
+    const std::vector<std::string_view> set = {"SET", key, value};
+    redis_detail::Preceding before{set, nullptr};
+    const PipelineOutcome o = pipeline.call({"STRLEN", key}, &before);
+    const std::string first =
+        before.reply ? std::string(before.reply->str, before.reply->len) : "<none>";
+    if (first != "OK") return "before: " + first;
+    if (!o.reply || o.reply->type != REDIS_REPLY_INTEGER ||
+        o.reply->integer != static_cast<long long>(value.size())) {
+      return "after: " + text_of(o);
+    }
+    return "";
+  });
   for (int t = 0; t < kThreads; ++t) {
     EXPECT_THAT(wrong[t], ::testing::IsEmpty()) << "caller " << t;
   }
