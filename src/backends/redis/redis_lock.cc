@@ -222,11 +222,11 @@ struct RedisLock::Impl {
     redis_detail::Preceding set{fresh.set, nullptr};
     bool opened = false;
     std::size_t slot = redis_detail::Pipelines::kAny;
-    redis_detail::PipelineOutcome o = pipelines->call(fresh.expiry, opened, slot, &set);
+    const redis_detail::PipelineOutcome o = pipelines->call(fresh.expiry, opened, slot, &set);
     // A failure the script call may repeat (never sent, or a stale connection) goes on to it,
     // as eval() would retry; any other (a timeout) ends the claim, as eval()'s would.
     if (!o.reply && !redis_detail::retry_is_safe(o, opened, false, true)) {
-      throw StoreError(std::move(o.error));
+      throw StoreError(o.error);
     }
     note_refusal(set.reply.get(), o.reply.get());
     return fresh_outcome(set.reply.get(), o.reply.get(), key, request.claim_token, ttl);
