@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "idempotency/backend.h"
+#include "idempotency/errors.h"
 #include "idempotency/record.h"
 
 namespace idempotency::redis_detail {
@@ -42,6 +43,12 @@ using ReaderPtr = std::unique_ptr<redisReader, ReaderDeleter>;
 [[nodiscard]] inline bool is_error_reply(const redisReply* r,
                                          std::string_view prefix = {}) noexcept {
   return r->type == REDIS_REPLY_ERROR && reply_view(r).starts_with(prefix);
+}
+
+/// throw_reply_error() throws `StoreError` with the server's message for the error reply `r`
+/// after `context`, without any echo of our arguments.
+[[noreturn]] inline void throw_reply_error(const redisReply* r, std::string_view context) {
+  throw StoreError("redis: " + std::string(context) + ": " + std::string(reply_view(r)));
 }
 
 /// decode_claim_reply() turns the script's reply to a claim into a `ClaimResult` for `key`

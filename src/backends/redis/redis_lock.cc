@@ -26,7 +26,9 @@
 #include "redis_async_pipeline.h"
 #include "redis_cluster.h"
 #include "redis_connection.h"
+#include "redis_fresh_claim.h"
 #include "redis_internal.h"
+#include "redis_open.h"
 #include "redis_pipeline.h"
 #include "redis_script_call.h"
 #include "redis_tls.h"
@@ -38,65 +40,12 @@ using redis_detail::ConnectionPtr;
 using redis_detail::IoFailure;
 using redis_detail::is_error_reply;
 using redis_detail::ReplyPtr;
+using redis_detail::throw_reply_error;
 
 namespace {
 
-// The server's message for an error reply, without any echo of our arguments.
-[[noreturn]] void throw_reply_error(const redisReply* r, std::string_view context) {
-  throw StoreError("redis: " + std::string(context) + ": " +
-                   std::string(redis_detail::reply_view(r)));
-}
-
 std::string optional_arg(const std::optional<std::string>& v) {
   return v ? "+" + *v : std::string("-");
-}
-
-// A claim without the script (RedisLock::Impl::fresh_claims): SET NX PX GET of the record's
-// fresh form (redis_script.lua), then PEXPIRETIME right behind it on the same connection. A
-// fresh key gets its record, and the expiry less the ttl is the lease expiry on the server's
-// clock, as the script would have answered; a key already DONE returns its record, which is
-// the replay. (NX with GET is Redis 7, as PEXPIRETIME is.)
-struct FreshClaim {
-  FreshClaim(std::string redis_key, const ClaimRequest& request, std::chrono::milliseconds lease,
-             std::chrono::milliseconds ttl)
-      : key(std::move(redis_key)),
-        record("F " + std::to_string(ttl.count()) + " " +
-               std::to_string(request.claim_token.size()) + " " +
-               (request.fingerprint ? std::to_string(request.fingerprint->size()) : "-1") + "\n" +
-               request.claim_token + request.fingerprint.value_or("")),
-        px(std::to_string((lease + ttl).count())),
-        set{"SET", key, record, "NX", "PX", px, "GET"},
-        expiry{"PEXPIRETIME", key} {}
-  FreshClaim(const FreshClaim&) = delete;
-  FreshClaim& operator=(const FreshClaim&) = delete;
-
-  std::string key;
-  std::string record;
-  std::string px;
-  std::vector<std::string_view> set;     // views of the three above
-  std::vector<std::string_view> expiry;  // a view of the key
-};
-
-// What the two replies answer — a win, or the replay of a DONE record — or nullopt: a record
-// in another state, a failure, any other reply. The script decides then, and it re-affirms a
-// fresh record of the same claim token that did get written, so a lost reply loses or doubles
-// nothing.
-std::optional<ClaimResult> fresh_outcome(const redisReply* previous, const redisReply* expiry,
-                                         std::string_view key, const std::string& claim_token,
-                                         std::chrono::milliseconds ttl) {
-  if (previous == nullptr) return std::nullopt;
-  if (previous->type == REDIS_REPLY_STRING) {
-    if (auto done = redis_detail::decode_done_record(redis_detail::reply_view(previous))) {
-      return ClaimResult(std::move(*done));
-    }
-    return std::nullopt;
-  }
-  if (previous->type != REDIS_REPLY_NIL || expiry == nullptr ||
-      expiry->type != REDIS_REPLY_INTEGER || expiry->integer <= 0) {
-    return std::nullopt;
-  }
-  return ClaimResult(
-      Won{Claim{std::string(key), 1, from_millis(expiry->integer - ttl.count()), claim_token}});
 }
 
 // What an asynchronous script call delivers: the connection's failure (`error`) without a
@@ -114,7 +63,7 @@ std::variant<T, StoreFailure> async_outcome(const ReplyPtr& r, std::string error
 
 struct RedisLock::Impl {
   Impl(std::string_view url, RedisOptions o)
-      : options(validated(std::move(o))),
+      : options(redis_detail::validated(std::move(o))),
         endpoint(parse_redis_url(url)),
         wait_replicas(std::to_string(endpoint.replicas)),
         wait_ms(std::to_string(options.command_timeout.count() / 2)),
@@ -145,20 +94,6 @@ struct RedisLock::Impl {
     }
   }
 
-  static RedisOptions validated(RedisOptions o) {
-    if (o.pool_size == 0) throw std::invalid_argument("RedisOptions::pool_size must be >= 1");
-    if (o.pool_wait < std::chrono::milliseconds::zero()) {
-      throw std::invalid_argument("RedisOptions::pool_wait must be >= 0");
-    }
-    if (o.connect_timeout <= std::chrono::milliseconds::zero()) {
-      throw std::invalid_argument("RedisOptions::connect_timeout must be positive");
-    }
-    if (o.command_timeout <= std::chrono::milliseconds::zero()) {
-      throw std::invalid_argument("RedisOptions::command_timeout must be positive");
-    }
-    return o;
-  }
-
   RedisOptions options;
   RedisEndpoint endpoint;
   // `?replicas=N`'s WAIT N <command_timeout / 2>, built once; empty without it.
@@ -175,11 +110,11 @@ struct RedisLock::Impl {
   // The shared connections of a single node without `?replicas=N`; null otherwise.
   std::unique_ptr<redis_detail::Pipelines> pipelines;
   store_detail::ConnectionPool<ConnectionPtr> pool;  // its connections are closed early
-  // Whether a claim tries FreshClaim first, without the script (a sixth of its cost to the
+  // Whether a claim tries redis_fresh_claim.h first, without the script (a sixth of its cost to the
   // server for a fresh key, and a DONE key's replay without it): on the server's clock only
   // (the record expires with the key), on a single node's shared connections (pipelined, or
   // claim_async's), which send its two commands back to back. Both are Redis 7's; a server
-  // that refuses them turns this off for good at its first refusal (refuses_fresh_claims()).
+  // that refuses them turns this off for good at its first refusal (FreshAnswer::refused).
   std::atomic<bool> fresh_claims{true};
   // claim_async's and complete_async's connection and I/O thread, made by the first such call.
   // Last: destroyed first, it ends the calls in flight while what their callbacks use exists.
@@ -204,32 +139,21 @@ struct RedisLock::Impl {
     return pipelines && !options.backend.clock && fresh_claims.load(std::memory_order_relaxed);
   }
 
-  // note_refusal() turns fresh claims off when the server refused FreshClaim's commands as
-  // such (before Redis 7); a passing error (LOADING, BUSY, OOM) leaves them on. The script
-  // reads a fresh record left there by PTTL.
-  void note_refusal(const redisReply* set, const redisReply* expiry) {
-    if (redis_detail::refuses_fresh_claims(set, expiry)) {
-      fresh_claims.store(false, std::memory_order_relaxed);
-    }
+  // note_refusal() turns fresh claims off for good when the server refused their commands as
+  // such (before Redis 7); the script reads a fresh record left there by PTTL.
+  void note_refusal(const redis_detail::FreshAnswer& a) {
+    if (a.refused) fresh_claims.store(false, std::memory_order_relaxed);
   }
 
-  // claim_fresh() is FreshClaim's two commands in one write on a shared connection: what they
-  // answer, or nullopt for the script to decide. Throws `StoreError` when no connection opens.
+  // claim_fresh() is redis_detail::claim_fresh on the shared connections: what it answered, or
+  // nullopt for the script to decide. Throws `StoreError` as redis_detail::claim_fresh does.
   std::optional<ClaimResult> claim_fresh(std::string_view key, const ClaimRequest& request,
                                          std::chrono::milliseconds lease,
                                          std::chrono::milliseconds ttl) {
-    const FreshClaim fresh(redis_key(key), request, lease, ttl);
-    redis_detail::Preceding set{fresh.set, nullptr};
-    bool opened = false;
-    std::size_t slot = redis_detail::Pipelines::kAny;
-    const redis_detail::PipelineOutcome o = pipelines->call(fresh.expiry, opened, slot, &set);
-    // A failure the script call may repeat (never sent, or a stale connection) goes on to it,
-    // as eval() would retry; any other (a timeout) ends the claim, as eval()'s would.
-    if (!o.reply && !redis_detail::retry_is_safe(o, opened, false, true)) {
-      throw StoreError(o.error);
-    }
-    note_refusal(set.reply.get(), o.reply.get());
-    return fresh_outcome(set.reply.get(), o.reply.get(), key, request.claim_token, ttl);
+    redis_detail::FreshAnswer a =
+        redis_detail::claim_fresh(*pipelines, redis_key(key), key, request, lease, ttl);
+    note_refusal(a);
+    return std::move(a.answered);
   }
 
   // claim_script_async() is a claim by the script on `pipeline` (claim_async's).
@@ -254,51 +178,28 @@ struct RedisLock::Impl {
                                 });
   }
 
-  // claim_fresh_async() is FreshClaim's two commands on `pipeline`, one right after the other
-  // (calls go out in order), then the script when they did not answer.
+  // claim_fresh_async() is redis_detail::claim_fresh_async on `pipeline`, then the script
+  // when it did not answer.
   void claim_fresh_async(redis_detail::AsyncPipeline& pipeline, std::string key,
-                         std::chrono::milliseconds lease, ClaimRequest request,
+                         std::chrono::milliseconds lease, const ClaimRequest& request,
                          std::chrono::milliseconds ttl, ClaimDone done) {
-    struct Pending {
-      Impl* impl;
-      redis_detail::AsyncPipeline* pipeline;
-      std::string key;
-      std::chrono::milliseconds lease;
-      ClaimRequest request;
-      std::chrono::milliseconds ttl;
-      ClaimDone done;
-      ReplyPtr previous;  // SET's reply (the value the key had), or null when it failed
-    };
-    std::string set;
-    std::string expiry;
-    {
-      const FreshClaim fresh(redis_key(key), request, lease, ttl);
-      if (!Connection::format(fresh.set, set) || !Connection::format(fresh.expiry, expiry)) {
-        done(StoreFailure{"redis: out of memory"});
-        return;
-      }
-    }
-    auto pending = std::make_shared<Pending>(Pending{
-        this, &pipeline, std::move(key), lease, std::move(request), ttl, std::move(done), nullptr});
-    pipeline.call(std::move(set), [pending](redis_detail::AsyncOutcome o) {
-      pending->previous = std::move(o.outcome.reply);
-    });
-    pipeline.call(std::move(expiry), [pending](redis_detail::AsyncOutcome o) {
-      Pending& p = *pending;
-      if (!o.outcome.reply &&
-          !redis_detail::retry_is_safe(o.outcome, o.fresh, o.unreachable, true)) {
-        p.done(StoreFailure{std::move(o.outcome.error)});
-        return;
-      }
-      p.impl->note_refusal(p.previous.get(), o.outcome.reply.get());
-      if (std::optional<ClaimResult> answered = fresh_outcome(
-              p.previous.get(), o.outcome.reply.get(), p.key, p.request.claim_token, p.ttl)) {
-        p.done(std::move(*answered));
-        return;
-      }
-      p.impl->claim_script_async(*p.pipeline, std::move(p.key), p.lease, p.request, p.ttl,
-                                 std::move(p.done));
-    });
+    std::string stored = redis_key(key);
+    redis_detail::claim_fresh_async(
+        pipeline, std::move(stored), key, request, lease, ttl,
+        [this, &pipeline, key, lease, request, ttl,
+         done](std::variant<redis_detail::FreshAnswer, StoreFailure> r) mutable {
+          if (auto* failed = std::get_if<StoreFailure>(&r)) {
+            done(std::move(*failed));
+            return;
+          }
+          auto& a = std::get<redis_detail::FreshAnswer>(r);
+          note_refusal(a);
+          if (a.answered) {
+            done(std::move(*a.answered));
+            return;
+          }
+          claim_script_async(pipeline, std::move(key), lease, request, ttl, std::move(done));
+        });
   }
 
   // eval_async() is eval() for the I/O thread's connection (evalsha_async): `done` gets the
@@ -332,25 +233,7 @@ struct RedisLock::Impl {
   ConnectionPtr connect() const { return connect_to({endpoint.host, endpoint.port}); }
 
   ConnectionPtr connect_to(const RedisNode& node) const {
-    ConnectionPtr c = Connection::open(node.host, node.port,
-                                       {.connect_timeout = options.connect_timeout,
-                                        .command_timeout = options.command_timeout,
-                                        .tls = tls.get()});
-    if (!endpoint.password.empty()) {
-      std::vector<std::string_view> auth = {"AUTH"};
-      if (!endpoint.user.empty()) auth.push_back(endpoint.user);
-      auth.push_back(endpoint.password);
-      ReplyPtr r = c->command(auth);
-      if (!r) throw StoreError(c->error());
-      if (is_error_reply(r.get())) throw_reply_error(r.get(), "AUTH failed");
-    }
-    if (endpoint.db != 0) {
-      const std::string db = std::to_string(endpoint.db);
-      ReplyPtr r = c->command({"SELECT", db});
-      if (!r) throw StoreError(c->error());
-      if (is_error_reply(r.get())) throw_reply_error(r.get(), "SELECT failed");
-    }
-    return c;
+    return redis_detail::open_session(node, endpoint, options, tls.get());
   }
 
   // One round trip: EVALSHA (plus SCRIPT LOAD and a second EVALSHA after NOSCRIPT, when the
@@ -539,8 +422,7 @@ void RedisLock::do_claim_async(std::string_view key, std::chrono::milliseconds l
   }
   redis_detail::AsyncPipeline& pipeline = impl_->async_pipeline();
   if (impl_->claims_fresh()) {
-    impl_->claim_fresh_async(pipeline, std::string(key), lease, std::move(request), ttl(),
-                             std::move(done));
+    impl_->claim_fresh_async(pipeline, std::string(key), lease, request, ttl(), std::move(done));
     return;
   }
   impl_->claim_script_async(pipeline, std::string(key), lease, request, ttl(), std::move(done));
