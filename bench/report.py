@@ -305,7 +305,10 @@ def script_weight_report(recs, p):
               ("complete", "**ours: complete of that claim** (with its PUBLISH)"),
               ("fresh", "**ours: claim of a fresh key on Redis 7: SET NX PX GET + PEXPIRETIME, "
                         "no script**"),
-              ("fresh_complete", "**ours: complete of that fresh claim**")]
+              ("fresh_complete", "**ours: complete of that fresh claim**"),
+              ("held", "**ours: claim of a key another claim holds: SET NX PX GET + PEXPIRETIME "
+                       "+ TIME, no script** (after a claim that met a holder)"),
+              ("held_script", "the script's claim of a key another claim holds")]
     for case, label in labels:
         if case not in w:
             continue

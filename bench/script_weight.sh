@@ -15,6 +15,9 @@
 #   fresh       what a claim sends first on Redis 7 instead of the script (a fresh key's whole
 #               claim): SET NX PX GET of the record's fresh form, then PEXPIRETIME (its lease)
 #   fresh_complete  the script's complete of each such fresh record
+#   held        a claim of a key that `fresh` claimed, by another token, after a claim that met
+#               a holder: the same SET NX PX GET (which writes nothing) and PEXPIRETIME, and TIME
+#   held_script the script's claim of such a key (what a held key cost before `held`)
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "$0")" && pwd)
@@ -62,6 +65,10 @@ for i in range(n):
         w.write(resp("SET", key, "F 3600000 %d -1\n%s" % (len(token), token), "NX", "PX", "3660000",
                      "GET"))
         w.write(resp("PEXPIRETIME", key))
+    elif kind == "held":
+        w.write(resp("SET", key, "F 3600000 5 -1\nother", "NX", "PX", "3660000", "GET"))
+        w.write(resp("PEXPIRETIME", key))
+        w.write(resp("TIME"))
     elif kind == "complete":
         w.write(resp("EVALSHA", sha, "1", key, "complete", "", "1", "3600000", "-"))
     elif kind != "none":
@@ -105,3 +112,5 @@ emit complete "$(instructions "$SCRIPT" claim complete)" "$claimed"
 fresh=$(instructions "$SCRIPT" fresh)
 emit fresh "$fresh"
 emit fresh_complete "$(instructions "$SCRIPT" fresh complete)" "$fresh"
+emit held "$(instructions "$SCRIPT" fresh held)" "$fresh"
+emit held_script "$(instructions "$SCRIPT" fresh claim)" "$fresh"

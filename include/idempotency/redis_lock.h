@@ -20,7 +20,9 @@
 // On Redis 7, a single node and the server's clock, a claim first sends a plain `SET NX PX GET`
 // and `PEXPIRETIME` in one write: a fresh key gets its record, its lease read back from the
 // key's expiry, and a DONE key answers with its record, both without the script (a sixth of
-// its cost to the server); any other key goes on to the script, a second round trip.
+// its cost to the server). After a claim that met a holder, `TIME` goes along too, and a live
+// holder is answered from its record as well; any other key goes on to the script, a second
+// round trip.
 //
 // Error handling: a call that fails (server down, timeout, auth refused, an unexpected
 // reply) throws `StoreError` with the server's message, never the key, and never reports

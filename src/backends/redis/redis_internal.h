@@ -69,10 +69,20 @@ using ReaderPtr = std::unique_ptr<redisReader, ReaderDeleter>;
 /// record. Throws `StoreError` for a reply of any other shape.
 [[nodiscard]] std::optional<Record> decode_record(const redisReply* reply);
 
-/// decode_done_record() reads a DONE record in its string form (redis_script.lua), as SET NX
-/// GET returns it: the replay it answers, or nullopt for any other value (another state, or a
-/// malformed one, which the script then judges).
-[[nodiscard]] std::optional<AlreadyDone> decode_done_record(std::string_view value);
+/// StoredRecord is a record as a claim's `SET NX GET` returned it.
+struct StoredRecord {
+  Record record;
+  /// Whether it was in the fresh form, whose expiry (and so its lease) came from the key's
+  /// PEXPIRETIME, read by a command of its own.
+  bool fresh_form = false;
+};
+
+/// decode_stored_record() reads a record in its string form (redis_script.lua), as SET NX GET
+/// returns it; `key_expiry` is the key's PEXPIRETIME (-1 when unknown), read only for the fresh
+/// form. nullopt for a value the script would call malformed, or a fresh form without an
+/// expiry: the script then judges it.
+[[nodiscard]] std::optional<StoredRecord> decode_stored_record(std::string_view value,
+                                                               std::int64_t key_expiry);
 
 /// refuses_fresh_claims() says whether the replies to a claim's `SET NX PX GET` and
 /// `PEXPIRETIME` (either null when it did not come) show a server that refuses those commands

@@ -110,12 +110,14 @@ struct RedisLock::Impl {
   // The shared connections of a single node without `?replicas=N`; null otherwise.
   std::unique_ptr<redis_detail::Pipelines> pipelines;
   store_detail::ConnectionPool<ConnectionPtr> pool;  // its connections are closed early
-  // Whether a claim tries redis_fresh_claim.h first, without the script (a sixth of its cost to the
-  // server for a fresh key, and a DONE key's replay without it): on the server's clock only
-  // (the record expires with the key), on a single node's shared connections (pipelined, or
-  // claim_async's), which send its two commands back to back. Both are Redis 7's; a server
-  // that refuses them turns this off for good at its first refusal (FreshAnswer::refused).
+  // Whether a claim tries redis_fresh_claim.h first, without the script: on the server's clock
+  // only (the record expires with the key), on a single node's shared connections (pipelined,
+  // or claim_async's), which send its commands back to back. A server that refuses them (before
+  // Redis 7) turns this off for good at its first refusal (FreshAnswer::refused).
   std::atomic<bool> fresh_claims{true};
+  // Whether the last such claim met a claimed record: then the next sends TIME along, so a hot
+  // key's live holder is answered without the script, and a fresh key or a replay never pays it.
+  std::atomic<bool> meets_claimed{false};
   // claim_async's and complete_async's connection and I/O thread, made by the first such call.
   // Last: destroyed first, it ends the calls in flight while what their callbacks use exists.
   std::once_flag async_made;
@@ -139,9 +141,11 @@ struct RedisLock::Impl {
     return pipelines && !options.backend.clock && fresh_claims.load(std::memory_order_relaxed);
   }
 
-  // note_refusal() turns fresh claims off for good when the server refused their commands as
-  // such (before Redis 7); the script reads a fresh record left there by PTTL.
-  void note_refusal(const redis_detail::FreshAnswer& a) {
+  // note() keeps what a fresh claim found: whether the next sends TIME, and whether the server
+  // refused their commands as such (before Redis 7), which turns fresh claims off for good
+  // (the script reads a fresh record left there by PTTL).
+  void note(const redis_detail::FreshAnswer& a) {
+    meets_claimed.store(a.met_claimed, std::memory_order_relaxed);
     if (a.refused) fresh_claims.store(false, std::memory_order_relaxed);
   }
 
@@ -151,8 +155,9 @@ struct RedisLock::Impl {
                                          std::chrono::milliseconds lease,
                                          std::chrono::milliseconds ttl) {
     redis_detail::FreshAnswer a =
-        redis_detail::claim_fresh(*pipelines, redis_key(key), key, request, lease, ttl);
-    note_refusal(a);
+        redis_detail::claim_fresh(*pipelines, redis_key(key), key, request, lease, ttl,
+                                  meets_claimed.load(std::memory_order_relaxed));
+    note(a);
     return std::move(a.answered);
   }
 
@@ -186,6 +191,7 @@ struct RedisLock::Impl {
     std::string stored = redis_key(key);
     redis_detail::claim_fresh_async(
         pipeline, std::move(stored), key, request, lease, ttl,
+        meets_claimed.load(std::memory_order_relaxed),
         [this, &pipeline, key, lease, request, ttl,
          done](std::variant<redis_detail::FreshAnswer, StoreFailure> r) mutable {
           if (auto* failed = std::get_if<StoreFailure>(&r)) {
@@ -193,7 +199,7 @@ struct RedisLock::Impl {
             return;
           }
           auto& a = std::get<redis_detail::FreshAnswer>(r);
-          note_refusal(a);
+          note(a);
           if (a.answered) {
             done(std::move(*a.answered));
             return;

@@ -65,8 +65,8 @@ struct Pipeline::Pending {
   std::atomic<std::uint32_t> state{kWaiting};
   std::uintptr_t next = kReading;  // while queued: the call queued before this one, or kReading
   Pending* after = nullptr;        // while in flight: the call sent after this one
-  std::string formatted;           // the command, in RESP (after `before`'s)
-  Preceding* before = nullptr;     // the command sent ahead of this one, until its reply came
+  std::string formatted;           // the command, in RESP (after those of `before`'s chain)
+  Preceding* before = nullptr;     // the next command sent ahead of this one still unanswered
   PipelineOutcome outcome;
 };
 
@@ -91,8 +91,12 @@ std::size_t Pipeline::queued() const noexcept {
 PipelineOutcome Pipeline::call(const std::vector<std::string_view>& args, Preceding* before) {
   Pending me;
   me.before = before;
-  if ((before != nullptr && !Connection::format(before->args, me.formatted)) ||
-      !Connection::format(args, me.formatted)) {
+  for (const Preceding* b = before; b != nullptr; b = b->next) {
+    if (!Connection::format(b->args, me.formatted)) {
+      return {.failure = IoFailure::kError, .error = "redis: out of memory"};
+    }
+  }
+  if (!Connection::format(args, me.formatted)) {
     return {.failure = IoFailure::kError, .error = "redis: out of memory"};
   }
   const auto self = reinterpret_cast<std::uintptr_t>(&me);  // NOLINT
@@ -126,9 +130,9 @@ void Pipeline::read_until(Pending& me) {
       ReplyPtr reply = connection_->take_reply();
       if (!reply) break;
       Pending* owner = in_flight_front_;
-      if (owner->before != nullptr) {  // the reply to the command sent ahead of its own
+      if (owner->before != nullptr) {  // the reply to a command sent ahead of its own
         owner->before->reply = std::move(reply);
-        owner->before = nullptr;
+        owner->before = owner->before->next;
         continue;
       }
       in_flight_front_ = owner->after;

@@ -43,10 +43,12 @@ struct PipelineOutcome {
   std::string error;
 };
 
-/// Preceding is a command sent right ahead of a call's own, and the reply it got.
+/// Preceding is a command sent right ahead of a call's own, and the reply it got; `next`, when
+/// set, is one more, sent after this one and still ahead of the call's own.
 struct Preceding {
   const std::vector<std::string_view>& args;
   ReplyPtr reply;
+  Preceding* next = nullptr;
 };
 
 /// Pipeline is one connection that concurrent calls share.
@@ -60,9 +62,9 @@ class Pipeline {
 
   /// call() sends `args` and returns its reply. Blocks until the reply has come or the
   /// connection failed; once a call has failed the pipeline is broken and every later call
-  /// fails at once, unsent. With `before`, its command goes first, in the same write and right
-  /// ahead of `args` on the connection, and its reply to `before->reply` (nullptr when the
-  /// connection failed first).
+  /// fails at once, unsent. With `before`, its command (and those chained by its `next`, in order)
+  /// goes first, in the same write and right ahead of `args` on the connection, and each reply
+  /// to its own `reply` (nullptr when the connection failed first).
   [[nodiscard]] PipelineOutcome call(const std::vector<std::string_view>& args,
                                      Preceding* before = nullptr);
 

@@ -124,34 +124,90 @@ std::optional<Record> decode_record(const redisReply* reply) {
   return rec;
 }
 
-std::optional<AlreadyDone> decode_done_record(std::string_view value) {
-  // "D <fence> <lease_expiry> <expires_at> <token bytes> <fingerprint bytes> <result bytes>\n"
-  // and the strings back to back (redis_script.lua); -1 bytes for an absent one. Read no more
-  // leniently than the script reads it (its is_int: a sign, digits, 15 characters at most), so
-  // a record the script would call malformed is never replayed from here.
-  if (!value.starts_with("D ")) return std::nullopt;
-  const std::size_t eol = value.find('\n');
-  if (eol == std::string_view::npos) return std::nullopt;
-  std::string_view header = value.substr(2, eol - 2);
-  std::array<std::int64_t, 6> n{};
-  for (std::size_t i = 0; i < n.size(); ++i) {
-    const std::size_t space = i + 1 < n.size() ? header.find(' ') : header.size();
-    if (space == std::string_view::npos) return std::nullopt;
-    const std::string_view field = header.substr(0, space);
-    if (field.empty() || field.size() > 15) return std::nullopt;
-    const std::optional<std::int64_t> v = parse_int(field);
-    if (!v) return std::nullopt;
-    n[i] = *v;
+namespace {
+
+// The header line's fields, split at single spaces: exactly N, none empty (the script's
+// patterns admit nothing else).
+template <std::size_t N>
+std::optional<std::array<std::string_view, N>> header_fields(std::string_view header) {
+  std::array<std::string_view, N> fields;
+  for (std::size_t i = 0; i < N; ++i) {
+    const std::size_t space = i + 1 < N ? header.find(' ') : header.size();
+    if (space == std::string_view::npos || space == 0) return std::nullopt;
+    fields[i] = header.substr(0, space);
     header.remove_prefix(std::min(space + 1, header.size()));
   }
-  const auto [fence, lease, expires_at, token_len, fingerprint_len, result_len] = n;
-  (void)lease;
-  // The fence, as the script reads it: starting with 1 to 9.
-  if (value[2] < '1' || value[2] > '9') return std::nullopt;
-  if (fence < 1 || token_len < 0 || fingerprint_len < -1 || result_len < -1) return std::nullopt;
+  if (!header.empty()) return std::nullopt;
+  return fields;
+}
+
+// A header number as the script reads it: a `(%d+)` capture is digits only, a `(%-?%d+)` one
+// may start with a minus; `is_int` is the script's is_int (15 characters at most).
+std::optional<std::int64_t> header_int(std::string_view field, bool may_be_negative, bool is_int) {
+  if (field.empty() || (is_int && field.size() > 15)) return std::nullopt;
+  if (!may_be_negative && (field[0] < '0' || field[0] > '9')) return std::nullopt;
+  return parse_int(field);
+}
+
+}  // namespace
+
+std::optional<StoredRecord> decode_stored_record(std::string_view value, std::int64_t key_expiry) {
+  // redis_script.lua's two header lines, then token, fingerprint and result back to back:
+  //   "<C|D> <fence> <lease_expiry> <expires_at> <token bytes> <fingerprint bytes> <result
+  //   bytes>\n", or the fresh form "F <expires_at - lease_expiry> <token bytes> <fingerprint
+  //   bytes>\n" (fence 1, CLAIMED, expires_at the key's expiry); -1 bytes for an absent one.
+  // Read no more leniently than the script reads them, so a record the script would call
+  // malformed is never answered from here.
+  const std::size_t eol = value.find('\n');
+  if (value.size() < 2 || value[1] != ' ' || eol == std::string_view::npos) return std::nullopt;
+  const std::string_view header = value.substr(2, eol - 2);
+  StoredRecord stored;
+  Record& rec = stored.record;
+  std::int64_t token_len = 0;
+  std::int64_t fingerprint_len = 0;
+  std::int64_t result_len = -1;
+  if (value[0] == 'F') {
+    const auto f = header_fields<3>(header);
+    if (!f) return std::nullopt;
+    const auto offset = header_int((*f)[0], false, true);
+    const auto token = header_int((*f)[1], false, false);
+    const auto fingerprint = header_int((*f)[2], true, false);
+    if (!offset || !token || !fingerprint || key_expiry < 0) return std::nullopt;
+    stored.fresh_form = true;
+    rec.state = RecordState::kClaimed;
+    rec.fence = 1;
+    rec.expires_at = key_expiry;
+    rec.lease_expiry = key_expiry - *offset;
+    token_len = *token;
+    fingerprint_len = *fingerprint;
+  } else if (value[0] == 'C' || value[0] == 'D') {
+    const auto f = header_fields<6>(header);
+    if (!f) return std::nullopt;
+    const auto fence = header_int((*f)[0], false, true);
+    const auto lease = header_int((*f)[1], true, true);
+    const auto expires_at = header_int((*f)[2], true, true);
+    const auto token = header_int((*f)[3], false, false);
+    const auto fingerprint = header_int((*f)[4], true, false);
+    const auto result = header_int((*f)[5], true, false);
+    // The fence, as the script reads it: starting with 1 to 9.
+    if (!fence || (*f)[0][0] == '0' || !lease || !expires_at || !token || !fingerprint || !result) {
+      return std::nullopt;
+    }
+    rec.state = value[0] == 'D' ? RecordState::kDone : RecordState::kClaimed;
+    rec.fence = *fence;
+    rec.lease_expiry = *lease;
+    rec.expires_at = *expires_at;
+    token_len = *token;
+    fingerprint_len = *fingerprint;
+    result_len = *result;
+  } else {
+    return std::nullopt;
+  }
+  if (fingerprint_len < -1 || result_len < -1) return std::nullopt;
   std::string_view rest = value.substr(eol + 1);
   // Each length checked on its own against what is left: their sum cannot overflow.
-  const auto take = [&rest](std::int64_t len, bool& fits) -> std::optional<std::string> {
+  bool fits = true;
+  const auto take = [&rest, &fits](std::int64_t len) -> std::optional<std::string> {
     if (len < 0) return std::nullopt;
     if (static_cast<std::uint64_t>(len) > rest.size()) {
       fits = false;
@@ -161,12 +217,12 @@ std::optional<AlreadyDone> decode_done_record(std::string_view value) {
     rest.remove_prefix(static_cast<std::size_t>(len));
     return taken;
   };
-  bool fits = true;
-  (void)take(token_len, fits);
-  std::optional<std::string> fingerprint = take(fingerprint_len, fits);
-  std::optional<std::string> result = take(result_len, fits);
+  std::optional<std::string> token = take(token_len);
+  rec.fingerprint = take(fingerprint_len);
+  rec.result = take(result_len);
   if (!fits || !rest.empty()) return std::nullopt;
-  return AlreadyDone{std::move(result), std::move(fingerprint), from_millis(expires_at)};
+  rec.claim_token = std::move(token).value_or("");
+  return stored;
 }
 
 bool refuses_fresh_claims(const redisReply* set, const redisReply* expiry) {

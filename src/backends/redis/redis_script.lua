@@ -27,7 +27,9 @@
 -- the script, by the client's SET NX PX GET (a sixth of a script call's cost to the server):
 --   "F <expires_at - lease_expiry> <token bytes> <fingerprint bytes>\n" .. token .. fingerprint
 -- is fence 1, CLAIMED, with expires_at the key's own expiry (PEXPIRETIME: Redis 7; before
--- it, now + PTTL, as the client writes this form only until its first PEXPIRETIME is refused). A hash (state, fence, lease_expiry, expires_at, claim_token,
+-- it, now + PTTL, as the client writes this form only until its first PEXPIRETIME is refused).
+-- The client also reads what SET ... GET returns, in every form (decode_stored_record), and
+-- answers from it a claim that writes nothing. A hash (state, fence, lease_expiry, expires_at, claim_token,
 -- result, fingerprint) is a record of an earlier version of this script: read as well, and
 -- stored as a string by the next write. Every write sets the key's expiry to expires_at, so
 -- Redis deletes the record exactly when its retention ends. A record at or past expires_at

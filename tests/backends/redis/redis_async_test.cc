@@ -234,10 +234,16 @@ TEST(RedisAsync, AFreshKeyIsClaimedWithoutTheScriptAndReadAsTheRecordItIs) {
   const Claim retried = won(claim_now("k", kLease, token));
   EXPECT_EQ(retried.fence, 1);
   EXPECT_EQ(retried.lease_expiry, first.lease_expiry);
+  // The retry met a claimed record, so this claim sends TIME along and is answered from the
+  // record, without the script (RedisLockTest.ALiveHolderIsAnsweredFromItsRecordWithoutTheScript).
+  ASSERT_EQ(admin.text({"CONFIG", "RESETSTAT"}), "OK");
   const ClaimResult other = claim_now("k", kLease, "another-token");
   ASSERT_TRUE(std::holds_alternative<HeldByOther>(other));
   EXPECT_EQ(std::get<HeldByOther>(other).lease_expiry, first.lease_expiry);
   EXPECT_EQ(std::get<HeldByOther>(other).fingerprint, std::optional<std::string>("fp"));
+  EXPECT_EQ(admin.text({"INFO", "commandstats"}).find("cmdstat_evalsha"), std::string::npos)
+      << "a live holder's key ran the script";
+  EXPECT_NE(admin.text({"INFO", "commandstats"}).find("cmdstat_time"), std::string::npos);
 
   ASSERT_TRUE(lock.complete(first, "result"));
   // A DONE record answers SET NX GET itself: the replay without the script.

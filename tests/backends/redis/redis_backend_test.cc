@@ -262,21 +262,45 @@ TEST(RedisReply, UnexpectedShapesAreStoreErrorsNeverGuesses) {
     SCOPED_TRACE(bytes);
     EXPECT_THROW((void)redis_detail::decode_flag_reply(resp(bytes).get(), "complete"), StoreError);
   }
-  // A DONE record as SET NX GET returns it: the replay, or nullopt for the script to judge.
-  const std::optional<AlreadyDone> replay =
-      redis_detail::decode_done_record(std::string("D 3 10 20 3 2 6\ntokfpresult"));
-  ASSERT_TRUE(replay);
-  EXPECT_EQ(replay->result, std::optional<std::string>("result"));
-  EXPECT_EQ(replay->fingerprint, std::optional<std::string>("fp"));
-  EXPECT_EQ(replay->expires_at, from_millis(20));
-  const std::optional<AlreadyDone> bare =
-      redis_detail::decode_done_record(std::string("D 1 10 20 3 -1 -1\ntok"));
+  // A record as SET NX GET returns it, in each of its forms, or nullopt for the script to judge.
+  using redis_detail::decode_stored_record;
+  const auto done = decode_stored_record(std::string("D 3 10 20 3 2 6\ntokfpresult"), -1);
+  ASSERT_TRUE(done);
+  EXPECT_FALSE(done->fresh_form);
+  EXPECT_EQ(done->record, (Record{.state = RecordState::kDone,
+                                  .fence = 3,
+                                  .lease_expiry = 10,
+                                  .expires_at = 20,
+                                  .claim_token = "tok",
+                                  .result = "result",
+                                  .fingerprint = "fp"}));
+  const auto bare = decode_stored_record(std::string("D 1 10 20 3 -1 -1\ntok"), -1);
   ASSERT_TRUE(bare);
-  EXPECT_EQ(bare->result, std::nullopt);
-  EXPECT_EQ(bare->fingerprint, std::nullopt);
-  const std::vector<std::string> not_done = {
-      "C 1 10 20 3 -1 -1\ntok",                             // claimed
-      "F 60000 3 -1\ntok",                                  // fresh
+  EXPECT_EQ(bare->record.result, std::nullopt);
+  EXPECT_EQ(bare->record.fingerprint, std::nullopt);
+  const auto claimed = decode_stored_record(std::string("C 12 -5 20 0 0 -1\n"), -1);
+  ASSERT_TRUE(claimed);
+  EXPECT_EQ(claimed->record, (Record{.state = RecordState::kClaimed,
+                                     .fence = 12,
+                                     .lease_expiry = -5,
+                                     .expires_at = 20,
+                                     .claim_token = "",
+                                     .result = std::nullopt,
+                                     .fingerprint = ""}));
+  // The fresh form: fence 1, its expiry the key's, its lease that less the offset.
+  const auto fresh = decode_stored_record(std::string("F 60000 3 2\ntokfp"), 100'000);
+  ASSERT_TRUE(fresh);
+  EXPECT_TRUE(fresh->fresh_form);
+  EXPECT_EQ(fresh->record, (Record{.state = RecordState::kClaimed,
+                                   .fence = 1,
+                                   .lease_expiry = 40'000,
+                                   .expires_at = 100'000,
+                                   .claim_token = "tok",
+                                   .result = std::nullopt,
+                                   .fingerprint = "fp"}));
+  EXPECT_EQ(decode_stored_record(std::string("F 60000 3 2\ntokfp"), -1), std::nullopt)
+      << "a fresh form without the key's expiry";
+  const std::vector<std::string> malformed = {
       "D 0 10 20 3 -1 -1\ntok",                             // fence 0
       "D 1 10 20 3 -1 -1\ntoken",                           // longer than it says
       "D 1 10 20 3 -1 2\ntok",                              // shorter
@@ -290,10 +314,19 @@ TEST(RedisReply, UnexpectedShapesAreStoreErrorsNeverGuesses) {
       "D 1 1234567890123456 20 3 -1 -1\ntok",               // over 15 digits, as the script refuses
       "D 1 10 20 999999999999999 999999999999999 -1\ntok",  // lengths past what is there
       "D 1 10 20 3 -2 -1\ntok",                             // -1 is the only absent length
+      "C -1 10 20 3 -1 -1\ntok",                            // a negative fence
+      "C 1 10 20 +3 -1 -1\ntok",                            // a sign the script does not read
+      "F 60000 3 -1\ntokX",                                 // longer than it says
+      "F -60000 3 -1\ntok",                                 // a negative offset
+      "F 60000 3\ntok",                                     // a field missing
+      "F 60000 3 -1 -1\ntok",                               // a result the fresh form has not
+      "F 1234567890123456 3 -1\ntok",                       // over 15 digits
+      "X 1 10 20 3 -1 -1\ntok",                             // no such form
+      "",                                                   // nothing
   };
-  for (const std::string& value : not_done) {
+  for (const std::string& value : malformed) {
     SCOPED_TRACE(value);
-    EXPECT_EQ(redis_detail::decode_done_record(value), std::nullopt);
+    EXPECT_EQ(decode_stored_record(value, 100'000), std::nullopt);
   }
   // A server that refuses the fresh claim's commands as such, against a passing error.
   using redis_detail::refuses_fresh_claims;
@@ -527,6 +560,83 @@ TEST(RedisLockTest, ADoneKeysReplayComesFromItsRecordWithoutTheScript) {
             from_millis(std::stoll(raw.text({"PEXPIRETIME", lock.key_prefix() + "k"}))));
   EXPECT_EQ(raw.text({"INFO", "commandstats"}).find("cmdstat_evalsha"), std::string::npos)
       << "the replay ran the script";
+}
+
+// A claim that finds a live holder writes nothing, so SET NX GET's record and a TIME sent
+// behind it answer it, judged by the pure state machine: held, or the holder's own retry
+// re-affirmed (from a record the script wrote; a fresh-form record's lease comes from another
+// command, so its re-affirm is the script's). TIME goes along only after a claim met a claimed
+// record: a fresh key's claim and a replay never send it. Taking over a lapsed or released
+// claim writes, and that is the script's.
+TEST(RedisLockTest, ALiveHolderIsAnsweredFromItsRecordWithoutTheScript) {
+  PrivateRedis server;
+  RawRedis raw(server.url());
+  RedisLock lock(server.url(), RedisOptions{.backend = {.ttl = std::chrono::minutes(5)}});
+  const auto calls = [&](const std::string& command) {
+    const std::string stats = raw.text({"INFO", "commandstats"});
+    const std::string tag = "cmdstat_" + command + ":calls=";
+    const std::size_t at = stats.find(tag);
+    return at == std::string::npos ? 0 : std::stoi(stats.substr(at + tag.size()));
+  };
+  const auto scripts_run = [&] { return calls("evalsha"); };
+  // Every script run reads TIME once (the server's clock); the rest came from the client.
+  const auto times_sent = [&] { return calls("time") - scripts_run(); };
+  ASSERT_EQ(raw.text({"CONFIG", "RESETSTAT"}), "OK");
+  const Claim first =
+      won(lock.claim("k", milliseconds(60'000), ClaimRequest{.claim_token = "first-holder"}));
+  const Claim done = won(lock.claim("done", milliseconds(60'000)));
+  ASSERT_TRUE(lock.complete(done));
+  ASSERT_TRUE(std::holds_alternative<AlreadyDone>(lock.claim("done", milliseconds(60'000))));
+  EXPECT_EQ(times_sent(), 0) << "a fresh key's claim or a replay sent TIME";
+
+  // The first claim to meet a holder has no TIME with it: the script answers, and the next
+  // claims send TIME along.
+  ASSERT_EQ(raw.text({"CONFIG", "RESETSTAT"}), "OK");
+  for (int i = 0; i < 3; ++i) {
+    const ClaimResult held =
+        lock.claim("k", milliseconds(60'000), ClaimRequest{.fingerprint = "x"});
+    ASSERT_TRUE(std::holds_alternative<HeldByOther>(held));
+    EXPECT_EQ(std::get<HeldByOther>(held).lease_expiry, first.lease_expiry);
+  }
+  EXPECT_EQ(scripts_run(), 1) << "a fresh-form holder's key ran the script";
+  EXPECT_EQ(times_sent(), 2);
+  const Claim retried =
+      won(lock.claim("k", milliseconds(60'000), ClaimRequest{.claim_token = "first-holder"}));
+  EXPECT_EQ(retried.fence, 1);
+  EXPECT_EQ(retried.lease_expiry, first.lease_expiry);
+  EXPECT_EQ(scripts_run(), 2) << "a fresh-form record's own retry is the script's";
+
+  // A lapsed claim taken over by the script: a record of its own form, fence 2.
+  const Claim lapsing =
+      won(lock.claim("lapsing", milliseconds(100), ClaimRequest{.claim_token = "crashed"}));
+  std::optional<Claim> next;
+  ASSERT_TRUE(eventually([&] {
+    const ClaimResult r =
+        lock.claim("lapsing", milliseconds(60'000), ClaimRequest{.claim_token = "next-holder"});
+    if (const auto* w = std::get_if<Won>(&r)) next = w->claim;
+    return next.has_value();
+  }));
+  EXPECT_EQ(next->fence, 2);
+  EXPECT_EQ(raw.text({"GET", lock.key_prefix() + "lapsing"}).substr(0, 4), "C 2 ");
+  ASSERT_EQ(raw.text({"CONFIG", "RESETSTAT"}), "OK");
+  const Claim reaffirmed =
+      won(lock.claim("lapsing", milliseconds(60'000), ClaimRequest{.claim_token = "next-holder"}));
+  EXPECT_EQ(reaffirmed.fence, 2);
+  EXPECT_EQ(reaffirmed.lease_expiry, next->lease_expiry);
+  const ClaimResult other =
+      lock.claim("lapsing", milliseconds(60'000), ClaimRequest{.claim_token = "crashed"});
+  ASSERT_TRUE(std::holds_alternative<HeldByOther>(other));
+  EXPECT_EQ(std::get<HeldByOther>(other).lease_expiry, next->lease_expiry);
+  EXPECT_EQ(scripts_run(), 0) << "a live holder's key ran the script";
+  EXPECT_FALSE(lock.complete(lapsing)) << "the lapsed holder is fenced out";
+
+  // A released claim is taken over at once, by the script.
+  lock.release(*next);
+  ASSERT_EQ(raw.text({"CONFIG", "RESETSTAT"}), "OK");
+  const Claim after_release =
+      won(lock.claim("lapsing", milliseconds(60'000), ClaimRequest{.claim_token = "third"}));
+  EXPECT_EQ(after_release.fence, 4);
+  EXPECT_EQ(scripts_run(), 1);
 }
 
 TEST(RedisLockTest, DatabaseNumberFromTheUrlIsUsed) {

@@ -92,7 +92,7 @@ TEST(RedisPipeline, EveryCallerGetsItsOwnReplyUnderConcurrency) {
 }
 
 // A call with a command ahead of its own: both go in the same write, in order, and each reply
-// goes where it belongs, among concurrent plain calls.
+// goes where it belongs, among concurrent plain calls (a chain of two as well).
 TEST(RedisPipeline, ACommandSentAheadOfACallGetsItsOwnReplyInTheSameWrite) {
   PrivateRedis server;
   Pipeline pipeline(open_to(server));
@@ -104,16 +104,23 @@ TEST(RedisPipeline, ACommandSentAheadOfACallGetsItsOwnReplyInTheSameWrite) {
       const PipelineOutcome o = pipeline.call({"ECHO", key});
       return text_of(o) == key ? "" : "plain: " + text_of(o);
     }
-    // The second command sees the first's effect: they ran in order, back to back.
+    // Each command sees the effect of those ahead of it: they ran in order, back to back.
+    // Caller 3 chains a second command ahead of its own.
     const std::string value = "value-" + std::to_string(i);
     const std::vector<std::string_view> set = {"SET", key, value};
-    redis_detail::Preceding before{set, nullptr};
+    const std::vector<std::string_view> append = {"APPEND", key, "!"};
+    redis_detail::Preceding appended{append, nullptr};
+    redis_detail::Preceding before{set, nullptr, t == 3 ? &appended : nullptr};
     const PipelineOutcome o = pipeline.call({"STRLEN", key}, &before);
     const std::string first =
         before.reply ? std::string(before.reply->str, before.reply->len) : "<none>";
     if (first != "OK") return "before: " + first;
-    if (!o.reply || o.reply->type != REDIS_REPLY_INTEGER ||
-        o.reply->integer != static_cast<long long>(value.size())) {
+    const auto length = static_cast<long long>(value.size()) + (t == 3 ? 1 : 0);
+    if (t == 3 && (!appended.reply || appended.reply->type != REDIS_REPLY_INTEGER ||
+                   appended.reply->integer != length)) {
+      return "appended: no length";
+    }
+    if (!o.reply || o.reply->type != REDIS_REPLY_INTEGER || o.reply->integer != length) {
       return "after: " + text_of(o);
     }
     return "";
@@ -122,11 +129,13 @@ TEST(RedisPipeline, ACommandSentAheadOfACallGetsItsOwnReplyInTheSameWrite) {
     EXPECT_THAT(wrong[t], ::testing::IsEmpty()) << "caller " << t;
   }
   EXPECT_FALSE(pipeline.broken());
-  // Alone on the connection: one write for the two commands.
+  // Alone on the connection: one write for the three commands.
   const std::uint64_t writes = pipeline.writes();
   const std::vector<std::string_view> set = {"SET", "alone", "v"};
-  redis_detail::Preceding before{set, nullptr};
-  EXPECT_EQ(text_of(pipeline.call({"GET", "alone"}, &before)), "v");
+  const std::vector<std::string_view> append = {"APPEND", "alone", "w"};
+  redis_detail::Preceding appended{append, nullptr};
+  redis_detail::Preceding before{set, nullptr, &appended};
+  EXPECT_EQ(text_of(pipeline.call({"GET", "alone"}, &before)), "vw");
   EXPECT_EQ(pipeline.writes(), writes + 1);
 }
 
