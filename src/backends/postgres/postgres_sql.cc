@@ -60,20 +60,31 @@ std::string claim_sql(const std::string& t) {
   auto pick = [&](const std::string& fresh, const std::string& kept) {
     return "CASE WHEN " + reclaim + " THEN " + fresh + " ELSE " + kept + " END";
   };
-  // Every conflict rewrites the row (with itself when nothing changes) so RETURNING always
-  // yields the record as it now stands: one round trip, no snapshot-vs-latest-row race.
-  return now_from("$2") + " INSERT INTO " + t +
+  // A record whose answer writes nothing (a replay, a live holder, the caller's own live
+  // claim) is answered from the statement's snapshot, `kept`, and the INSERT then inserts
+  // nothing: no row lock, no new row version, no WAL, so a duplicate costs no commit flush.
+  // Each such answer holds only while `n` (read after the snapshot was taken) is before an
+  // instant of the record, so it held at the snapshot. Otherwise every conflict rewrites the
+  // row (with itself when nothing changes, as a row inserted since the snapshot may be kept)
+  // so RETURNING always yields the record as it now stands: one round trip either way.
+  const std::string columns =
+      "r.state, r.fence, r.lease_expiry, (r.claim_token = $5), r.result, r.fingerprint, "
+      "r.expires_at";
+  return now_from("$2") + ", kept AS MATERIALIZED (SELECT " + columns + " FROM " + t +
+         " AS r, c WHERE r.key = $1 AND c.n < r.expires_at AND (r.state <> 1 OR c.n < "
+         "r.lease_expiry)), up AS (INSERT INTO " +
+         t +
          " AS r (key, state, fence, lease_expiry, expires_at, claim_token, result, "
          "fingerprint) SELECT $1, 1, 1, c.n + $3, c.n + $3 + $4, $5, NULL, $6 FROM c "
+         "WHERE NOT EXISTS (SELECT 1 FROM kept) "
          "ON CONFLICT (key) DO UPDATE SET state = " +
          pick("1", "r.state") + ", fence = " + pick("r.fence + 1", "r.fence") +
          ", lease_expiry = " + pick("excluded.lease_expiry", "r.lease_expiry") +
          ", expires_at = " + pick("excluded.expires_at", "r.expires_at") +
          ", claim_token = " + pick("excluded.claim_token", "r.claim_token") +
          ", result = " + pick("NULL", "r.result") +
-         ", fingerprint = " + pick("excluded.fingerprint", "r.fingerprint") +
-         " RETURNING r.state, r.fence, r.lease_expiry, (r.claim_token = $5), r.result, "
-         "r.fingerprint, r.expires_at";
+         ", fingerprint = " + pick("excluded.fingerprint", "r.fingerprint") + " RETURNING " +
+         columns + ") SELECT * FROM kept UNION ALL SELECT * FROM up";
 }
 
 // complete() and release() wake cross-instance waiters in the same round trip, and only when

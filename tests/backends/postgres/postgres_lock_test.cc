@@ -618,6 +618,37 @@ TEST_F(PostgresLockTest, RetriedClaimWithSameTokenReaffirms) {
   EXPECT_EQ(done(backend->claim("lost-reply", milliseconds(60'000), request)).result, "r");
 }
 
+// A claim whose answer writes nothing (held, the holder's own retry, a replay) is answered from
+// the snapshot and leaves the row as it was: the same row version (xmin, ctid), so no lock, no
+// WAL, no commit flush, no dead tuple. A claim that takes the key over writes it.
+TEST_F(PostgresLockTest, AClaimWhoseAnswerWritesNothingLeavesTheRowAsItWas) {
+  auto backend = make();
+  Admin admin(postgres_url());
+  const auto version = [&](const std::string& key) {
+    return admin.exec("SELECT xmin::text || ' ' || ctid::text FROM \"" + table_ +
+                      "\" WHERE key = '" + key + "'::bytea");
+  };
+  const ClaimRequest mine{.claim_token = "holder-token-0001"};
+  const Claim first = won(backend->claim("k", milliseconds(60'000), mine));
+  const std::string claimed = version("k");
+  ASSERT_FALSE(claimed.empty());
+  (void)held(backend->claim("k", milliseconds(60'000)));
+  EXPECT_EQ(won(backend->claim("k", milliseconds(60'000), mine)).fence, first.fence);
+  EXPECT_EQ(version("k"), claimed) << "a held key's claim rewrote the row";
+  ASSERT_TRUE(backend->complete(first, "r"));
+  const std::string completed = version("k");
+  EXPECT_NE(completed, claimed);
+  EXPECT_EQ(done(backend->claim("k", milliseconds(60'000))).result, "r");
+  EXPECT_EQ(done(backend->claim("k", milliseconds(60'000), mine)).result, "r");
+  EXPECT_EQ(version("k"), completed) << "a replay rewrote the row";
+
+  const Claim released = won(backend->claim("r", milliseconds(60'000)));
+  backend->release(released);
+  const std::string before = version("r");
+  EXPECT_EQ(won(backend->claim("r", milliseconds(60'000))).fence, released.fence + 2);
+  EXPECT_NE(version("r"), before) << "a takeover did not write";
+}
+
 TEST_F(PostgresLockTest, StatementTimeoutIsStoreError) {
   auto backend = make(PostgresOptions{.statement_timeout = milliseconds(300)});
   Admin admin(postgres_url());
