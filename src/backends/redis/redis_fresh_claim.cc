@@ -4,11 +4,9 @@
 #include <hiredis/hiredis.h>
 
 #include <array>
-#include <charconv>
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -54,9 +52,9 @@ std::optional<Millis> server_millis(const redisReply* time) {
   for (std::size_t i = 0; i < n.size(); ++i) {
     const redisReply* e = time->element[i];
     if (e == nullptr || e->type != REDIS_REPLY_STRING) return std::nullopt;
-    const std::string_view text = reply_view(e);
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n[i]);
-    if (ec != std::errc() || end != text.data() + text.size() || n[i] < 0) return std::nullopt;
+    const std::optional<std::int64_t> v = parse_int(reply_view(e));
+    if (!v || *v < 0) return std::nullopt;
+    n[i] = *v;
   }
   return n[0] * 1000 + n[1] / 1000;
 }
@@ -139,9 +137,9 @@ FreshAnswer claim_fresh(Pipelines& pipelines, std::string redis_key, std::string
   // A failure the script call may repeat (never sent, or a stale connection) goes on to it;
   // any other (a timeout) ends the claim, as the script call's would.
   if (!o.reply && !retry_is_safe(o, opened, false, true)) throw StoreError(o.error);
-  return with_time
-             ? answer(set.reply.get(), expiry.reply.get(), o.reply.get(), key, request, lease, ttl)
-             : answer(set.reply.get(), o.reply.get(), nullptr, key, request, lease, ttl);
+  const redisReply* expiry_reply = with_time ? expiry.reply.get() : o.reply.get();
+  const redisReply* time_reply = with_time ? o.reply.get() : nullptr;
+  return answer(set.reply.get(), expiry_reply, time_reply, key, request, lease, ttl);
 }
 
 void claim_fresh_async(AsyncPipeline& pipeline, std::string redis_key, std::string key,

@@ -7,6 +7,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,6 +51,10 @@ using ReaderPtr = std::unique_ptr<redisReader, ReaderDeleter>;
 [[noreturn]] inline void throw_reply_error(const redisReply* r, std::string_view context) {
   throw StoreError("redis: " + std::string(context) + ": " + std::string(reply_view(r)));
 }
+
+/// parse_int() reads a whole decimal integer (an optional minus, digits); nullopt for anything
+/// else, an empty string, or a value beyond 64 bits.
+[[nodiscard]] std::optional<std::int64_t> parse_int(std::string_view s);
 
 /// decode_claim_reply() turns the script's reply to a claim into a `ClaimResult` for `key`
 /// and `claim_token`. Throws `StoreError` for a reply of any other shape: never a guess.

@@ -29,14 +29,6 @@ bool has_tag(const redisReply* r, std::string_view tag, std::size_t elements) {
          is_string(r->element[0]) && reply_view(r->element[0]) == tag;
 }
 
-std::optional<std::int64_t> parse_int(std::string_view s) {
-  std::int64_t v = 0;
-  const char* end = s.data() + s.size();
-  auto [ptr, ec] = std::from_chars(s.data(), end, v);
-  if (s.empty() || ec != std::errc() || ptr != end) return std::nullopt;
-  return v;
-}
-
 // A number in the script's reply: an integer reply, as the script returns Lua numbers (exact
 // below 2^53, and formatting them in Lua cost the server more than the rest of the reply).
 std::int64_t int_element(const redisReply* r, std::string_view what) {
@@ -51,6 +43,14 @@ std::optional<std::string> optional_element(const redisReply* r, std::string_vie
 }
 
 }  // namespace
+
+std::optional<std::int64_t> parse_int(std::string_view s) {
+  std::int64_t v = 0;
+  const char* end = s.data() + s.size();
+  auto [ptr, ec] = std::from_chars(s.data(), end, v);
+  if (s.empty() || ec != std::errc() || ptr != end) return std::nullopt;
+  return v;
+}
 
 ClaimResult decode_claim_reply(const redisReply* reply, std::string_view key,
                                const std::string& claim_token) {
