@@ -8,9 +8,24 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <stdexcept>
 
 namespace idempotency::testing {
+namespace {
+
+// The last lines a failed start wrote to its stderr file, so that the failure explains itself.
+std::string stderr_tail(const std::string& stderr_file) {
+  if (stderr_file.empty()) return "";
+  std::ifstream in(stderr_file);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  constexpr std::size_t kTail = 2000;
+  if (text.size() > kTail) text.erase(0, text.size() - kTail);
+  return "; the end of its stderr (" + stderr_file + "): " + text;
+}
+
+}  // namespace
 
 ChildProcess::ChildProcess(const std::string& program, std::vector<std::string> args,
                            std::vector<std::pair<std::string, std::string>> env,
@@ -55,8 +70,10 @@ ChildProcess::ChildProcess(const std::string& program, std::vector<std::string> 
       return;
     }
   }
-  terminate();
-  throw std::runtime_error(program + " did not report a listening port; it printed: " + seen);
+  const int status = terminate();
+  throw std::runtime_error(program + " did not report a listening port (exit status " +
+                           std::to_string(status) + "); it printed: " + seen +
+                           stderr_tail(stderr_file));
 }
 
 ChildProcess::~ChildProcess() {
