@@ -42,23 +42,29 @@
 -- The script's own work costs the server more than the Redis commands it sends, and every
 -- Lua table, closure and string is an allocation: so the record lives in locals, not a
 -- table, each operation only decides what to write, and one section at the end writes it
--- (bench: BENCHMARKS.md, "The Redis script's weight").
+-- (bench: BENCHMARKS.md, "The Redis script's weight"). Under Redis's Lua 5.1 a call of a C
+-- function (tonumber, string.find, string.format) costs ~500-1,500 instructions and the
+-- header line is a dozen of them: so a number already checked to be decimal text is
+-- converted by arithmetic (`text + 0`), a field the pattern already read as digits is not
+-- matched again, text that does not change is written back as it was read, and the new
+-- record is joined with `..`, never formatted (BENCHMARKS.md, "A lighter script body").
 if redis.replicate_commands then
   redis.replicate_commands()  -- Redis < 5: allow TIME before writes (a no-op since 5)
 end
 
 local key = KEYS[1]
 local op = ARGV[1]
-local find, format, match, sub, tonumber = string.find, string.format, string.match, string.sub,
-    tonumber
+local byte, find, format, match, sub, tonumber = string.byte, string.find, string.format,
+    string.match, string.sub, tonumber
 local kDecimal = '^%-?%d+$'  -- a decimal integer, as text
 -- The string record's header lines (above): each capture a decimal, then where its strings start.
 local kFull = '^[CD] (%d+) (%-?%d+) (%-?%d+) (%d+) (%-?%d+) (%-?%d+)\n()'
 local kFresh = '^F (%d+) (%d+) (%-?%d+)\n()'
 
--- A decimal integer of at most 15 characters: exact as a Lua number (a double).
+-- A decimal integer of at most 15 characters: exact as a Lua number (a double). Arguments and
+-- hash fields are strings or nil.
 local function is_int(s)
-  return type(s) == 'string' and #s <= 15 and find(s, kDecimal) ~= nil
+  return s ~= nil and #s <= 15 and find(s, kDecimal) ~= nil
 end
 
 local function int_arg(i)
@@ -66,13 +72,13 @@ local function int_arg(i)
   if not is_int(s) then
     error('idempotency script: argument ' .. i .. ' is not an integer', 0)
   end
-  return tonumber(s)
+  return s + 0
 end
 
 local function opt_arg(i)
   local s = ARGV[i]
   if s == '-' then return nil end
-  if type(s) == 'string' and find(s, '^%+') then return string.sub(s, 2) end
+  if s ~= nil and byte(s) == 43 then return sub(s, 2) end  -- '+'
   error('idempotency script: argument ' .. i .. ' is not an optional', 0)
 end
 
@@ -80,14 +86,18 @@ local now
 local server_clock = (ARGV[2] == '')
 if server_clock then
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local us = t[2] + 0  -- TIME's two decimals; arithmetic, not tonumber, converts them
+  now = t[1] * 1000 + (us - us % 1000) / 1000
 else
   now = int_arg(2)
 end
 
 -- The stored record, read into locals. `live` is false when there is none or it is past
--- expires_at (reaped, whether or not Redis got to it yet).
-local state, fence_text, lease_text, expires_at, claim_token, result, fingerprint
+-- expires_at (reaped, whether or not Redis got to it yet). lease_expiry is kept as read: text
+-- (lease_text) from a header line or a hash, a number (lease_number) from the fresh form. The
+-- header's three lengths are kept as their text too, to be written back unchanged.
+local state, fence_text, lease_text, lease_number, expires_at, claim_token, result, fingerprint
+local token_len_text, fingerprint_len_text, result_len_text
 local live = false
 local function malformed()
   error('idempotency script: the stored record is malformed', 0)
@@ -110,13 +120,20 @@ do
       elseif name == 'fingerprint' then fingerprint = value
       end
     end
-    if (state ~= 'CLAIMED' and state ~= 'DONE') or not is_int(expires_text) then malformed() end
+    if (state ~= 'CLAIMED' and state ~= 'DONE') or not is_int(expires_text) or
+        not is_int(fence_text) or find(fence_text, '^[1-9]') == nil or not is_int(lease_text) or
+        claim_token == nil then
+      malformed()
+    end
     expires_at = tonumber(expires_text)
   elseif raw then
-    if sub(raw, 1, 1) == 'F' then
+    -- The patterns read each number as digits: only the lengths of the texts are checked.
+    if byte(raw) == 70 then  -- 'F'
       local offset, token_len, fingerprint_len, at = match(raw, kFresh)
-      if offset == nil or not is_int(offset) then malformed() end
-      token_len, fingerprint_len = tonumber(token_len), tonumber(fingerprint_len)
+      if offset == nil or #offset > 15 then malformed() end
+      token_len_text, fingerprint_len_text = token_len, fingerprint_len
+      token_len = token_len + 0
+      fingerprint_len = fingerprint_len == '-1' and -1 or fingerprint_len + 0
       local token_end = at + token_len - 1
       local fingerprint_end = token_end + (fingerprint_len < 0 and 0 or fingerprint_len)
       if fingerprint_end ~= #raw or fingerprint_len < -1 then malformed() end
@@ -129,37 +146,38 @@ do
       end
       if expires_at < 0 then malformed() end
       state, fence_text, claim_token = 'CLAIMED', '1', sub(raw, at, token_end)
-      lease_text = format('%d', expires_at - tonumber(offset))
+      lease_number = expires_at - offset
       if fingerprint_len >= 0 then fingerprint = sub(raw, token_end + 1, fingerprint_end) end
     else
       local fence, lease, expires, token_len, fingerprint_len, result_len, at = match(raw, kFull)
-      if fence == nil or not is_int(expires) then malformed() end
-      token_len, fingerprint_len = tonumber(token_len), tonumber(fingerprint_len)
-      result_len = tonumber(result_len)
+      -- The fence starts with 1 to 9; every number has at most 15 characters (exact as a double).
+      if fence == nil or #fence > 15 or byte(fence) == 48 or #lease > 15 or #expires > 15 then
+        malformed()
+      end
+      token_len_text, fingerprint_len_text, result_len_text = token_len, fingerprint_len, result_len
+      token_len = token_len + 0
+      fingerprint_len = fingerprint_len == '-1' and -1 or fingerprint_len + 0
+      result_len = result_len == '-1' and -1 or result_len + 0
       local token_end = at + token_len - 1
       local fingerprint_end = token_end + (fingerprint_len < 0 and 0 or fingerprint_len)
       local result_end = fingerprint_end + (result_len < 0 and 0 or result_len)
       if result_end ~= #raw or fingerprint_len < -1 or result_len < -1 then malformed() end
-      state = sub(raw, 1, 1) == 'D' and 'DONE' or 'CLAIMED'
+      state = byte(raw) == 68 and 'DONE' or 'CLAIMED'  -- 'D'
       fence_text, lease_text, claim_token = fence, lease, sub(raw, at, token_end)
-      expires_at = tonumber(expires)
+      expires_at = expires + 0
       if fingerprint_len >= 0 then fingerprint = sub(raw, token_end + 1, fingerprint_end) end
       if result_len >= 0 then result = sub(raw, fingerprint_end + 1, result_end) end
     end
   end
-  if state ~= nil then
-    if not is_int(fence_text) or find(fence_text, '^[1-9]') == nil or not is_int(lease_text) or
-        claim_token == nil then
-      malformed()
-    end
-    -- fence and lease_expiry are converted only where an operation needs their values.
-    live = now < expires_at
-  end
+  -- fence and lease_expiry are converted only where an operation needs their values.
+  if state ~= nil then live = now < expires_at end
 end
 
 -- A caller's fence: a decimal integer of any length, kept as text (compared, never converted).
+-- One equal to the stored fence is decimal already.
 local caller_fence = ARGV[3]
-if op ~= 'claim' and (type(caller_fence) ~= 'string' or find(caller_fence, kDecimal) == nil) then
+if op ~= 'claim' and caller_fence ~= fence_text and
+    (caller_fence == nil or find(caller_fence, kDecimal) == nil) then
   caller_fence = nil
 end
 
@@ -171,8 +189,8 @@ local new_state, new_fence, new_lease_expiry, new_expires_at, new_token, new_res
 
 if op == 'inspect' then
   if state == nil then return false end
-  return {state, fence_text, lease_text, format('%d', expires_at), claim_token, result or false,
-          fingerprint or false}
+  return {state, fence_text, lease_text or format('%d', lease_number), format('%d', expires_at),
+          claim_token, result or false, fingerprint or false}
 
 elseif op == 'claim' then
   local token = ARGV[3]
@@ -188,7 +206,7 @@ elseif op == 'claim' then
       return {'done', result or false, fingerprint or false, expires_at}
     end
     local lease_expiry
-    fence, lease_expiry = tonumber(fence_text), tonumber(lease_text)
+    fence, lease_expiry = fence_text + 0, lease_number or lease_text + 0
     -- A retried claim call finds its own live claim: re-affirm it, same fence, nothing written.
     -- A lapsed one is reclaimed below; a released one has no token left.
     if token ~= '' and claim_token == token and now < lease_expiry then
@@ -213,8 +231,8 @@ elseif op == 'complete' then
   if not live or fence_text ~= caller_fence then return {'complete', 0} end
   if state == 'DONE' then return {'complete', 1} end
   -- No lease guard: until someone reclaims, the lapsed holder is the only one that ran.
-  new_state, new_fence, new_lease_expiry, new_expires_at = 'DONE', fence_text, lease_text,
-      now + ttl
+  new_state, new_fence, new_lease_expiry, new_expires_at = 'DONE', fence_text,
+      lease_text or lease_number, now + ttl
   new_token, new_result, new_fingerprint = claim_token, result_arg, fingerprint
   reply, publish = {'complete', 1}, 'complete'  -- wakes wait_for_change() in other processes
 
@@ -228,7 +246,7 @@ elseif op == 'release' then
   end
   -- Advancing the fence kills the released claim; keeping the record keeps the fence. Nobody
   -- holds the new fence, so the token is cleared: no retried claim may re-affirm it.
-  new_state, new_fence, new_lease_expiry, new_expires_at = 'CLAIMED', tonumber(fence_text) + 1,
+  new_state, new_fence, new_lease_expiry, new_expires_at = 'CLAIMED', fence_text + 1,
       now, math.max(expires_at, now + ttl)
   new_token, new_result, new_fingerprint = '', result, fingerprint
   reply, publish = {'release', 1}, 'release'
@@ -260,14 +278,22 @@ end
 -- key that stops existing mid-script makes the next write fail with "non local key" after the
 -- DEL already took effect (scripts are not rolled back), which lost the record and let a
 -- second claimant win (RedisCluster.ReshardingTheKeysSlotsUnderLoadLosesAndDoublesNoClaim).
-local f = type(new_fence) == 'string' and new_fence or format('%d', new_fence)
-local l = type(new_lease_expiry) == 'string' and new_lease_expiry or format('%d', new_lease_expiry)
-local record = format('%s %s %s %d %d %d %d\n', new_state == 'DONE' and 'D' or 'C', f, l,
-    new_expires_at, #new_token, new_fingerprint and #new_fingerprint or -1,
-    new_result and #new_result or -1) .. new_token .. (new_fingerprint or '') .. (new_result or '')
-redis.call('SET', key, record)
+-- A number that did not change is the text it was read as, as is a length while its string is
+-- the one read (Lua interns strings: `==` compares them at once, and a number is never equal
+-- to a string).
+local f = new_fence == fence_text and fence_text or format('%d', new_fence)
+local l = new_lease_expiry == lease_text and lease_text or format('%d', new_lease_expiry)
+local e = format('%d', new_expires_at)
+local token_len = new_token == claim_token and token_len_text or format('%d', #new_token)
+local fingerprint_len = new_fingerprint == nil and '-1' or
+    (new_fingerprint == fingerprint and fingerprint_len_text) or format('%d', #new_fingerprint)
+local result_len = new_result == nil and '-1' or (new_result == result and result_len_text) or
+    format('%d', #new_result)
+redis.call('SET', key, (new_state == 'DONE' and 'D ' or 'C ') .. f .. ' ' .. l .. ' ' .. e ..
+    ' ' .. token_len .. ' ' .. fingerprint_len .. ' ' .. result_len .. '\n' .. new_token ..
+    (new_fingerprint or '') .. (new_result or ''))
 if server_clock then
-  redis.call('PEXPIREAT', key, format('%d', new_expires_at))
+  redis.call('PEXPIREAT', key, e)
 else
   -- An injected clock is not the server's, so its instants mean nothing to PEXPIREAT: keep
   -- the remaining lifetime instead, plus 10 min of slack, because Redis counts it in real
