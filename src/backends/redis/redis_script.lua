@@ -28,16 +28,16 @@
 --   "F <expires_at - lease_expiry> <token bytes> <fingerprint bytes>\n" .. token .. fingerprint
 -- is fence 1, CLAIMED, with expires_at the key's own expiry (PEXPIRETIME: Redis 7; before
 -- it, now + PTTL, as the client writes this form only until its first PEXPIRETIME is refused).
--- The client also reads what SET ... GET returns, in every form (decode_stored_record), and
--- answers from it a claim that writes nothing. A hash (state, fence, lease_expiry, expires_at, claim_token,
--- result, fingerprint) is a record of an earlier version of this script: read as well, and
--- stored as a string by the next write. Every write sets the key's expiry to expires_at, so
--- Redis deletes the record exactly when its retention ends. A record at or past expires_at
--- is therefore treated as absent here too (a claim restarts at fence 1): the answers are the
--- same whether or not Redis has reaped it yet, and an injected clock may run at any pace.
--- complete and release also PUBLISH on a channel named like the key, which
--- RedisLock::wait_for_change() subscribes to. Lua numbers are doubles: exact for epoch ms and
--- any real fence; a caller's fence is compared as text, never converted.
+-- The client also reads what SET ... GET returns, in every form (decode_stored_record), and answers
+-- from it a claim that writes nothing. A hash (state, fence, lease_expiry, expires_at, claim_token,
+-- result, fingerprint) is a record of an earlier version of this script: read as well, and stored
+-- as a string by the next write. Every write sets the key's expiry to expires_at, so Redis deletes
+-- the record exactly when its retention ends. A record at or past expires_at is therefore treated
+-- as absent here too (a claim restarts at fence 1): the answers are the same whether or not Redis
+-- has reaped it yet, and an injected clock may run at any pace. complete and release also PUBLISH
+-- on a channel named like the key, which RedisLock::wait_for_change() subscribes to. Lua numbers
+-- are doubles: exact for epoch ms and any real fence; a caller's fence is compared as text, never
+-- converted.
 --
 -- The script's own work costs the server more than the Redis commands it sends, and every
 -- Lua table, closure and string is an allocation: so the record lives in locals, not a
