@@ -191,6 +191,12 @@ class LockBackend {
   /// says false inline and hands the others to a thread pool.
   [[nodiscard]] bool may_block() const noexcept { return do_may_block(); }
 
+  /// sends_async() says whether claim_async() and complete_async() return at once and call
+  /// `done` later, on the backend's own I/O thread (Redis on its shared connections), rather
+  /// than running the blocking call first. An event loop may then call them itself instead of
+  /// handing them to a thread pool.
+  [[nodiscard]] bool sends_async() const noexcept { return do_sends_async(); }
+
  protected:
   /// Validates `options` (ttl positive and at most `kMaxTtl`) or throws
   /// `std::invalid_argument`.
@@ -223,6 +229,10 @@ class LockBackend {
   virtual std::optional<std::size_t> do_stored_records() { return std::nullopt; }
   /// The answer behind may_block(); the default is the safe one, true.
   [[nodiscard]] virtual bool do_may_block() const noexcept { return true; }
+  /// The answer behind sends_async(); the default, false, is what the default
+  /// do_claim_async() and do_complete_async() do. A decorator that overrides both to forward
+  /// them may answer its backend's.
+  [[nodiscard]] virtual bool do_sends_async() const noexcept { return false; }
   /// The storage work of another backend `to`, below its public call's validation: for
   /// decorators (ForwardingBackend), whose own public call has validated already.
   static ClaimResult forward_claim(LockBackend& to, std::string_view key,

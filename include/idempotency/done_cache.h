@@ -69,6 +69,9 @@ class DoneCache final : public ForwardingBackend {
                       ClaimDone done) override;
   void do_complete_async(const Claim& claim, std::optional<std::string> result,
                          CompleteDone done) override;
+  /// The wrapped backend's: both calls above forward to its asynchronous ones (a copy answers
+  /// before returning).
+  [[nodiscard]] bool do_sends_async() const noexcept override { return inner().sends_async(); }
 
  private:
   struct State;

@@ -105,6 +105,10 @@ namespace detail {
 /// points: a store failure and a fence-out are logged, never thrown.
 CompleteStatus complete_after_work(LockBackend& backend, const Claim& claim,
                                    std::optional<std::string> result) noexcept;
+/// note_complete_outcome() is complete_after_work() for a complete_async() outcome: a store
+/// failure and a fence-out are logged the same way.
+CompleteStatus note_complete_outcome(const Claim& claim,
+                                     const AsyncCompleteResult& outcome) noexcept;
 /// release_after_failure() gives `claim` up after its work failed or was abandoned. A store
 /// failure is logged (`release_failed`), never thrown: the key frees itself when the lease
 /// lapses, and callers are destructors and failure paths that must not throw.

@@ -175,6 +175,8 @@ class RedisLock final : public LockBackend {
   /// As do_claim_async().
   void do_complete_async(const Claim& claim, std::optional<std::string> result,
                          CompleteDone done) override;
+  /// True where do_claim_async() sends on the I/O thread's connection (above).
+  [[nodiscard]] bool do_sends_async() const noexcept override;
   void do_release(const Claim& claim) override;
   std::optional<TimePoint> do_extend(const Claim& claim, std::chrono::milliseconds lease) override;
   /// Returns 0 without a store call: Redis deletes each record itself at its `expires_at`

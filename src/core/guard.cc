@@ -87,26 +87,51 @@ CompleteStatus Guard::complete(std::optional<std::string> result) noexcept {
 
 namespace detail {
 
-CompleteStatus complete_after_work(LockBackend& backend, const Claim& claim,
-                                   std::optional<std::string> result) noexcept {
+namespace {
+
+CompleteStatus completed_or_fenced_out(const Claim& claim, bool completed) {
+  if (completed) return CompleteStatus::kCompleted;
+  log(about(claim, Severity::kError, "fenced_out",
+            "work finished but a newer claim took the key over (the work outran its lease, "
+            "or a heartbeat lost it); acking anyway: the reclaimer may run the work again, "
+            "only a longer lease or a heartbeat prevents it"));
+  return CompleteStatus::kFencedOut;
+}
+
+CompleteStatus complete_failed(const Claim& claim, std::string_view error) noexcept {
   try {
-    if (backend.complete(claim, std::move(result))) return CompleteStatus::kCompleted;
-    log(about(claim, Severity::kError, "fenced_out",
-              "work finished but a newer claim took the key over (the work outran its lease, "
-              "or a heartbeat lost it); acking anyway: the reclaimer may run the work again, "
-              "only a longer lease or a heartbeat prevents it"));
-    return CompleteStatus::kFencedOut;
-  } catch (const std::exception& e) {
     auto record = about(claim, Severity::kError, "complete_failed",
                         "work finished but recording it failed; acking anyway so the side effect "
                         "is not repeated; the key frees itself when the lease lapses");
-    record.fields.emplace_back("error", e.what());
+    record.fields.emplace_back("error", std::string(error));
     log(record);
-    return CompleteStatus::kStoreFailed;
+  } catch (...) {  // NOLINT(bugprone-empty-catch): a log line that cannot be built is dropped
+  }
+  return CompleteStatus::kStoreFailed;
+}
+
+}  // namespace
+
+CompleteStatus complete_after_work(LockBackend& backend, const Claim& claim,
+                                   std::optional<std::string> result) noexcept {
+  try {
+    return completed_or_fenced_out(claim, backend.complete(claim, std::move(result)));
+  } catch (const std::exception& e) {
+    return complete_failed(claim, e.what());
   } catch (...) {
-    log(about(claim, Severity::kError, "complete_failed",
-              "work finished but recording it failed with an unknown error; acking anyway"));
-    return CompleteStatus::kStoreFailed;
+    return complete_failed(claim, "an unknown error");
+  }
+}
+
+CompleteStatus note_complete_outcome(const Claim& claim,
+                                     const AsyncCompleteResult& outcome) noexcept {
+  if (const auto* failure = std::get_if<StoreFailure>(&outcome)) {
+    return complete_failed(claim, failure->message);
+  }
+  try {
+    return completed_or_fenced_out(claim, std::get<bool>(outcome));
+  } catch (...) {  // the fence-out's log line could not be built
+    return CompleteStatus::kFencedOut;
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <utility>
+#include <variant>
 
 #include "idempotency/errors.h"
 
@@ -21,6 +22,18 @@ auto metered(Metrics& metrics, std::string_view operation, Call&& call) {
     metrics.backend_error(operation);
     throw;
   }
+}
+
+// Wraps an asynchronous call's `done`: its outcome timed into `operation`'s histogram from now,
+// and a StoreFailure counted.
+template <typename Done>
+Done metered_done(std::shared_ptr<Metrics> metrics, std::string_view operation, Done done) {
+  return [metrics = std::move(metrics), operation, done = std::move(done),
+          start = std::chrono::steady_clock::now()](auto outcome) {
+    metrics->backend_latency(operation).observe(std::chrono::steady_clock::now() - start);
+    if (std::holds_alternative<StoreFailure>(outcome)) metrics->backend_error(operation);
+    done(std::move(outcome));
+  };
 }
 
 }  // namespace
@@ -44,6 +57,18 @@ void MeteredBackend::do_release(const Claim& claim) {
     ForwardingBackend::do_release(claim);
     return true;
   });
+}
+
+void MeteredBackend::do_claim_async(std::string_view key, std::chrono::milliseconds lease,
+                                    ClaimRequest request, ClaimDone done) {
+  forward_claim_async(inner(), key, lease, std::move(request),
+                      metered_done(metrics_, "claim", std::move(done)));
+}
+
+void MeteredBackend::do_complete_async(const Claim& claim, std::optional<std::string> result,
+                                       CompleteDone done) {
+  forward_complete_async(inner(), claim, std::move(result),
+                         metered_done(metrics_, "complete", std::move(done)));
 }
 
 }  // namespace idempotency::gateway

@@ -22,6 +22,13 @@ class MeteredBackend : public ForwardingBackend {
                        const ClaimRequest& request) override;
   bool do_complete(const Claim& claim, std::optional<std::string> result) override;
   void do_release(const Claim& claim) override;
+  /// Forwarded as sent, timed from the call to its outcome: the gateway's event loop calls
+  /// them itself when the wrapped backend sends them asynchronously.
+  void do_claim_async(std::string_view key, std::chrono::milliseconds lease, ClaimRequest request,
+                      ClaimDone done) override;
+  void do_complete_async(const Claim& claim, std::optional<std::string> result,
+                         CompleteDone done) override;
+  [[nodiscard]] bool do_sends_async() const noexcept override { return inner().sends_async(); }
 
  private:
   std::shared_ptr<Metrics> metrics_;

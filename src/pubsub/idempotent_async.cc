@@ -1,7 +1,9 @@
 // idempotent_async(): the push wrapper's steps (wrapper.h) around an owner that runs the handler
 // asynchronously: admit -> begin this process's flight -> claim -> the handler, which answers
-// later -> complete or release -> settle the flight -> answer. Each store call runs inline when
-// the backend cannot block, else on `run_blocking`; nothing here waits.
+// later -> complete or release -> settle the flight -> answer. A claim and a complete are sent
+// asynchronously when the backend sends them so (Redis), and the next step runs on the thread
+// their outcome arrives on; every other store call runs inline when the backend cannot block,
+// else on `run_blocking`. Nothing here waits.
 #include "idempotency/pubsub/idempotent_async.h"
 
 #include <atomic>
@@ -105,6 +107,21 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
 
  private:
   void claim() {
+    if (backend_.sends_async()) {
+      try {
+        backend_.claim_async(key_, wrapper().options.lease, ClaimRequest{},
+                             [self = shared_from_this()](AsyncClaimResult outcome) {
+                               if (auto* failure = std::get_if<StoreFailure>(&outcome)) {
+                                 self->fail(std::make_exception_ptr(StoreError(failure->message)));
+                                 return;
+                               }
+                               self->on_claim(std::get<ClaimResult>(std::move(outcome)));
+                             });
+      } catch (...) {  // refused before any store call (a bad key or lease), as claim() is
+        fail(std::current_exception());
+      }
+      return;
+    }
     store(
         [self = shared_from_this()] {
           const auto& options = self->wrapper().options;
@@ -189,6 +206,10 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
         return;
       }
       keeper_->stop();  // no renewal may race the completion
+      if (backend_.sends_async()) {
+        complete_async(std::move(bytes), std::move(value));
+        return;
+      }
       store(
           [self = shared_from_this(), bytes = std::move(bytes)]() mutable {
             (void)idempotency::detail::complete_after_work(self->backend_, *self->claim_,
@@ -202,6 +223,20 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
       return;
     }
     handler_failed(std::get<std::exception_ptr>(std::move(result)));
+  }
+
+  // As the blocking complete above: whatever the store answers, the work ran and is acked.
+  void complete_async(std::optional<std::string> bytes, std::shared_ptr<const PushResponse> value) {
+    auto self = shared_from_this();
+    auto then = [self, value](const AsyncCompleteResult& outcome) {
+      (void)idempotency::detail::note_complete_outcome(*self->claim_, outcome);
+      self->settle(ErasedOutcome{Status::kExecuted, value, self->claim_->fence, std::nullopt});
+    };
+    try {
+      backend_.complete_async(*claim_, std::move(bytes), then);
+    } catch (...) {  // the claim's key was valid, so only out of memory; noted as a failure
+      then(StoreFailure{"complete_async failed before sending"});
+    }
   }
 
   void handler_failed(std::exception_ptr error) {

@@ -26,14 +26,18 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "idempotency/errors.h"
+#include "idempotency/forwarding_backend.h"
 #include "idempotency/memory_lock.h"
+#include "metered_backend.h"
 #include "metrics.h"
 #include "support/base64.h"
 #include "support/faulty_backend.h"
@@ -53,6 +57,48 @@ using testing::FaultyBackend;
 
 static_assert(std::is_same_v<decltype(&metric_outcome), std::string_view (*)(const OutcomeEvent&)>,
               "the metric is a function of the typed outcome alone: no status, no header");
+
+// --- the backend's calls, timed and counted on both paths --------------------------------------
+
+// A memory store that says it sends its asynchronous calls, as Redis does.
+class SendingStore final : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+
+ protected:
+  [[nodiscard]] bool do_sends_async() const noexcept override { return true; }
+};
+
+TEST(MeteredBackend, AsynchronousCallsAreForwardedTimedAndTheirFailuresCounted) {
+  auto memory = std::make_shared<InMemoryLock>();
+  auto faulty = std::make_shared<FaultyBackend>(*memory);
+  auto metrics = std::make_shared<Metrics>();
+  MeteredBackend metered(std::make_shared<SendingStore>(faulty), metrics);
+  EXPECT_TRUE(metered.sends_async()) << "the gateway's event loop may call it itself";
+  EXPECT_FALSE(MeteredBackend(memory, metrics).sends_async());
+
+  std::optional<AsyncClaimResult> claimed;
+  metered.claim_async("k", 60s, {}, [&](AsyncClaimResult r) { claimed = std::move(r); });
+  ASSERT_TRUE(claimed && std::holds_alternative<ClaimResult>(*claimed));
+  const Claim claim = std::get<Won>(std::get<ClaimResult>(*claimed)).claim;
+  faulty->fail_complete = true;
+  std::optional<AsyncCompleteResult> completed;
+  metered.complete_async(claim, "r", [&](AsyncCompleteResult r) { completed = std::move(r); });
+  ASSERT_TRUE(completed && std::holds_alternative<StoreFailure>(*completed));
+  EXPECT_EQ(faulty->claims, 1);
+  EXPECT_EQ(faulty->completes, 1);
+
+  const std::string text = metrics->render();
+  const std::string duration = "idempotency_gateway_backend_duration_seconds_count";
+  EXPECT_NE(text.find(duration + "{operation=\"claim\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find(duration + "{operation=\"complete\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("idempotency_gateway_backend_errors_total{operation=\"complete\"} 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("idempotency_gateway_backend_errors_total{operation=\"claim\"} 0\n"),
+            std::string::npos)
+      << text;
+}
 
 TEST(PubsubMetricOutcome, EveryTypedOutcomeHasItsCounter) {
   const PushRequest request;

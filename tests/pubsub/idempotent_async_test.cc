@@ -1,6 +1,7 @@
 // idempotent_async(): the status table, the store's failures and the in-process join, with the
-// handler answering later from another thread, and every store call made both inline (the
-// memory store) and on run_blocking (a store that may block).
+// handler answering later from another thread, and every store call made inline (the memory
+// store), on run_blocking (a store that may block), and sent asynchronously (a store that
+// sends claims and completes, as Redis does, answering them from its own thread).
 #include "idempotency/pubsub/idempotent_async.h"
 
 #include <gtest/gtest.h>
@@ -15,8 +16,13 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <ostream>
 #include <stop_token>
+#include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "idempotency/errors.h"
@@ -41,6 +47,78 @@ class MayBlock final : public ForwardingBackend {
  protected:
   [[nodiscard]] bool do_may_block() const noexcept override { return true; }
 };
+
+// A store that sends claims and completes asynchronously: each is answered from a thread of its
+// own (as Redis answers from its I/O thread), a StoreError becoming a StoreFailure. The other
+// calls may block, as on Redis.
+class SendsAsync final : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  SendsAsync(const SendsAsync&) = delete;
+  SendsAsync& operator=(const SendsAsync&) = delete;
+  ~SendsAsync() override { join(); }
+  // Waits for every answer given so far.
+  void join() {
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard lock(mutex_);
+      threads.swap(threads_);
+    }
+    for (auto& t : threads) t.join();
+  }
+  std::atomic<int> sent{0};  // claims and completes sent asynchronously
+
+ protected:
+  [[nodiscard]] bool do_may_block() const noexcept override { return true; }
+  [[nodiscard]] bool do_sends_async() const noexcept override { return true; }
+  void do_claim_async(std::string_view key, std::chrono::milliseconds lease, ClaimRequest request,
+                      ClaimDone done) override {
+    answer_later([this, key = std::string(key), lease, request = std::move(request),
+                  done = std::move(done)] {
+      done(outcome_of<ClaimResult>([&] { return forward_claim(inner(), key, lease, request); }));
+    });
+  }
+  void do_complete_async(const Claim& claim, std::optional<std::string> result,
+                         CompleteDone done) override {
+    answer_later([this, claim, result = std::move(result), done = std::move(done)]() mutable {
+      done(outcome_of<bool>([&] { return forward_complete(inner(), claim, std::move(result)); }));
+    });
+  }
+
+ private:
+  template <class Result, class Call>
+  static std::variant<Result, StoreFailure> outcome_of(Call call) {
+    try {
+      return call();
+    } catch (const StoreError& e) {
+      return StoreFailure{e.what()};
+    }
+  }
+  void answer_later(std::function<void()> answer) {
+    ++sent;
+    std::lock_guard lock(mutex_);
+    threads_.emplace_back(std::move(answer));
+  }
+  std::mutex mutex_;
+  std::vector<std::thread> threads_;
+};
+
+enum class Mode { kInline, kMayBlock, kSendsAsync };
+
+const char* name(Mode mode) {
+  switch (mode) {
+    case Mode::kInline:
+      return "Inline";
+    case Mode::kMayBlock:
+      return "MayBlock";
+    case Mode::kSendsAsync:
+      return "SendsAsync";
+  }
+  return "";
+}
+
+// Names the parameter in test listings.
+void PrintTo(Mode mode, std::ostream* out) { *out << name(mode); }
 
 // run_blocking for the tests: a thread per piece of work, all joined at the end.
 class Threads {
@@ -78,12 +156,16 @@ struct Script {
   bool deferred = false;  // answer from another thread, after release()
 };
 
-class IdempotentAsyncTest : public ::testing::TestWithParam<bool> {
+class IdempotentAsyncTest : public ::testing::TestWithParam<Mode> {
  protected:
   std::shared_ptr<InMemoryLock> memory_ = std::make_shared<InMemoryLock>();
   std::shared_ptr<FaultyBackend> faulty_ = std::make_shared<FaultyBackend>(*memory_);
+  std::shared_ptr<SendsAsync> sends_async_ = std::make_shared<SendsAsync>(faulty_);
   std::shared_ptr<LockBackend> store_ =
-      GetParam() ? std::shared_ptr<LockBackend>(std::make_shared<MayBlock>(faulty_)) : faulty_;
+      GetParam() == Mode::kMayBlock
+          ? std::shared_ptr<LockBackend>(std::make_shared<MayBlock>(faulty_))
+      : GetParam() == Mode::kSendsAsync ? std::shared_ptr<LockBackend>(sends_async_)
+                                        : faulty_;
   Threads threads_;
   LogCapture logs_;
   Script script_;
@@ -98,6 +180,7 @@ class IdempotentAsyncTest : public ::testing::TestWithParam<bool> {
 
   void TearDown() override {
     release();
+    sends_async_->join();
     threads_.join();  // every delivery has started its handler
     std::vector<std::thread> answerers;
     {
@@ -106,6 +189,7 @@ class IdempotentAsyncTest : public ::testing::TestWithParam<bool> {
     }
     for (auto& t : answerers) t.join();
     threads_.join();
+    sends_async_->join();  // the completes the answerers started
   }
 
   void release() {
@@ -166,8 +250,10 @@ TEST_P(IdempotentAsyncTest, TheFirstDeliveryIsHandledAndTheRedeliveryIsADuplicat
   EXPECT_EQ(send(handle, push("m-1")).status, 204);
   EXPECT_EQ(runs_, 1);
   EXPECT_EQ(outcomes(), (std::vector{DeliveryOutcome::kHandled, DeliveryOutcome::kDuplicate}));
-  // The store calls ran where the backend says they belong: inline, or on run_blocking.
-  EXPECT_EQ(threads_.started() > 0, GetParam());
+  // The store calls ran where the backend says they belong: inline, on run_blocking, or sent.
+  EXPECT_EQ(threads_.started() > 0, GetParam() == Mode::kMayBlock);
+  EXPECT_EQ(sends_async_->sent, GetParam() == Mode::kSendsAsync ? 3 : 0)
+      << "the first delivery's claim and complete, the redelivery's claim";
 }
 
 TEST_P(IdempotentAsyncTest, TheHandlersFenceIsTheClaims) {
@@ -425,8 +511,9 @@ TEST(IdempotentAsync, RefusesAnEmptyHandlerOrExecutor) {
                std::invalid_argument);
 }
 
-INSTANTIATE_TEST_SUITE_P(Stores, IdempotentAsyncTest, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "MayBlock" : "Inline"; });
+INSTANTIATE_TEST_SUITE_P(Stores, IdempotentAsyncTest,
+                         ::testing::Values(Mode::kInline, Mode::kMayBlock, Mode::kSendsAsync),
+                         [](const auto& info) { return name(info.param); });
 
 }  // namespace
 }  // namespace idempotency::pubsub

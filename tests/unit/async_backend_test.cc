@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -34,6 +35,26 @@ class FailingStore final : public ForwardingBackend {
     throw StoreError("test: the store is down");
   }
 };
+
+// A store that says it sends its asynchronous calls (as Redis does on its shared connections).
+class SendingStore final : public ForwardingBackend {
+ public:
+  SendingStore() : ForwardingBackend(std::make_shared<InMemoryLock>()) {}
+
+ protected:
+  [[nodiscard]] bool do_sends_async() const noexcept override { return true; }
+};
+
+TEST(AsyncBackend, OnlyABackendThatSendsItsCallsSaysSoAndADoneCacheSaysWhatItWraps) {
+  auto memory = std::make_shared<InMemoryLock>();
+  auto sending = std::make_shared<SendingStore>();
+  EXPECT_FALSE(memory->sends_async()) << "the default runs the blocking call";
+  EXPECT_TRUE(sending->sends_async());
+  EXPECT_FALSE(DoneCache(memory).sends_async());
+  EXPECT_TRUE(DoneCache(sending).sends_async()) << "it forwards both calls asynchronously";
+  // Another decorator takes the blocking path through its own do_claim, so it says no.
+  EXPECT_FALSE(FailingStore().sends_async());
+}
 
 TEST(AsyncBackend, TheDefaultRunsTheBlockingCallAndAnswersBeforeReturning) {
   InMemoryLock lock;

@@ -1,8 +1,11 @@
 // idempotent_async(): the push wrapper for an event loop. The guarantees, the status table and
 // the hooks are idempotent()'s (idempotent.h), but the handler answers through a callback, so
-// no thread waits while it runs (say, while it forwards the request over the network), and a
-// store call that may block (`LockBackend::may_block()`) is handed to `run_blocking`; one that
-// cannot (the memory store) runs inline.
+// no thread waits while it runs (say, while it forwards the request over the network). A claim
+// and a complete on a backend that sends them asynchronously (`LockBackend::sends_async()`:
+// Redis on its shared connections) are sent, and the next step (the handler's start, the
+// answer) runs on the thread their outcome arrives on; a store call that may block
+// (`LockBackend::may_block()`) is handed to `run_blocking`; one that cannot (the memory store)
+// runs inline.
 //
 //   auto handle = idempotency::pubsub::idempotent_async(
 //       {.backend = backend},
@@ -54,8 +57,8 @@ using Respond = std::function<void(PushResponse)>;
 /// An asynchronous push handler: request in, the answer through `respond`.
 using AsyncPushHandler = std::function<void(std::shared_ptr<const PushRequest>, Respond respond)>;
 
-/// idempotent_async() wraps `handler`; store calls that may block, and the blocking path, run
-/// on `run_blocking`. Throws `std::invalid_argument` as idempotent() does, and when `handler`
+/// idempotent_async() wraps `handler`; claims and completes a backend sends asynchronously are
+/// sent, other store calls that may block, and the blocking path, run on `run_blocking`. Throws `std::invalid_argument` as idempotent() does, and when `handler`
 /// or `run_blocking` is empty.
 [[nodiscard]] AsyncPushHandler idempotent_async(IdempotentOptions options,
                                                 AsyncResponseHandler handler,

@@ -3,7 +3,6 @@
 
 #include <hiredis/hiredis.h>
 
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -433,6 +432,8 @@ void RedisLock::do_claim_async(std::string_view key, std::chrono::milliseconds l
   }
   impl_->claim_script_async(pipeline, std::string(key), lease, request, ttl(), std::move(done));
 }
+
+bool RedisLock::do_sends_async() const noexcept { return impl_->async_capable(); }
 
 void RedisLock::do_complete_async(const Claim& claim, std::optional<std::string> result,
                                   CompleteDone done) {
