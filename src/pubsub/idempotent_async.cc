@@ -207,7 +207,7 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
       }
       keeper_->stop();  // no renewal may race the completion
       if (backend_.sends_async()) {
-        complete_async(std::move(bytes), std::move(value));
+        complete_async(std::move(bytes), value);
         return;
       }
       store(
@@ -226,7 +226,8 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
   }
 
   // As the blocking complete above: whatever the store answers, the work ran and is acked.
-  void complete_async(std::optional<std::string> bytes, std::shared_ptr<const PushResponse> value) {
+  void complete_async(std::optional<std::string> bytes,
+                      const std::shared_ptr<const PushResponse>& value) {
     auto self = shared_from_this();
     auto then = [self, value](const AsyncCompleteResult& outcome) {
       (void)idempotency::detail::note_complete_outcome(*self->claim_, outcome);
