@@ -58,8 +58,8 @@ using Respond = std::function<void(PushResponse)>;
 using AsyncPushHandler = std::function<void(std::shared_ptr<const PushRequest>, Respond respond)>;
 
 /// idempotent_async() wraps `handler`; claims and completes a backend sends asynchronously are
-/// sent, other store calls that may block, and the blocking path, run on `run_blocking`. Throws `std::invalid_argument` as idempotent() does, and when `handler`
-/// or `run_blocking` is empty.
+/// sent, other store calls that may block, and the blocking path, run on `run_blocking`. Throws
+/// `std::invalid_argument` as idempotent() does, and when `handler` or `run_blocking` is empty.
 [[nodiscard]] AsyncPushHandler idempotent_async(IdempotentOptions options,
                                                 AsyncResponseHandler handler,
                                                 RunBlocking run_blocking);
