@@ -107,55 +107,76 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
 
  private:
   void claim() {
-    if (backend_.sends_async()) {
-      try {
-        backend_.claim_async(key_, wrapper().options.lease, ClaimRequest{},
-                             [self = shared_from_this()](AsyncClaimResult outcome) {
-                               if (auto* failure = std::get_if<StoreFailure>(&outcome)) {
-                                 self->fail(std::make_exception_ptr(StoreError(failure->message)));
-                                 return;
-                               }
-                               self->on_claim(std::get<ClaimResult>(std::move(outcome)));
-                             });
-      } catch (...) {  // refused before any store call (a bad key or lease), as claim() is
-        fail(std::current_exception());
-      }
-      return;
-    }
     store(
         [self = shared_from_this()] {
           const auto& options = self->wrapper().options;
           return self->backend_.claim(self->key_, options.lease);
+        },
+        [this](auto finish) {
+          backend_.claim_async(key_, wrapper().options.lease, ClaimRequest{},
+                               [finish](AsyncClaimResult outcome) mutable {
+                                 finish([&] { return claimed(std::move(outcome)); });
+                               });
         },
         [](const std::shared_ptr<Delivering>& self, ClaimResult result) {
           self->on_claim(std::move(result));
         });
   }
 
+  // A claim_async() outcome as claim() ends: its result, or the StoreError it throws.
+  static ClaimResult claimed(AsyncClaimResult outcome) {
+    if (auto* failure = std::get_if<StoreFailure>(&outcome)) throw StoreError(failure->message);
+    return std::get<ClaimResult>(std::move(outcome));
+  }
+
   [[nodiscard]] const Wrapper& wrapper() const { return *shared_->blocking; }
   [[nodiscard]] Seen seen() const { return Seen{*request_, &message_}; }
+
+  // Runs a store call where the backend says it belongs, then `then` with its result; a call
+  // that throws goes to fail() instead. A backend that sends its calls (sends_async()) gets
+  // `send(finish)`, which starts the call; its callback hands `finish` a function yielding the
+  // result (or throwing), run on the thread the outcome arrives on. Any other backend gets
+  // `call`, as below.
+  template <class Call, class Send, class Then>
+  void store(Call call, Send send, Then then) {
+    if (!backend_.sends_async()) {
+      store(std::move(call), std::move(then));
+      return;
+    }
+    try {
+      send([self = shared_from_this(), then = std::move(then)](auto result) mutable {
+        self->finish(result, then);
+      });
+    } catch (...) {  // refused before any store call (a bad key or lease), as `call` would be
+      fail(std::current_exception());
+    }
+  }
 
   // Runs `call` (a store call) inline when the backend cannot block, else on run_blocking,
   // then `then` with its result; a call that throws goes to fail() instead.
   template <class Call, class Then>
   void store(Call call, Then then) {
     auto step = [self = shared_from_this(), call = std::move(call),
-                 then = std::move(then)]() mutable {
-      using Result = decltype(call());
-      std::optional<Result> result;
-      try {
-        result.emplace(call());
-      } catch (...) {
-        self->fail(std::current_exception());
-        return;
-      }
-      then(self, std::move(*result));
-    };
+                 then = std::move(then)]() mutable { self->finish(call, then); };
     if (backend_.may_block()) {
       shared_->run_blocking(std::move(step));
     } else {
       step();
     }
+  }
+
+  // `then` with what `call` yields, or fail() with what it throws.
+  template <class Call, class Then>
+  void finish(Call& call, Then& then) {
+    using Result = decltype(call());
+    std::optional<Result> result;
+    try {
+      result.emplace(call());
+    } catch (...) {
+      fail(std::current_exception());
+      return;
+    }
+    then(shared_from_this(), std::move(*result));
   }
 
   void on_claim(ClaimResult result) {
@@ -197,24 +218,33 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
   void on_handler_done(HandlerResult result) {
     if (auto* response = std::get_if<PushResponse>(&result)) {
       std::shared_ptr<const PushResponse> value;
-      std::optional<std::string> bytes;
       try {
         value = std::make_shared<const PushResponse>(Wrapper::checked(std::move(*response)));
-        bytes = Codec<PushResponse>{}.encode(*value);
+        result_bytes_ = Codec<PushResponse>{}.encode(*value);
       } catch (...) {
         handler_failed(std::current_exception());
         return;
       }
       keeper_->stop();  // no renewal may race the completion
-      if (backend_.sends_async()) {
-        complete_async(std::move(bytes), value);
-        return;
-      }
+      // Whatever the store answers, the work ran and is acked: a failure is only logged.
       store(
-          [self = shared_from_this(), bytes = std::move(bytes)]() mutable {
+          [self = shared_from_this()] {
             (void)idempotency::detail::complete_after_work(self->backend_, *self->claim_,
-                                                           std::move(bytes));
+                                                           std::move(self->result_bytes_));
             return true;
+          },
+          [self = shared_from_this()](auto finish) {
+            auto noted = [self, finish](const AsyncCompleteResult& outcome) mutable {
+              finish([&] {
+                (void)idempotency::detail::note_complete_outcome(*self->claim_, outcome);
+                return true;
+              });
+            };
+            try {
+              self->backend_.complete_async(*self->claim_, std::move(self->result_bytes_), noted);
+            } catch (...) {  // the claim's key was valid, so only out of memory
+              noted(StoreFailure{"complete_async failed before sending"});
+            }
           },
           [value = std::move(value)](const std::shared_ptr<Delivering>& self, bool) {
             self->settle(
@@ -223,21 +253,6 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
       return;
     }
     handler_failed(std::get<std::exception_ptr>(std::move(result)));
-  }
-
-  // As the blocking complete above: whatever the store answers, the work ran and is acked.
-  void complete_async(std::optional<std::string> bytes,
-                      const std::shared_ptr<const PushResponse>& value) {
-    auto self = shared_from_this();
-    auto then = [self, value](const AsyncCompleteResult& outcome) {
-      (void)idempotency::detail::note_complete_outcome(*self->claim_, outcome);
-      self->settle(ErasedOutcome{Status::kExecuted, value, self->claim_->fence, std::nullopt});
-    };
-    try {
-      backend_.complete_async(*claim_, std::move(bytes), then);
-    } catch (...) {  // the claim's key was valid, so only out of memory; noted as a failure
-      then(StoreFailure{"complete_async failed before sending"});
-    }
   }
 
   void handler_failed(std::exception_ptr error) {
@@ -304,6 +319,7 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
   LockBackend& backend_;
   std::unique_ptr<AsyncFlight> flight_;
   std::optional<Claim> claim_;
+  std::optional<std::string> result_bytes_;  // the handler's answer encoded, until completed
   std::optional<LeaseKeeper> keeper_;
   bool answered_ = false;
 };

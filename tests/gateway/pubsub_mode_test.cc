@@ -35,13 +35,13 @@
 #include <vector>
 
 #include "idempotency/errors.h"
-#include "idempotency/forwarding_backend.h"
 #include "idempotency/memory_lock.h"
 #include "metered_backend.h"
 #include "metrics.h"
 #include "support/base64.h"
 #include "support/faulty_backend.h"
 #include "support/log_capture.h"
+#include "support/sending_backend.h"
 #include "upstream_pool.h"
 
 namespace idempotency::gateway {
@@ -52,6 +52,7 @@ using pubsub::DeliveryOutcome;
 using pubsub::OutcomeEvent;
 using pubsub::PushRequest;
 using testing::FaultyBackend;
+using testing::SendingBackend;
 
 // --- the mapping, without a single response -------------------------------------------------
 
@@ -60,20 +61,11 @@ static_assert(std::is_same_v<decltype(&metric_outcome), std::string_view (*)(con
 
 // --- the backend's calls, timed and counted on both paths --------------------------------------
 
-// A memory store that says it sends its asynchronous calls, as Redis does.
-class SendingStore final : public ForwardingBackend {
- public:
-  using ForwardingBackend::ForwardingBackend;
-
- protected:
-  [[nodiscard]] bool do_sends_async() const noexcept override { return true; }
-};
-
 TEST(MeteredBackend, AsynchronousCallsAreForwardedTimedAndTheirFailuresCounted) {
   auto memory = std::make_shared<InMemoryLock>();
   auto faulty = std::make_shared<FaultyBackend>(*memory);
   auto metrics = std::make_shared<Metrics>();
-  MeteredBackend metered(std::make_shared<SendingStore>(faulty), metrics);
+  MeteredBackend metered(std::make_shared<SendingBackend>(faulty), metrics);
   EXPECT_TRUE(metered.sends_async()) << "the gateway's event loop may call it itself";
   EXPECT_FALSE(MeteredBackend(memory, metrics).sends_async());
 

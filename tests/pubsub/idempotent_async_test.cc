@@ -25,6 +25,7 @@
 #include <variant>
 #include <vector>
 
+#include "idempotency/detail/async_outcome.h"
 #include "idempotency/errors.h"
 #include "idempotency/forwarding_backend.h"
 #include "idempotency/memory_lock.h"
@@ -47,78 +48,6 @@ class MayBlock final : public ForwardingBackend {
  protected:
   [[nodiscard]] bool do_may_block() const noexcept override { return true; }
 };
-
-// A store that sends claims and completes asynchronously: each is answered from a thread of its
-// own (as Redis answers from its I/O thread), a StoreError becoming a StoreFailure. The other
-// calls may block, as on Redis.
-class SendsAsync final : public ForwardingBackend {
- public:
-  using ForwardingBackend::ForwardingBackend;
-  SendsAsync(const SendsAsync&) = delete;
-  SendsAsync& operator=(const SendsAsync&) = delete;
-  ~SendsAsync() override { join(); }
-  // Waits for every answer given so far.
-  void join() {
-    std::vector<std::thread> threads;
-    {
-      std::lock_guard lock(mutex_);
-      threads.swap(threads_);
-    }
-    for (auto& t : threads) t.join();
-  }
-  std::atomic<int> sent{0};  // claims and completes sent asynchronously
-
- protected:
-  [[nodiscard]] bool do_may_block() const noexcept override { return true; }
-  [[nodiscard]] bool do_sends_async() const noexcept override { return true; }
-  void do_claim_async(std::string_view key, std::chrono::milliseconds lease, ClaimRequest request,
-                      ClaimDone done) override {
-    answer_later([this, key = std::string(key), lease, request = std::move(request),
-                  done = std::move(done)] {
-      done(outcome_of<ClaimResult>([&] { return forward_claim(inner(), key, lease, request); }));
-    });
-  }
-  void do_complete_async(const Claim& claim, std::optional<std::string> result,
-                         CompleteDone done) override {
-    answer_later([this, claim, result = std::move(result), done = std::move(done)]() mutable {
-      done(outcome_of<bool>([&] { return forward_complete(inner(), claim, std::move(result)); }));
-    });
-  }
-
- private:
-  template <class Result, class Call>
-  static std::variant<Result, StoreFailure> outcome_of(Call call) {
-    try {
-      return call();
-    } catch (const StoreError& e) {
-      return StoreFailure{e.what()};
-    }
-  }
-  void answer_later(std::function<void()> answer) {
-    ++sent;
-    std::lock_guard lock(mutex_);
-    threads_.emplace_back(std::move(answer));
-  }
-  std::mutex mutex_;
-  std::vector<std::thread> threads_;
-};
-
-enum class Mode { kInline, kMayBlock, kSendsAsync };
-
-const char* name(Mode mode) {
-  switch (mode) {
-    case Mode::kInline:
-      return "Inline";
-    case Mode::kMayBlock:
-      return "MayBlock";
-    case Mode::kSendsAsync:
-      return "SendsAsync";
-  }
-  return "";
-}
-
-// Names the parameter in test listings.
-void PrintTo(Mode mode, std::ostream* out) { *out << name(mode); }
 
 // run_blocking for the tests: a thread per piece of work, all joined at the end.
 class Threads {
@@ -147,6 +76,57 @@ class Threads {
   std::vector<std::thread> threads_;
   int started_ = 0;
 };
+
+// A store that sends claims and completes asynchronously: each is answered from a thread of its
+// own (as Redis answers from its I/O thread), a StoreError becoming a StoreFailure. The other
+// calls may block, as on Redis.
+class SendsAsync final : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  // Waits for every answer given so far.
+  void join() { answers_.join(); }
+  // How many claims and completes were sent.
+  int sent() { return answers_.started(); }
+
+ protected:
+  [[nodiscard]] bool do_may_block() const noexcept override { return true; }
+  [[nodiscard]] bool do_sends_async() const noexcept override { return true; }
+  void do_claim_async(std::string_view key, std::chrono::milliseconds lease, ClaimRequest request,
+                      ClaimDone done) override {
+    answers_.run([this, key = std::string(key), lease, request = std::move(request),
+                  done = std::move(done)] {
+      done(idempotency::detail::outcome_of<ClaimResult>(
+          [&] { return forward_claim(inner(), key, lease, request); }));
+    });
+  }
+  void do_complete_async(const Claim& claim, std::optional<std::string> result,
+                         CompleteDone done) override {
+    answers_.run([this, claim, result = std::move(result), done = std::move(done)]() mutable {
+      done(idempotency::detail::outcome_of<bool>(
+          [&] { return forward_complete(inner(), claim, std::move(result)); }));
+    });
+  }
+
+ private:
+  Threads answers_;  // joined before the backend it forwards to goes
+};
+
+enum class Mode { kInline, kMayBlock, kSendsAsync };
+
+// Names the parameter in test listings and test names.
+void PrintTo(Mode mode, std::ostream* out) {
+  switch (mode) {
+    case Mode::kInline:
+      *out << "Inline";
+      return;
+    case Mode::kMayBlock:
+      *out << "MayBlock";
+      return;
+    case Mode::kSendsAsync:
+      *out << "SendsAsync";
+      return;
+  }
+}
 
 // What the handler does with a delivery: answer at once, or hold it until released.
 struct Script {
@@ -252,7 +232,7 @@ TEST_P(IdempotentAsyncTest, TheFirstDeliveryIsHandledAndTheRedeliveryIsADuplicat
   EXPECT_EQ(outcomes(), (std::vector{DeliveryOutcome::kHandled, DeliveryOutcome::kDuplicate}));
   // The store calls ran where the backend says they belong: inline, on run_blocking, or sent.
   EXPECT_EQ(threads_.started() > 0, GetParam() == Mode::kMayBlock);
-  EXPECT_EQ(sends_async_->sent, GetParam() == Mode::kSendsAsync ? 3 : 0)
+  EXPECT_EQ(sends_async_->sent(), GetParam() == Mode::kSendsAsync ? 3 : 0)
       << "the first delivery's claim and complete, the redelivery's claim";
 }
 
@@ -513,7 +493,7 @@ TEST(IdempotentAsync, RefusesAnEmptyHandlerOrExecutor) {
 
 INSTANTIATE_TEST_SUITE_P(Stores, IdempotentAsyncTest,
                          ::testing::Values(Mode::kInline, Mode::kMayBlock, Mode::kSendsAsync),
-                         [](const auto& info) { return name(info.param); });
+                         ::testing::PrintToStringParamName());
 
 }  // namespace
 }  // namespace idempotency::pubsub

@@ -16,6 +16,7 @@
 #include "idempotency/errors.h"
 #include "idempotency/forwarding_backend.h"
 #include "idempotency/memory_lock.h"
+#include "support/sending_backend.h"
 
 namespace idempotency::testing {
 namespace {
@@ -36,18 +37,9 @@ class FailingStore final : public ForwardingBackend {
   }
 };
 
-// A store that says it sends its asynchronous calls (as Redis does on its shared connections).
-class SendingStore final : public ForwardingBackend {
- public:
-  SendingStore() : ForwardingBackend(std::make_shared<InMemoryLock>()) {}
-
- protected:
-  [[nodiscard]] bool do_sends_async() const noexcept override { return true; }
-};
-
 TEST(AsyncBackend, OnlyABackendThatSendsItsCallsSaysSoAndADoneCacheSaysWhatItWraps) {
   auto memory = std::make_shared<InMemoryLock>();
-  auto sending = std::make_shared<SendingStore>();
+  auto sending = std::make_shared<SendingBackend>(std::make_shared<InMemoryLock>());
   EXPECT_FALSE(memory->sends_async()) << "the default runs the blocking call";
   EXPECT_TRUE(sending->sends_async());
   EXPECT_FALSE(DoneCache(memory).sends_async());
