@@ -1,5 +1,7 @@
 #include "adapter.h"
 
+#include <boost/beast/http/status.hpp>
+
 #include <algorithm>
 #include <exception>
 #include <string>
@@ -30,6 +32,22 @@ std::string one_line(std::string_view text) {
   return std::string(text);
 }
 
+void append_status_line(std::string& out, unsigned version, int status) {
+  out += version >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ";
+  out += std::to_string(status);
+  out += ' ';
+  const auto reason = beast_http::obsolete_reason(static_cast<beast_http::status>(status));
+  out.append(reason.data(), reason.size());
+  out += "\r\n";
+}
+
+void append_field(std::string& out, std::string_view name, std::string_view value) {
+  out.append(name);
+  out += ": ";
+  out.append(value);
+  out += "\r\n";
+}
+
 }  // namespace
 
 pubsub::PushResponse internal_error() {
@@ -50,16 +68,18 @@ pubsub::PushRequest to_push_request(BeastRequest&& request) {
   return out;
 }
 
-BeastResponse to_beast_response(pubsub::PushResponse&& response, unsigned version, bool head) {
+void encode_response(pubsub::PushResponse&& response, Framing framing, EncodedResponse& out) {
   if (response.status < 100 || response.status > 599) {
     log({.severity = Severity::kError,
          .event = "handler_bad_status",
          .message = "The handler returned an invalid HTTP status; answering 500.",
          .fields = {{"status", std::to_string(response.status)}}});
-    return to_beast_response(internal_error(), version, head);
+    encode_response(internal_error(), framing, out);
+    return;
   }
-  BeastResponse out{static_cast<beast_http::status>(response.status), version};
-  for (auto& header : response.headers) {
+  out.head.clear();
+  append_status_line(out.head, framing.version, response.status);
+  for (const auto& header : response.headers) {
     if (is_framing(header.name)) continue;
     if (!is_field_name(header.name) || !is_field_value(header.value)) {
       log({.severity = Severity::kWarning,
@@ -67,14 +87,20 @@ BeastResponse to_beast_response(pubsub::PushResponse&& response, unsigned versio
            .message = "The handler returned a header that is not valid HTTP; it was dropped."});
       continue;
     }
-    out.insert(boost::beast::string_view(header.name.data(), header.name.size()),
-               boost::beast::string_view(header.value.data(), header.value.size()));
+    append_field(out.head, header.name, header.value);
   }
-  const std::size_t length = response.body.size();
-  if (!head) out.body() = std::move(response.body);
   // A HEAD answer announces the length a GET would have sent, without the bytes.
-  out.content_length(length);
-  return out;
+  append_field(out.head, "Content-Length", std::to_string(response.body.size()));
+  // Each version's default needs no header: 1.1 stays open, 1.0 closes.
+  if (framing.keep_alive != (framing.version >= 11)) {
+    append_field(out.head, "Connection", framing.keep_alive ? "keep-alive" : "close");
+  }
+  out.head += "\r\n";
+  if (framing.head) {
+    out.body.clear();
+  } else {
+    out.body = std::move(response.body);
+  }
 }
 
 pubsub::PushResponse answer_to_throw(const std::exception_ptr& error,
@@ -103,14 +129,15 @@ pubsub::PushResponse call_handler(const Handler& handler,
   }
 }
 
-BeastResponse error_response(int status, std::string_view line, unsigned version) {
-  BeastResponse out{static_cast<beast_http::status>(status), version};
-  out.set(beast_http::field::content_type, "text/plain; charset=utf-8");
-  out.set(beast_http::field::connection, "close");
-  out.keep_alive(false);
-  out.body() = std::string(line) + "\n";
-  out.prepare_payload();
-  return out;
+void encode_refusal(int status, std::string_view line, EncodedResponse& out) {
+  out.body.assign(line);
+  out.body += '\n';
+  out.head.clear();
+  append_status_line(out.head, 11, status);
+  append_field(out.head, "Content-Type", "text/plain; charset=utf-8");
+  append_field(out.head, "Content-Length", std::to_string(out.body.size()));
+  append_field(out.head, "Connection", "close");
+  out.head += "\r\n";
 }
 
 }  // namespace idempotency::http::detail

@@ -1,5 +1,6 @@
-// The adapter between Beast's messages and the library's framework-agnostic request and
-// response types: conversion both ways and the exception barrier around the handler.
+// The adapter between the wire and the library's framework-agnostic request and response types:
+// a parsed Beast request in, an encoded response out, and the exception barrier around the
+// handler.
 // Internal to idempotency::http.
 //
 // Thread safety: stateless functions, called concurrently from the worker threads.
@@ -8,6 +9,7 @@
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <exception>
+#include <string>
 #include <string_view>
 
 #include "idempotency/http.h"
@@ -17,19 +19,32 @@
 namespace idempotency::http::detail {
 
 using BeastRequest = boost::beast::http::request<boost::beast::http::string_body>;
-using BeastResponse = boost::beast::http::response<boost::beast::http::string_body>;
 
 /// to_push_request() moves the method, target, every header field and the body of `request`
 /// (already validated by the strict parser) into a PushRequest.
 [[nodiscard]] pubsub::PushRequest to_push_request(BeastRequest&& request);
 
-/// to_beast_response() builds the response to send: status, the handler's headers and body.
-/// Framing headers (Content-Length, Transfer-Encoding, Connection) are the server's own, and a
-/// header whose name is not a token or whose value holds a control byte is dropped (and
-/// logged), so a handler can never inject a header or split the response. A status outside
-/// 100..599 is answered 500 and logged (`handler_bad_status`).
-[[nodiscard]] BeastResponse to_beast_response(pubsub::PushResponse&& response, unsigned version,
-                                              bool head);
+/// EncodedResponse is a response as it goes on the wire: the status line and header block, then
+/// the body (kept apart, so a large body is sent from where it is instead of copied).
+struct EncodedResponse {
+  std::string head;
+  std::string body;
+};
+
+/// How the request being answered wants its response framed.
+struct Framing {
+  unsigned version = 11;    // 10 or 11, as Beast numbers HTTP/1.0 and HTTP/1.1
+  bool head = false;        // a HEAD request: the length a GET would get, no body
+  bool keep_alive = false;  // the connection stays open after this response
+};
+
+/// encode_response() writes `response` into `out` (reusing its strings' capacity): the status,
+/// the handler's headers and body. Framing headers (Content-Length, Transfer-Encoding,
+/// Connection) are the server's own, and a header whose name is not a token or whose value
+/// holds a control byte is dropped (and logged), so a handler can never inject a header or
+/// split the response. A status outside 100..599 is answered 500 and logged
+/// (`handler_bad_status`).
+void encode_response(pubsub::PushResponse&& response, Framing framing, EncodedResponse& out);
 
 /// call_handler() runs `handler`; when it throws, it logs `handler_threw` and returns a 500
 /// with a one-line body instead, so the server keeps serving.
@@ -44,8 +59,8 @@ using BeastResponse = boost::beast::http::response<boost::beast::http::string_bo
 /// internal_error() is the 500 answered for a handler's failure.
 [[nodiscard]] pubsub::PushResponse internal_error();
 
-/// error_response() is a one-line plain-text answer the handler never saw; it closes the
-/// connection.
-[[nodiscard]] BeastResponse error_response(int status, std::string_view line, unsigned version);
+/// encode_refusal() writes into `out` a one-line plain-text answer to a request the handler
+/// never saw; it closes the connection.
+void encode_refusal(int status, std::string_view line, EncodedResponse& out);
 
 }  // namespace idempotency::http::detail

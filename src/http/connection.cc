@@ -7,13 +7,12 @@
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
-#include <boost/beast/core/buffers_range.hpp>
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/field.hpp>
 #include <boost/beast/http/read.hpp>
-#include <boost/beast/http/write.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <string>
@@ -244,9 +243,8 @@ void Connection::dispatch() {
   net::post(state_->workers, [self = shared_from_this(), request = std::move(request), again,
                               version, head]() mutable {
     auto push = to_push_request(std::move(request));
-    self->response_.emplace(
-        to_beast_response(call_handler(self->state_->handler, push), version, head));
-    self->response_->keep_alive(again);
+    encode_response(call_handler(self->state_->handler, push),
+                    {.version = version, .head = head, .keep_alive = again}, self->response_);
     const InlineWrite sent = self->write_inline();
     net::post(self->stream_.get_executor(),
               [self, sent, again] { self->after_inline_write(sent, again); });
@@ -279,8 +277,8 @@ void Connection::answer(pubsub::PushResponse&& response, bool keep_alive, unsign
                head]() mutable { self->answer(std::move(response), keep_alive, version, head); });
     return;
   }
-  response_.emplace(to_beast_response(std::move(response), version, head));
-  response_->keep_alive(keep_alive);
+  encode_response(std::move(response), {.version = version, .head = head, .keep_alive = keep_alive},
+                  response_);
   after_inline_write(write_inline(), keep_alive);
 }
 
@@ -289,36 +287,52 @@ void Connection::answer(pubsub::PushResponse&& response, bool keep_alive, unsign
 // the event loop on the latency path; whatever the socket does not take at once is finished
 // there.
 Connection::InlineWrite Connection::write_inline() {
-  serializer_.emplace(*response_);
+  response_sent_ = 0;
   const int fd = stream_.socket().native_handle();
-  beast::error_code ec;
-  while (!serializer_->is_done()) {
-    std::array<iovec, 8> parts{};
+  for (;;) {
+    const auto parts = unsent();
+    std::array<iovec, 2> vectors{};
     std::size_t count = 0;
-    serializer_->next(ec, [&](beast::error_code&, const auto& buffers) {
-      for (const auto buffer : beast::buffers_range_ref(buffers)) {
-        if (count == parts.size()) break;
-        parts[count++] = iovec{const_cast<void*>(buffer.data()), buffer.size()};  // NOLINT
-      }
-    });
-    if (ec) return InlineWrite::kFailed;
+    for (const auto& part : parts) {
+      if (part.size() == 0) continue;
+      vectors[count++] = iovec{const_cast<void*>(part.data()), part.size()};  // NOLINT
+    }
+    if (count == 0) return InlineWrite::kDone;
     msghdr message{};
-    message.msg_iov = parts.data();
+    message.msg_iov = vectors.data();
     message.msg_iovlen = count;
     const ssize_t sent = ::sendmsg(fd, &message, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (sent < 0) {
+      if (errno == EINTR) continue;
       return errno == EAGAIN || errno == EWOULDBLOCK ? InlineWrite::kPending : InlineWrite::kFailed;
     }
-    serializer_->consume(static_cast<std::size_t>(sent));
+    response_sent_ += static_cast<std::size_t>(sent);
   }
-  return InlineWrite::kDone;
+}
+
+std::array<net::const_buffer, 2> Connection::unsent() const {
+  const std::string& head = response_.head;
+  const std::string& body = response_.body;
+  const std::size_t in_head = std::min(response_sent_, head.size());
+  const std::size_t in_body = std::min(response_sent_ - in_head, body.size());
+  return {net::buffer(head.data() + in_head, head.size() - in_head),
+          net::buffer(body.data() + in_body, body.size() - in_body)};
+}
+
+// Sends what is left of response_ on the event loop, within the write deadline.
+void Connection::write_rest(bool keep_alive) {
+  phase_ = Phase::kWriting;
+  stream_.expires_after(state_->options.write_timeout);
+  net::async_write(stream_, unsent(),
+                   [self = shared_from_this(), keep_alive](beast::error_code ec, std::size_t) {
+                     self->on_written(ec, keep_alive);
+                   });
 }
 
 void Connection::after_inline_write(InlineWrite sent, bool keep_alive) {
   ++served_;
   if (phase_ == Phase::kClosing || sent == InlineWrite::kFailed) {
-    serializer_.reset();
-    response_.reset();
+    release_response();
     close();
     return;
   }
@@ -326,19 +340,11 @@ void Connection::after_inline_write(InlineWrite sent, bool keep_alive) {
     on_written({}, keep_alive);
     return;
   }
-  // The client reads slowly: finish on the event loop, within the write deadline.
-  phase_ = Phase::kWriting;
-  stream_.expires_after(state_->options.write_timeout);
-  beast_http::async_write(
-      stream_, *serializer_,
-      [self = shared_from_this(), keep_alive](beast::error_code ec, std::size_t) {
-        self->on_written(ec, keep_alive);
-      });
+  write_rest(keep_alive);  // the client reads slowly
 }
 
 void Connection::on_written(beast::error_code ec, bool keep_alive) {
-  serializer_.reset();
-  response_.reset();
+  release_response();
   if (phase_ == Phase::kClosing) return;
   if (ec || !keep_alive || state_->stopping.load()) {
     close();
@@ -347,20 +353,28 @@ void Connection::on_written(beast::error_code ec, bool keep_alive) {
   start_request();
 }
 
+// The head keeps its capacity for the next answer; a body may be large, so it goes.
+void Connection::release_response() {
+  response_.head.clear();
+  std::string().swap(response_.body);
+  response_sent_ = 0;
+}
+
 void Connection::refuse(int status, std::string_view reason) {
   log_refused(status, reason);
   phase_ = Phase::kWriting;
-  response_ = error_response(status, reason, 11);
+  encode_refusal(status, reason, response_);
+  response_sent_ = 0;
   stream_.expires_after(state_->options.write_timeout);
-  beast_http::async_write(stream_, *response_,
-                          [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                            self->response_.reset();
-                            if (ec || self->phase_ == Phase::kClosing) {
-                              self->close();
-                              return;
-                            }
-                            self->linger_then_close();
-                          });
+  net::async_write(stream_, unsent(),
+                   [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                     self->release_response();
+                     if (ec || self->phase_ == Phase::kClosing) {
+                       self->close();
+                       return;
+                     }
+                     self->linger_then_close();
+                   });
 }
 
 void Connection::linger_then_close() {

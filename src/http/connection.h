@@ -14,12 +14,13 @@
 // dispatches the answer back to it.
 #pragma once
 
+#include <array>
 #include <atomic>
+#include <boost/asio/buffer.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/parser.hpp>
-#include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <chrono>
 #include <cstddef>
@@ -67,6 +68,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void dispatch();
   void dispatch_async(BeastRequest request, bool keep_alive);
   InlineWrite write_inline();
+  // The part of response_ not sent yet.
+  [[nodiscard]] std::array<boost::asio::const_buffer, 2> unsent() const;
+  void write_rest(bool keep_alive);
+  void release_response();
   void after_inline_write(InlineWrite sent, bool keep_alive);
   void on_written(boost::beast::error_code ec, bool keep_alive);
   void refuse(int status, std::string_view reason);
@@ -79,8 +84,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   boost::beast::flat_buffer buffer_;
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
   HeaderScan scan_;
-  std::optional<BeastResponse> response_;  // alive until its write completes
-  std::optional<boost::beast::http::serializer<false, boost::beast::http::string_body>> serializer_;
+  EncodedResponse response_;  // the answer being sent, kept (with its capacity) until written
+  std::size_t response_sent_ = 0;
   Phase phase_ = Phase::kReading;
   bool first_byte_seen_ = false;
   std::size_t served_ = 0;

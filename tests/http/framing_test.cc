@@ -1,0 +1,81 @@
+// The server frames every answer itself, over raw sockets: the exact bytes for each HTTP version
+// and for HEAD, the handler's framing headers replaced by the server's, and a large answer to a
+// client that does not read at once arriving whole.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "idempotency/http.h"
+#include "support/raw_connection.h"
+
+namespace idempotency::http {
+namespace {
+
+using idempotency::testing::RawConnection;
+
+TEST(HttpFraming, EachVersionAndMethodGetsTheServersOwnFraming) {
+  Server server([](const pubsub::PushRequest&) {
+    // Framing headers from the handler never reach the wire: the server writes its own.
+    return pubsub::PushResponse{.status = 201,
+                                .headers = {{"X-A", "1"},
+                                            {"Content-Length", "99"},
+                                            {"Transfer-Encoding", "chunked"},
+                                            {"Connection", "close"},
+                                            {"Keep-Alive", "timeout=1"}},
+                                .body = "ok"};
+  });
+  const int port = server.start("127.0.0.1", 0);
+  RawConnection c(port);
+  ASSERT_TRUE(c.is_open());
+
+  // Each answer is read whole before the next request goes, so each starts where the last ended.
+  std::size_t from = 0;
+  const auto answer = [&](std::string_view request, std::string_view last) {
+    c.send(request);
+    c.read_until(last, std::chrono::seconds(5), from);
+    const std::string got = c.received().substr(from);
+    from = c.received().size();
+    return got;
+  };
+
+  EXPECT_EQ(answer("GET / HTTP/1.1\r\nHost: x\r\n\r\n", "ok"),
+            "HTTP/1.1 201 Created\r\nX-A: 1\r\nContent-Length: 2\r\n\r\nok");
+  // HEAD: the length a GET would get, and no body.
+  EXPECT_EQ(answer("HEAD / HTTP/1.1\r\nHost: x\r\n\r\n", "\r\n\r\n"),
+            "HTTP/1.1 201 Created\r\nX-A: 1\r\nContent-Length: 2\r\n\r\n");
+  // HTTP/1.0 closes by default, so staying open must be said.
+  EXPECT_EQ(
+      answer("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", "ok"),
+      "HTTP/1.0 201 Created\r\nX-A: 1\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok");
+  // HTTP/1.1 stays open by default, so closing must be said.
+  EXPECT_EQ(answer("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", "ok"),
+            "HTTP/1.1 201 Created\r\nX-A: 1\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+  EXPECT_TRUE(c.read_to_close());
+  EXPECT_EQ(c.received().size(), from);
+}
+
+TEST(HttpFraming, ALargeAnswerToAClientNotReadingYetArrivesWhole) {
+  // Far more than the socket buffers hold, so most of it is sent after the first write.
+  std::string body(std::size_t{16} << 20, 'x');
+  for (std::size_t i = 0; i < body.size(); i += 4096) body[i] = static_cast<char>('a' + i % 26);
+  Server server([&body](const pubsub::PushRequest&) {
+    return pubsub::PushResponse{.status = 200, .headers = {}, .body = body};
+  });
+  const int port = server.start("127.0.0.1", 0);
+  RawConnection c(port);
+  ASSERT_TRUE(c.is_open());
+  c.send("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the server's send fills up
+  ASSERT_TRUE(c.read_to_close(std::chrono::seconds(20)));
+  const std::string head = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) +
+                           "\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(c.received().size(), head.size() + body.size());
+  EXPECT_EQ(c.received().substr(0, head.size()), head);
+  EXPECT_TRUE(c.received().substr(head.size()) == body);  // not EXPECT_EQ: 16 MiB in a failure
+}
+
+}  // namespace
+}  // namespace idempotency::http
