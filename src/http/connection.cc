@@ -46,7 +46,7 @@ void log_refused(int status, std::string_view reason) {
 }  // namespace
 
 Connection::Connection(tcp::socket socket, std::shared_ptr<ServerState> state)
-    : stream_(std::move(socket)), state_(std::move(state)) {}
+    : socket_(std::move(socket)), timer_(socket_.get_executor()), state_(std::move(state)) {}
 
 Connection::~Connection() {
   if (registered_) state_->on_connection_closed();
@@ -55,7 +55,7 @@ Connection::~Connection() {
 void Connection::run() {
   beast::error_code ignored;
   // Answers are written whole, in one go; Nagle would only hold them back for a delayed ACK.
-  stream_.socket().set_option(tcp::no_delay(true), ignored);
+  socket_.set_option(tcp::no_delay(true), ignored);
   registered_ = true;  // counted even when refused, so the destructor's uncount matches
   if (!state_->on_connection_open(shared_from_this())) {
     close();
@@ -78,8 +78,8 @@ void Connection::start_request() {
   first_byte_seen_ = buffer_.size() > 0;
   // A new connection must start its request promptly; a kept-alive one may idle longer.
   const auto& options = state_->options;
-  stream_.expires_after(first_byte_seen_ || served_ == 0 ? options.header_timeout
-                                                         : options.keep_alive_timeout);
+  expire_after(first_byte_seen_ || served_ == 0 ? options.header_timeout
+                                                : options.keep_alive_timeout);
   if (buffer_.size() > 0) {
     on_header_bytes({}, 0);  // a pipelined request is already here
     return;
@@ -88,7 +88,7 @@ void Connection::start_request() {
 }
 
 void Connection::read_header() {
-  stream_.async_read_some(buffer_.prepare(kReadChunk),
+  socket_.async_read_some(buffer_.prepare(kReadChunk),
                           [self = shared_from_this()](beast::error_code ec, std::size_t bytes) {
                             self->on_header_bytes(ec, bytes);
                           });
@@ -103,7 +103,7 @@ void Connection::on_header_bytes(beast::error_code ec, std::size_t bytes) {
   buffer_.commit(bytes);
   if (!first_byte_seen_ && buffer_.size() > 0) {
     first_byte_seen_ = true;
-    stream_.expires_after(state_->options.header_timeout);
+    expire_after(state_->options.header_timeout);
   }
   const auto* data = static_cast<const char*>(buffer_.data().data());
   const std::string_view received(data, buffer_.size());
@@ -160,8 +160,8 @@ void Connection::on_header() {
   }
   // The body is acceptable (an oversized Content-Length was refused above), so invite it.
   static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-  stream_.expires_after(state_->options.write_timeout);
-  net::async_write(stream_, net::buffer(kContinue.data(), kContinue.size()),
+  expire_after(state_->options.write_timeout);
+  net::async_write(socket_, net::buffer(kContinue.data(), kContinue.size()),
                    [self = shared_from_this()](beast::error_code error, std::size_t) {
                      if (self->phase_ == Phase::kClosing) return;
                      if (error) {
@@ -201,9 +201,9 @@ void Connection::take_buffered_body() {
 }
 
 void Connection::read_body() {
-  stream_.expires_after(state_->options.body_timeout);
+  expire_after(state_->options.body_timeout);
   beast_http::async_read(
-      stream_, buffer_, *parser_,
+      socket_, buffer_, *parser_,
       [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_body(ec); });
 }
 
@@ -229,7 +229,7 @@ void Connection::on_body(beast::error_code ec) {
 void Connection::dispatch() {
   phase_ = Phase::kHandling;
   // The handler may take as long as it needs; the client is not being read meanwhile.
-  stream_.expires_never();
+  expire_never();
   BeastRequest request = parser_->release();
   parser_.reset();
   const bool again = request.keep_alive() && !state_->stopping.load() &&
@@ -246,8 +246,7 @@ void Connection::dispatch() {
     encode_response(call_handler(self->state_->handler, push),
                     {.version = version, .head = head, .keep_alive = again}, self->response_);
     const InlineWrite sent = self->write_inline();
-    net::post(self->stream_.get_executor(),
-              [self, sent, again] { self->after_inline_write(sent, again); });
+    net::post(self->executor(), [self, sent, again] { self->after_inline_write(sent, again); });
   });
 }
 
@@ -288,7 +287,7 @@ void Connection::answer(pubsub::PushResponse&& response, bool keep_alive, unsign
 // there.
 Connection::InlineWrite Connection::write_inline() {
   response_sent_ = 0;
-  const int fd = stream_.socket().native_handle();
+  const int fd = socket_.native_handle();
   for (;;) {
     const auto parts = unsent();
     std::array<iovec, 2> vectors{};
@@ -322,8 +321,8 @@ std::array<net::const_buffer, 2> Connection::unsent() const {
 // Sends what is left of response_ on the event loop, within the write deadline.
 void Connection::write_rest(bool keep_alive) {
   phase_ = Phase::kWriting;
-  stream_.expires_after(state_->options.write_timeout);
-  net::async_write(stream_, unsent(),
+  expire_after(state_->options.write_timeout);
+  net::async_write(socket_, unsent(),
                    [self = shared_from_this(), keep_alive](beast::error_code ec, std::size_t) {
                      self->on_written(ec, keep_alive);
                    });
@@ -365,8 +364,8 @@ void Connection::refuse(int status, std::string_view reason) {
   phase_ = Phase::kWriting;
   encode_refusal(status, reason, response_);
   response_sent_ = 0;
-  stream_.expires_after(state_->options.write_timeout);
-  net::async_write(stream_, unsent(),
+  expire_after(state_->options.write_timeout);
+  net::async_write(socket_, unsent(),
                    [self = shared_from_this()](beast::error_code ec, std::size_t) {
                      self->release_response();
                      if (ec || self->phase_ == Phase::kClosing) {
@@ -382,8 +381,8 @@ void Connection::linger_then_close() {
   // before the client reads it; so stop sending, and drain what is in flight for a moment.
   phase_ = Phase::kClosing;
   beast::error_code ignored;
-  stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-  stream_.expires_after(kLingerTime);
+  socket_.shutdown(tcp::socket::shutdown_send, ignored);
+  expire_after(kLingerTime);
   lingered_ = 0;
   on_linger({}, 0);
 }
@@ -392,10 +391,10 @@ void Connection::on_linger(beast::error_code ec, std::size_t bytes) {
   lingered_ += bytes;
   buffer_.clear();
   if (ec || lingered_ > kLingerBytes) {
-    stream_.close();
+    close();
     return;
   }
-  stream_.async_read_some(buffer_.prepare(kReadChunk),
+  socket_.async_read_some(buffer_.prepare(kReadChunk),
                           [self = shared_from_this()](beast::error_code error, std::size_t n) {
                             self->on_linger(error, n);
                           });
@@ -404,8 +403,44 @@ void Connection::on_linger(beast::error_code ec, std::size_t bytes) {
 void Connection::close() {
   phase_ = Phase::kClosing;
   beast::error_code ignored;
-  stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-  stream_.close();
+  socket_.shutdown(tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+  // A waiting timer holds the connection (and its buffers): let it go now.
+  deadline_ = Clock::time_point::max();
+  if (timer_waiting_) timer_.cancel();
+}
+
+// Deadlines are lazy, as nginx's timers are: a new deadline later than the one the timer waits
+// for only moves deadline_, and the timer, when it fires, waits again for whatever deadline_
+// says then. A request resets its deadline three or four times; the timer is re-armed about
+// once per timeout instead, rather than cancelled and queued (a pass of the event loop) each time.
+void Connection::expire_after(Clock::duration timeout) {
+  deadline_ = Clock::now() + timeout;
+  if (!timer_waiting_ || deadline_ < timer_expiry_) wait_for_deadline();
+}
+
+void Connection::expire_never() { deadline_ = Clock::time_point::max(); }
+
+void Connection::wait_for_deadline() {
+  timer_expiry_ = deadline_;
+  timer_waiting_ = true;
+  const auto generation = ++timer_generation_;
+  timer_.expires_at(deadline_);  // a wait for a later expiry ends as cancelled: stale below
+  timer_.async_wait([self = shared_from_this(), generation](beast::error_code ec) {
+    self->on_timer(ec, generation);
+  });
+}
+
+void Connection::on_timer(beast::error_code ec, std::uint64_t generation) {
+  if (generation != timer_generation_) return;  // replaced by a wait for an earlier deadline
+  timer_waiting_ = false;
+  // close() sets no deadline; a lingering connection (closing, still read) keeps one.
+  if (ec || deadline_ == Clock::time_point::max()) return;
+  if (Clock::now() >= deadline_) {
+    close();  // pending reads and writes end with an error, and find the connection closing
+    return;
+  }
+  wait_for_deadline();
 }
 
 }  // namespace idempotency::http::detail

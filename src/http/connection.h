@@ -18,12 +18,14 @@
 #include <atomic>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core/error.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -45,7 +47,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   /// run() starts reading the first request.
   void run();
   /// executor() is the connection's strand, where every call to it must run.
-  [[nodiscard]] auto executor() { return stream_.get_executor(); }
+  [[nodiscard]] auto executor() { return socket_.get_executor(); }
   /// close_if_idle() is posted at stop(): a connection waiting for (or reading) a request
   /// closes now; one whose request is being handled or answered finishes it first.
   void close_if_idle();
@@ -79,7 +81,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_linger(boost::beast::error_code ec, std::size_t bytes);
   void close();
 
-  boost::beast::tcp_stream stream_;
+  using Clock = std::chrono::steady_clock;
+  // The connection closes at the deadline (never: Clock::time_point::max()).
+  void expire_after(Clock::duration timeout);
+  void expire_never();
+  void wait_for_deadline();
+  void on_timer(boost::beast::error_code ec, std::uint64_t generation);
+
+  boost::asio::ip::tcp::socket socket_;
+  boost::asio::steady_timer timer_;
+  Clock::time_point deadline_ = Clock::time_point::max();
+  Clock::time_point timer_expiry_;  // what the waiting timer waits for
+  std::uint64_t timer_generation_ = 0;
+  bool timer_waiting_ = false;
   std::shared_ptr<ServerState> state_;
   boost::beast::flat_buffer buffer_;
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;

@@ -184,6 +184,31 @@ TEST_F(StrictServer, AnIdleKeepAliveConnectionIsClosedAfterItsTimeout) {
   EXPECT_TRUE(c.read_to_close(std::chrono::seconds(5)));
 }
 
+TEST_F(StrictServer, AKeptAliveConnectionGetsItsWholeTimeoutAfterAShorterHeaderDeadline) {
+  // The timer first waits for the new connection's header deadline; the answer then sets a
+  // later one (keep-alive), which must be the one that closes the connection.
+  start({.workers = 2,
+         .header_timeout = std::chrono::milliseconds(300),
+         .keep_alive_timeout = std::chrono::milliseconds(1500)});
+  RawConnection c(port_);
+  c.send(post(""));
+  EXPECT_THAT(c.read_until("\r\n\r\n"), StartsWith("HTTP/1.1 200"));
+  EXPECT_FALSE(c.read_to_close(std::chrono::milliseconds(800)));
+  EXPECT_TRUE(c.read_to_close(std::chrono::seconds(5)));
+}
+
+TEST_F(StrictServer, ARefusedRequestsConnectionClosesAfterItsLingerEvenIfTheClientStays) {
+  // One connection at most: the next is served only once the refused one is gone.
+  start({.workers = 2, .max_connections = 1, .keep_alive_timeout = std::chrono::seconds(30)});
+  RawConnection refused(port_);
+  refused.send("POST /push HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999999\r\n\r\n");
+  EXPECT_THAT(refused.read_until("\r\n\r\n"), StartsWith("HTTP/1.1 413"));
+  // It neither sends nor closes; the server stops draining it after its linger (1 s).
+  RawConnection next(port_);
+  next.send(post("X-N: 2\r\n"));
+  EXPECT_THAT(next.read_until("X-N=2;", std::chrono::seconds(4)), StartsWith("HTTP/1.1 200"));
+}
+
 TEST_F(StrictServer, TheConnectionCapMakesANewConnectionWaitForAFreeSlot) {
   start({.workers = 2, .max_connections = 2, .keep_alive_timeout = std::chrono::seconds(30)});
   RawConnection first(port_);
