@@ -56,18 +56,6 @@ pubsub::PushResponse internal_error() {
                               .body = "internal error\n"};
 }
 
-pubsub::PushRequest to_push_request(BeastRequest&& request) {
-  pubsub::PushRequest out;
-  out.method = std::string(request.method_string());
-  out.path = std::string(request.target());
-  out.headers.reserve(static_cast<std::size_t>(std::distance(request.begin(), request.end())));
-  for (const auto& field : request) {
-    out.headers.push_back({std::string(field.name_string()), std::string(field.value())});
-  }
-  out.body = std::move(request.body());
-  return out;
-}
-
 void encode_response(pubsub::PushResponse&& response, Framing framing, EncodedResponse& out) {
   if (response.status < 100 || response.status > 599) {
     log({.severity = Severity::kError,

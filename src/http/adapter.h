@@ -1,13 +1,10 @@
-// The adapter between the wire and the library's framework-agnostic request and response types:
-// a parsed Beast request in, an encoded response out, and the exception barrier around the
-// handler.
+// The server's side of the library's framework-agnostic response type: a response encoded for
+// the wire, and the exception barrier around the handler (request_parser.h is the way in).
 // Internal to idempotency::http.
 //
 // Thread safety: stateless functions, called concurrently from the worker threads.
 #pragma once
 
-#include <boost/beast/http/message.hpp>
-#include <boost/beast/http/string_body.hpp>
 #include <exception>
 #include <string>
 #include <string_view>
@@ -17,12 +14,6 @@
 #include "idempotency/pubsub/response.h"
 
 namespace idempotency::http::detail {
-
-using BeastRequest = boost::beast::http::request<boost::beast::http::string_body>;
-
-/// to_push_request() moves the method, target, every header field and the body of `request`
-/// (already validated by the strict parser) into a PushRequest.
-[[nodiscard]] pubsub::PushRequest to_push_request(BeastRequest&& request);
 
 /// EncodedResponse is a response as it goes on the wire: the status line and header block, then
 /// the body (kept apart, so a large body is sent from where it is instead of copied).

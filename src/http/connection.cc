@@ -18,6 +18,7 @@
 #include <string>
 #include <utility>
 
+#include "idempotency/detail/ascii.h"
 #include "idempotency/log.h"
 
 namespace idempotency::http::detail {
@@ -25,6 +26,7 @@ namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace beast_http = boost::beast::http;
 using tcp = net::ip::tcp;
+using idempotency::detail::iequals_ascii;
 
 namespace {
 
@@ -143,9 +145,8 @@ void Connection::on_header_bytes(beast::error_code ec, std::size_t bytes) {
 }
 
 void Connection::on_header() {
-  const auto& request = parser_->get();
-  const auto expect = request[beast_http::field::expect];
-  const bool continue_expected = beast::iequals(expect, "100-continue");
+  const auto expect = parser_->expect();
+  const bool continue_expected = iequals_ascii(expect, "100-continue");
   if (!expect.empty() && !continue_expected) {
     refuse(417, "only Expect: 100-continue is supported");
     return;
@@ -230,55 +231,48 @@ void Connection::dispatch() {
   phase_ = Phase::kHandling;
   // The handler may take as long as it needs; the client is not being read meanwhile.
   expire_never();
-  BeastRequest request = parser_->release();
+  pubsub::PushRequest request = std::move(parser_->request());
+  const Framing framing{.version = parser_->version(),
+                        .head = request.method == "HEAD",
+                        .keep_alive = parser_->keep_alive() && !state_->stopping.load() &&
+                                      served_ + 1 < state_->options.keep_alive_max_requests};
   parser_.reset();
-  const bool again = request.keep_alive() && !state_->stopping.load() &&
-                     served_ + 1 < state_->options.keep_alive_max_requests;
-  const unsigned version = request.version();
-  const bool head = request.method() == beast_http::verb::head;
   if (state_->async_handler) {
-    dispatch_async(std::move(request), again);
+    dispatch_async(std::move(request), framing);
     return;
   }
-  net::post(state_->workers, [self = shared_from_this(), request = std::move(request), again,
-                              version, head]() mutable {
-    auto push = to_push_request(std::move(request));
-    encode_response(call_handler(self->state_->handler, push),
-                    {.version = version, .head = head, .keep_alive = again}, self->response_);
+  net::post(state_->workers, [self = shared_from_this(), request = std::move(request),
+                              framing]() mutable {
+    encode_response(call_handler(self->state_->handler, request), framing, self->response_);
     const InlineWrite sent = self->write_inline();
-    net::post(self->executor(), [self, sent, again] { self->after_inline_write(sent, again); });
+    net::post(self->executor(), [self, sent, keep_alive = framing.keep_alive] {
+      self->after_inline_write(sent, keep_alive);
+    });
   });
 }
 
-void Connection::dispatch_async(BeastRequest request, bool keep_alive) {
-  const unsigned version = request.version();
-  const bool head = request.method() == beast_http::verb::head;
-  auto respond =
-      Responder(std::make_shared<Responder::State>(shared_from_this(), keep_alive, version, head));
-  auto push = to_push_request(std::move(request));
-  const std::string method = push.method;
+void Connection::dispatch_async(pubsub::PushRequest&& request, Framing framing) {
+  auto respond = Responder(std::make_shared<Responder::State>(shared_from_this(), framing));
+  const std::string method = request.method;
   in_handler_ = true;
   try {
-    state_->async_handler(std::move(push), respond);
+    state_->async_handler(std::move(request), respond);
   } catch (...) {
     respond(answer_to_throw(std::current_exception(), method));
   }
   in_handler_ = false;
 }
 
-void Connection::answer(pubsub::PushResponse&& response, bool keep_alive, unsigned version,
-                        bool head) {
+void Connection::answer(pubsub::PushResponse&& response, Framing framing) {
   if (in_handler_) {
     // Answered inside the handler call: sent once it returns, or the next pipelined request
     // would start one stack frame deeper each time.
-    net::post(executor(),
-              [self = shared_from_this(), response = std::move(response), keep_alive, version,
-               head]() mutable { self->answer(std::move(response), keep_alive, version, head); });
+    net::post(executor(), [self = shared_from_this(), response = std::move(response),
+                           framing]() mutable { self->answer(std::move(response), framing); });
     return;
   }
-  encode_response(std::move(response), {.version = version, .head = head, .keep_alive = keep_alive},
-                  response_);
-  after_inline_write(write_inline(), keep_alive);
+  encode_response(std::move(response), framing, response_);
+  after_inline_write(write_inline(), framing.keep_alive);
 }
 
 // Runs on the worker, while the event loop has nothing pending on this connection (no read is
@@ -460,8 +454,8 @@ void Responder::State::send(pubsub::PushResponse&& response) {
   // runs at once, without another pass of the loop (each pass is a syscall).
   auto& c = *connection;
   net::dispatch(c.executor(), [connection = connection, response = std::move(response),
-                               keep_alive = keep_alive, version = version, head = head]() mutable {
-    connection->answer(std::move(response), keep_alive, version, head);
+                               framing = framing]() mutable {
+    connection->answer(std::move(response), framing);
   });
 }
 

@@ -21,8 +21,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http/parser.hpp>
-#include <boost/beast/http/string_body.hpp>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -32,6 +30,7 @@
 
 #include "adapter.h"
 #include "request_guard.h"
+#include "request_parser.h"
 #include "server_state.h"
 
 namespace idempotency::http::detail {
@@ -53,7 +52,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void close_if_idle();
   /// answer() sends an AsyncHandler's response (after the handler call returns, when given
   /// inside it); runs on the strand.
-  void answer(pubsub::PushResponse&& response, bool keep_alive, unsigned version, bool head);
+  void answer(pubsub::PushResponse&& response, Framing framing);
 
  private:
   enum class Phase { kReading, kHandling, kWriting, kClosing };
@@ -68,7 +67,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   enum class InlineWrite { kDone, kPending, kFailed };
 
   void dispatch();
-  void dispatch_async(BeastRequest request, bool keep_alive);
+  void dispatch_async(pubsub::PushRequest&& request, Framing framing);
   InlineWrite write_inline();
   // The part of response_ not sent yet.
   [[nodiscard]] std::array<boost::asio::const_buffer, 2> unsent() const;
@@ -96,7 +95,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool timer_waiting_ = false;
   std::shared_ptr<ServerState> state_;
   boost::beast::flat_buffer buffer_;
-  std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
+  std::optional<RequestParser> parser_;
   HeaderScan scan_;
   EncodedResponse response_;  // the answer being sent, kept (with its capacity) until written
   std::size_t response_sent_ = 0;
@@ -114,8 +113,8 @@ namespace idempotency::http {
 
 // What a Responder answers on: the connection and how its request wants the answer framed.
 struct Responder::State {
-  State(std::shared_ptr<detail::Connection> c, bool k, unsigned v, bool h)
-      : connection(std::move(c)), keep_alive(k), version(v), head(h) {}
+  State(std::shared_ptr<detail::Connection> c, detail::Framing f)
+      : connection(std::move(c)), framing(f) {}
   State(const State&) = delete;
   State& operator=(const State&) = delete;
   // Unanswered: answers 500, so the connection moves on.
@@ -125,9 +124,7 @@ struct Responder::State {
   void send(pubsub::PushResponse&& response);
 
   std::shared_ptr<detail::Connection> connection;
-  bool keep_alive;
-  unsigned version;
-  bool head;
+  detail::Framing framing;
   std::atomic<bool> answered{false};
 };
 

@@ -1,6 +1,8 @@
-// The server frames every answer itself, over raw sockets: the exact bytes for each HTTP version
-// and for HEAD, the handler's framing headers replaced by the server's, and a large answer to a
-// client that does not read at once arriving whole.
+// The server's framing, over raw sockets: the handler gets the request exactly as sent (method,
+// target, every field in order, a Content-Length or a chunked body), and every answer is framed
+// by the server itself: the exact bytes for each HTTP version and for HEAD, the handler's framing
+// headers replaced by the server's, and a large answer to a client that does not read at once
+// arriving whole.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -15,6 +17,27 @@ namespace idempotency::http {
 namespace {
 
 using idempotency::testing::RawConnection;
+
+TEST(HttpFraming, TheHandlerGetsTheRequestAsSent) {
+  Server server([](const pubsub::PushRequest& request) {
+    std::string seen = request.method + " " + request.path + "\n";
+    for (const auto& h : request.headers) seen += h.name + "=" + h.value + "\n";
+    return pubsub::PushResponse{.status = 200, .headers = {}, .body = seen + request.body + "|"};
+  });
+  const int port = server.start("127.0.0.1", 0);
+  RawConnection c(port);
+  ASSERT_TRUE(c.is_open());
+  // Two requests in one write (pipelined): a chunked body, then a Content-Length one.
+  c.send(
+      "PUT /a/b?c=d HTTP/1.1\r\nHost: x\r\nX-Two: 1\r\nx-two: 2\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
+      "POST / HTTP/1.1\r\nHost: y\r\nContent-Length: 3\r\nConnection: close\r\n\r\nxyz");
+  ASSERT_TRUE(c.read_to_close());
+  EXPECT_THAT(c.received(), ::testing::HasSubstr("\r\n\r\nPUT /a/b?c=d\nHost=x\nX-Two=1\nx-two=2\n"
+                                                 "Transfer-Encoding=chunked\nabcde|"));
+  EXPECT_THAT(c.received(), ::testing::HasSubstr("\r\n\r\nPOST /\nHost=y\nContent-Length=3\n"
+                                                 "Connection=close\nxyz|"));
+}
 
 TEST(HttpFraming, EachVersionAndMethodGetsTheServersOwnFraming) {
   Server server([](const pubsub::PushRequest&) {
