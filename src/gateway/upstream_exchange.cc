@@ -43,7 +43,6 @@ using upstream_detail::IdleConnections;
 using upstream_detail::no_answer;
 using upstream_detail::not_sent;
 using upstream_detail::one_line;
-using upstream_detail::take_head;
 namespace asio = upstream_detail::asio;
 namespace beast = upstream_detail::beast;
 namespace http = upstream_detail::http;
@@ -53,7 +52,7 @@ namespace {
 // Far above any sane response header, small enough that a hostile one cannot hurt.
 constexpr std::uint32_t kHeaderLimit = 64 * 1024;
 
-using Parser = http::response_parser<http::string_body>;
+using Parser = upstream_detail::ResponseParser;
 
 auto token(beast::error_code& ec) { return asio::redirect_error(asio::use_awaitable, ec); }
 
@@ -83,9 +82,11 @@ UpstreamReply read_reply(Parser& parser, const beast::error_code& ec, bool timed
     return no_answer("no valid HTTP response: " + one_line(ec.message()));
   }
   UpstreamReply reply;
-  take_head(parser.get(), reply.response);
+  reply.response = std::move(parser.response());
   if (ec) {
     // The status and header arrived, so the upstream answered; the body did not all come.
+    reply.response.body.clear();
+    reply.response.body.shrink_to_fit();
     reply.truncated = true;
     if (ec != http::error::body_limit) {
       reply.error = timed_out ? "timed out reading the response body"
@@ -93,7 +94,6 @@ UpstreamReply read_reply(Parser& parser, const beast::error_code& ec, bool timed
     }
     return reply;
   }
-  reply.response.body = std::move(parser.get().body());
   return reply;
 }
 
@@ -195,7 +195,7 @@ asio::awaitable<UpstreamReply> UpstreamPool::Impl::exchange(
           });
           timed_out = ec && connection->expired();
           if (ec || !parser->is_header_done()) break;
-          const auto status = parser->get().result_int();
+          const auto status = parser->response().status;
           if (parser->is_done() && status / 100 == 1 && status != 101) {
             interim = true;  // the final response follows
           } else if (!parser->is_done()) {

@@ -83,8 +83,32 @@ std::optional<std::string> build_request(const pubsub::PushRequest& in,
                                          std::optional<std::int64_t> fence, const UpstreamUrl& url,
                                          const Origin& origin, std::string& out);
 
-// The final response's status and end-to-end headers.
-void take_head(const http::response<http::string_body>& message, pubsub::PushResponse& out);
+// Beast's strict HTTP/1 response parser, writing the status, the end-to-end header fields (no
+// hop-by-hop ones, nor those a Connection field lists) and the body straight into a
+// PushResponse, instead of into Beast's message and then copied.
+class ResponseParser : public http::basic_parser<false> {
+ public:
+  [[nodiscard]] pubsub::PushResponse& response() { return response_; }
+
+ private:
+  using error_code = beast::error_code;
+  using string_view = beast::string_view;
+
+  void on_request_impl(http::verb method, string_view method_string, string_view target,
+                       int version, error_code& ec) override;
+  void on_response_impl(int code, string_view reason, int version, error_code& ec) override;
+  void on_field_impl(http::field name, string_view name_string, string_view value,
+                     error_code& ec) override;
+  void on_header_impl(error_code& ec) override;
+  void on_body_init_impl(const boost::optional<std::uint64_t>& content_length,
+                         error_code& ec) override;
+  std::size_t on_body_impl(string_view body, error_code& ec) override;
+  void on_chunk_header_impl(std::uint64_t size, string_view extensions, error_code& ec) override;
+  std::size_t on_chunk_body_impl(std::uint64_t remain, string_view body, error_code& ec) override;
+  void on_finish_impl(error_code& ec) override;
+
+  pubsub::PushResponse response_;
+};
 
 // ---------------------------------------------------------------------------------------
 // Connections and the idle ones (upstream_connections.cc)

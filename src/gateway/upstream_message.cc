@@ -1,6 +1,6 @@
 // The forwarded message: which headers cross the hop (RFC 9110 §7.6.1 and whatever
 // `Connection` names), which values may be written at all, the request serialized for its one
-// write, and the response's head.
+// write, and the response parsed into a PushResponse.
 #include <algorithm>
 #include <string>
 #include <string_view>
@@ -14,8 +14,8 @@ namespace idempotency::gateway {
 namespace upstream_detail {
 namespace {
 
-// Beast's fields (which the response is parsed into) keep name and value lengths in 16 bits;
-// longer request fields are not forwarded either.
+// A request field longer than this is not forwarded (a response's whole header is held to 64 KiB
+// by the exchange's header limit).
 constexpr std::size_t kMaxFieldBytes = 65'000;
 
 using idempotency::detail::iequals_ascii;
@@ -124,22 +124,61 @@ std::optional<std::string> build_request(const pubsub::PushRequest& in,
   return std::nullopt;
 }
 
-void take_head(const http::response<http::string_body>& message, pubsub::PushResponse& out) {
-  out.status = static_cast<int>(message.result_int());
-  // Beast's string_view is Boost's; the helpers here take the standard one.
-  const auto view = [](boost::beast::string_view s) {
-    return std::string_view(s.data(), s.size());
-  };
-  Tokens listed;
-  for (const auto& field : message) {
-    add_connection_tokens(view(field.name_string()), view(field.value()), listed);
-  }
-  for (const auto& field : message) {
-    const std::string_view name = view(field.name_string());
-    if (is_hop_by_hop(name) || is_listed(listed, name)) continue;
-    out.headers.push_back({std::string(name), std::string(view(field.value()))});
-  }
+namespace {
+
+std::string_view view(beast::string_view s) { return {s.data(), s.size()}; }
+
+}  // namespace
+
+void ResponseParser::on_request_impl(http::verb /*method*/, string_view /*method_string*/,
+                                     string_view /*target*/, int /*version*/, error_code& /*ec*/) {
+}  // a response parser never sees one
+
+void ResponseParser::on_response_impl(int code, string_view /*reason*/, int /*version*/,
+                                      error_code& /*ec*/) {
+  response_.status = code;
+  response_.headers.reserve(8);  // a typical response's, in one allocation instead of four
 }
+
+void ResponseParser::on_field_impl(http::field /*name*/, string_view name_string, string_view value,
+                                   error_code& /*ec*/) {
+  response_.headers.push_back({std::string(view(name_string)), std::string(view(value))});
+}
+
+// With every field in: drop the hop-by-hop ones and those a Connection field names.
+void ResponseParser::on_header_impl(error_code& /*ec*/) {
+  Tokens listed;
+  for (const auto& h : response_.headers) add_connection_tokens(h.name, h.value, listed);
+  std::vector<std::string> names;  // the listed names outlive the fields they are views into
+  names.reserve(listed.size());
+  for (const auto token : listed) names.emplace_back(token);
+  std::erase_if(response_.headers, [&](const pubsub::Header& h) {
+    return is_hop_by_hop(h.name) ||
+           std::any_of(names.begin(), names.end(),
+                       [&](const std::string& n) { return iequals_ascii(n, h.name); });
+  });
+}
+
+void ResponseParser::on_body_init_impl(const boost::optional<std::uint64_t>& content_length,
+                                       error_code& /*ec*/) {
+  // Within body_limit: the base parser refused a larger Content-Length before calling this.
+  if (content_length) response_.body.reserve(static_cast<std::size_t>(*content_length));
+}
+
+std::size_t ResponseParser::on_body_impl(string_view body, error_code& /*ec*/) {
+  response_.body.append(body.data(), body.size());
+  return body.size();
+}
+
+void ResponseParser::on_chunk_header_impl(std::uint64_t /*size*/, string_view /*extensions*/,
+                                          error_code& /*ec*/) {}
+
+std::size_t ResponseParser::on_chunk_body_impl(std::uint64_t /*remain*/, string_view body,
+                                               error_code& ec) {
+  return on_body_impl(body, ec);
+}
+
+void ResponseParser::on_finish_impl(error_code& /*ec*/) {}
 
 }  // namespace upstream_detail
 
