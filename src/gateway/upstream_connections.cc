@@ -1,5 +1,5 @@
-// Connections to the upstream: opening one (resolve, connect, TLS) by a deadline on the exchange
-// coroutine's executor, the watchdog timer that enforces deadlines by closing the connection,
+// Connections to the upstream: opening one (resolve, connect, TLS; a coroutine) by a deadline on
+// the exchange's executor, the watchdog timer that enforces deadlines by closing the connection,
 // and an io_context's idle connections, kept for reuse only while surely usable.
 #include <netinet/in.h>
 #include <netinet/tcp.h>

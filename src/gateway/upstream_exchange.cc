@@ -1,5 +1,5 @@
-// The exchange with the upstream, one coroutine from the request to the reply, which both of
-// UpstreamPool's entry points run: take an idle connection of the io_context or open one, write
+// The exchange with the upstream, a chain of callbacks from the request to the reply, which both
+// of UpstreamPool's entry points run: take an idle connection of the io_context or open one, write
 // the request in one go, read the response (skipping interim ones), keep the connection if it is
 // at a message boundary, and retry only a request that provably never left a dead idle
 // connection. Deadlines are the connection's watchdog: at a deadline it closes the connection,
@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <new>
 #include <optional>
@@ -54,8 +55,6 @@ constexpr std::uint32_t kHeaderLimit = 64 * 1024;
 
 using Parser = upstream_detail::ResponseParser;
 
-auto token(beast::error_code& ec) { return asio::redirect_error(asio::use_awaitable, ec); }
-
 // The reply for a write that failed (`ec`) after `written` bytes. Plain TCP reports exactly what
 // the kernel took; TLS counts plaintext, so any started TLS write may have put a record on the
 // wire.
@@ -97,135 +96,247 @@ UpstreamReply read_reply(Parser& parser, const beast::error_code& ec, bool timed
   return reply;
 }
 
-// Drops the exchange's connection unless it was given back: its watchdog stopped, its socket
-// closed. Also when the coroutine unwinds or is destroyed unfinished.
-class DropConnection {
+// One exchange, a chain of callbacks on `executor_` (one operation pending at a time, so its
+// steps never overlap): its state lives here, held by whichever handler is pending.
+class Exchange : public std::enable_shared_from_this<Exchange> {
  public:
-  explicit DropConnection(std::shared_ptr<Connection>& connection) : connection_(connection) {}
-  DropConnection(const DropConnection&) = delete;
-  DropConnection& operator=(const DropConnection&) = delete;
-  ~DropConnection() {
-    if (connection_) {
-      connection_->disarm();
-      connection_->close();
-    }
+  using Impl = UpstreamPool::Impl;
+  using Done = std::function<void(UpstreamReply)>;
+
+  Exchange(std::shared_ptr<const Impl> impl, const pubsub::PushRequest& request,
+           std::optional<std::int64_t> fence, asio::io_context& io, asio::any_io_executor executor,
+           Clock::time_point start, Impl::OnBadAlloc on_bad_alloc, Done done)
+      : impl_(std::move(impl)),
+        request_(request),
+        fence_(fence),
+        io_(io),
+        executor_(std::move(executor)),
+        start_(start),
+        deadline_(start + impl_->options.timeout),
+        on_bad_alloc_(on_bad_alloc),
+        done_(std::move(done)),
+        idle_(asio::use_service<IdleConnections>(io)) {}
+  Exchange(const Exchange&) = delete;
+  Exchange& operator=(const Exchange&) = delete;
+
+  // Dropped unfinished (its io_context destroyed): the connection was not given back.
+  ~Exchange() { drop_connection(); }
+
+  // Takes an idle connection or opens one, and sends the request.
+  void start() {
+    step([&] {
+      std::optional<std::string> invalid;
+      if (impl_->setup_error.empty()) {
+        connection_ = idle_.take(impl_->id, start_);
+        reused_ = connection_ != nullptr;
+        if (reused_) text_ = std::move(connection_->request);  // its capacity, for this request
+        text_.clear();
+        invalid = build_request(request_, fence_, impl_->url, impl_->origin, text_);
+      } else {
+        invalid = impl_->setup_error;
+      }
+      if (invalid) {
+        reply_ = not_sent(std::move(*invalid));
+        if (reused_) give_back();
+        finish();
+        return;
+      }
+      send();
+    });
   }
 
  private:
-  std::shared_ptr<Connection>& connection_;
+  // At most twice: over a reused connection found dead, then over a new one.
+  void send() {
+    if (connection_) {
+      write();
+      return;
+    }
+    connection_ = std::make_shared<Connection>(io_, impl_->tls ? &*impl_->tls : nullptr);
+    const auto connect_deadline =
+        start_ + std::min(impl_->options.connect_timeout, impl_->options.timeout);
+    asio::co_spawn(
+        executor_, impl_->connect(io_, executor_, *connection_, connect_deadline),
+        [self = shared_from_this()](const std::exception_ptr& failure, std::string error) {
+          self->step([&] {
+            if (failure) std::rethrow_exception(failure);
+            if (!error.empty()) {
+              self->reply_ = not_sent(std::move(error));
+              self->finish();
+              return;
+            }
+            self->write();
+          });
+        });
+  }
+
+  // One write, so one sendmsg (one TLS record): nothing waits on an ACK between parts.
+  void write() {
+    if (Clock::now() >= deadline_) {
+      reply_ = not_sent("timed out before the request was written");
+      finish();
+      return;
+    }
+    connection_->arm(deadline_, executor_);
+    maybe_sent_ = true;
+    connection_->with_stream([&](auto& stream) {
+      asio::async_write(stream, asio::buffer(text_),
+                        asio::bind_executor(executor_, [self = shared_from_this()](
+                                                           beast::error_code ec, std::size_t n) {
+                          self->step([&] { self->on_written(ec, n); });
+                        }));
+    });
+  }
+
+  void on_written(const beast::error_code& ec, std::size_t written) {
+    if (!ec) {
+      read_head();
+      return;
+    }
+    const bool timed_out = connection_->expired();
+    reply_ = write_failed(ec, written, connection_->tls() != nullptr, timed_out, maybe_sent_);
+    if (reused_ && !maybe_sent_ && !timed_out) {
+      // The idle connection died under us; nothing left, so a retry is safe.
+      drop_connection();
+      reused_ = false;
+      send();
+      return;
+    }
+    finish();
+  }
+
+  // The header first, on its own: Boost 1.74's parser, reading eagerly, loses its own
+  // body_limit error for a too-large Content-Length when body bytes came with the header
+  // (basic_parser::put loops on into the body), and would read the whole body.
+  void read_head() {
+    parser_.emplace();
+    parser_->header_limit(kHeaderLimit);
+    parser_->body_limit(std::uint64_t{impl_->options.max_response_bytes});
+    if (request_.method == "HEAD") parser_->skip(true);  // a Content-Length but no body
+    connection_->with_stream([&](auto& stream) {
+      http::async_read_header(
+          stream, connection_->buffer, *parser_,
+          asio::bind_executor(executor_,
+                              [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                                self->step([&] { self->on_head(ec); });
+                              }));
+    });
+  }
+
+  void on_head(const beast::error_code& ec) {
+    if (ec || !parser_->is_header_done()) {
+      on_response(ec);
+      return;
+    }
+    const auto status = parser_->response().status;
+    if (parser_->is_done() && status / 100 == 1 && status != 101) {
+      read_head();  // an interim response: the final one follows
+      return;
+    }
+    if (parser_->is_done()) {
+      on_response(ec);
+      return;
+    }
+    connection_->ack_now();
+    // Chunked and close-delimited bodies are held to body_limit as they arrive.
+    connection_->with_stream([&](auto& stream) {
+      http::async_read(stream, connection_->buffer, *parser_,
+                       asio::bind_executor(executor_, [self = shared_from_this()](
+                                                          beast::error_code e, std::size_t) {
+                         self->step([&] { self->on_response(e); });
+                       }));
+    });
+  }
+
+  void on_response(const beast::error_code& ec) {
+    reply_ = read_reply(*parser_, ec, ec && connection_->expired());
+    // Only a connection whose response ended cleanly, by its length, with nothing unasked
+    // after it, is known to be at a message boundary.
+    if (!ec && parser_->keep_alive() && reply_.response.status != 101 &&
+        connection_->buffer.size() == 0 && connection_->disarm()) {
+      text_.swap(connection_->request);  // its capacity, for the next request
+      give_back();
+    }
+    finish();
+  }
+
+  void give_back() {
+    idle_.give_back(impl_->id, impl_->alive, std::exchange(connection_, nullptr),
+                    impl_->options.max_idle);
+  }
+
+  // The connection, unless given back, is done with: its watchdog stopped, its socket closed.
+  void drop_connection() {
+    if (!connection_) return;
+    connection_->disarm();
+    connection_->close();
+    connection_ = nullptr;
+  }
+
+  void finish() {
+    finished_ = true;
+    drop_connection();
+    reply_.elapsed = Clock::now() - start_;
+    auto done = std::move(done_);
+    done(std::move(reply_));
+  }
+
+  // Runs one step: what it throws ends the exchange with a reply (std::bad_alloc propagates
+  // instead for forward(), which lets it), unless the reply was already given.
+  template <class F>
+  void step(F&& f) {
+    try {
+      f();
+    } catch (const std::bad_alloc&) {
+      if (finished_ || on_bad_alloc_ == Impl::OnBadAlloc::kThrow) throw;
+      fail("out of memory");
+    } catch (const std::exception& e) {
+      // Asio reports a failure to create its reactor (no file descriptors left) by throwing.
+      if (finished_) throw;
+      fail(one_line(e.what()));
+    } catch (...) {
+      // Not a std::exception: nothing tells how far the request got.
+      if (finished_ || on_bad_alloc_ == Impl::OnBadAlloc::kThrow) throw;
+      reply_ = no_answer("the exchange failed");
+      finish();
+    }
+  }
+
+  void fail(std::string error) {
+    reply_ = maybe_sent_ ? no_answer(std::move(error)) : not_sent(std::move(error));
+    finish();
+  }
+
+  std::shared_ptr<const Impl> impl_;
+  const pubsub::PushRequest& request_;  // the caller keeps it until done_ is called
+  std::optional<std::int64_t> fence_;
+  asio::io_context& io_;
+  asio::any_io_executor executor_;
+  Clock::time_point start_;
+  Clock::time_point deadline_;
+  Impl::OnBadAlloc on_bad_alloc_;
+  Done done_;
+  IdleConnections& idle_;
+  std::shared_ptr<Connection> connection_;
+  std::string text_;  // the request, serialized
+  std::optional<Parser> parser_;
+  UpstreamReply reply_;
+  bool reused_ = false;
+  bool maybe_sent_ = false;
+  bool finished_ = false;
 };
 
 }  // namespace
 
-asio::awaitable<UpstreamReply> UpstreamPool::Impl::exchange(
-    const pubsub::PushRequest& request, std::optional<std::int64_t> fence, asio::io_context& io,
-    asio::any_io_executor executor, Clock::time_point start, OnBadAlloc on_bad_alloc) const {
-  const auto deadline = start + options.timeout;
-  const auto connect_deadline = start + std::min(options.connect_timeout, options.timeout);
-  std::shared_ptr<Connection> connection;
-  const DropConnection drop(connection);
-  bool maybe_sent = false;
-  UpstreamReply reply;
-  try {
-    auto& idle = asio::use_service<IdleConnections>(io);
-    std::string text;  // the request, serialized
-    bool reused = false;
-    if (setup_error.empty()) {
-      connection = idle.take(id, start);
-      reused = connection != nullptr;
-      if (reused) text = std::move(connection->request);  // its capacity, for this request
-      text.clear();
-    }
-    auto invalid = setup_error.empty() ? build_request(request, fence, url, origin, text)
-                                       : std::optional<std::string>(setup_error);
-    if (invalid) {
-      reply = not_sent(std::move(*invalid));
-      if (reused) idle.give_back(id, alive, std::move(connection), options.max_idle);
-    } else {
-      // At most twice: over a reused connection found dead, then over a new one.
-      for (bool retry = true; retry;) {
-        retry = false;
-        if (!connection) {
-          connection = std::make_shared<Connection>(io, tls ? &*tls : nullptr);
-          if (auto error = co_await connect(io, executor, *connection, connect_deadline);
-              !error.empty()) {
-            reply = not_sent(std::move(error));
-            break;
-          }
-        }
-        if (Clock::now() >= deadline) {
-          reply = not_sent("timed out before the request was written");
-          break;
-        }
-        connection->arm(deadline, executor);
-
-        // One write, so one sendmsg (one TLS record): nothing waits on an ACK between parts.
-        maybe_sent = true;
-        beast::error_code ec;
-        const std::size_t written = co_await connection->with_stream(
-            [&](auto& stream) { return asio::async_write(stream, asio::buffer(text), token(ec)); });
-        if (ec) {
-          const bool timed_out = connection->expired();
-          reply = write_failed(ec, written, connection->tls() != nullptr, timed_out, maybe_sent);
-          if (reused && !maybe_sent && !timed_out) {
-            // The idle connection died under us; nothing left, so a retry is safe.
-            connection->disarm();
-            connection->close();
-            connection = nullptr;
-            reused = false;
-            retry = true;
-          }
-          continue;
-        }
-
-        const bool head = request.method == "HEAD";
-        std::optional<Parser> parser;
-        bool timed_out = false;
-        for (bool interim = true; interim;) {
-          interim = false;
-          parser.emplace();
-          parser->header_limit(kHeaderLimit);
-          parser->body_limit(std::uint64_t{options.max_response_bytes});
-          if (head) parser->skip(true);  // a HEAD response has a Content-Length but no body
-          // The header first, on its own: Boost 1.74's parser, reading eagerly, loses its own
-          // body_limit error for a too-large Content-Length when body bytes came with the
-          // header (basic_parser::put loops on into the body), and would read the whole body.
-          co_await connection->with_stream([&](auto& stream) {
-            return http::async_read_header(stream, connection->buffer, *parser, token(ec));
-          });
-          timed_out = ec && connection->expired();
-          if (ec || !parser->is_header_done()) break;
-          const auto status = parser->response().status;
-          if (parser->is_done() && status / 100 == 1 && status != 101) {
-            interim = true;  // the final response follows
-          } else if (!parser->is_done()) {
-            connection->ack_now();
-            // Chunked and close-delimited bodies are held to body_limit as they arrive.
-            co_await connection->with_stream([&](auto& stream) {
-              return http::async_read(stream, connection->buffer, *parser, token(ec));
-            });
-            timed_out = ec && connection->expired();
-          }
-        }
-        reply = read_reply(*parser, ec, timed_out);
-        // Only a connection whose response ended cleanly, by its length, with nothing unasked
-        // after it, is known to be at a message boundary.
-        if (!ec && parser->keep_alive() && reply.response.status != 101 &&
-            connection->buffer.size() == 0 && connection->disarm()) {
-          text.swap(connection->request);  // its capacity, for the next request
-          idle.give_back(id, alive, std::exchange(connection, nullptr), options.max_idle);
-        }
-      }
-    }
-  } catch (const std::bad_alloc&) {
-    if (on_bad_alloc == OnBadAlloc::kThrow) throw;
-    reply = maybe_sent ? no_answer("out of memory") : not_sent("out of memory");
-  } catch (const std::exception& e) {
-    // Asio reports a failure to create its reactor (no file descriptors left) by throwing.
-    reply = maybe_sent ? no_answer(one_line(e.what())) : not_sent(one_line(e.what()));
-  }
-  reply.elapsed = Clock::now() - start;
-  co_return reply;
+void UpstreamPool::Impl::exchange(std::shared_ptr<const Impl> impl,
+                                  const pubsub::PushRequest& request,
+                                  std::optional<std::int64_t> fence, asio::io_context& io,
+                                  asio::any_io_executor executor, Clock::time_point start,
+                                  OnBadAlloc on_bad_alloc,
+                                  std::function<void(UpstreamReply)> done) {
+  std::make_shared<Exchange>(std::move(impl), request, fence, io, std::move(executor), start,
+                             on_bad_alloc, std::move(done))
+      ->start();
 }
 
 }  // namespace idempotency::gateway

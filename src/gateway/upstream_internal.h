@@ -1,9 +1,9 @@
 // UpstreamPool internals shared by its sources (never installed): where to connect
 // (upstream_url.cc), the forwarded message (upstream_message.cc), one connection, its deadline
-// watchdog and an io_context's idle connections (upstream_connections.cc), and the exchange, one
-// coroutine (upstream_exchange.cc). upstream_pool.cc runs that coroutine for both entry points.
+// watchdog and an io_context's idle connections (upstream_connections.cc), and the exchange, a
+// chain of callbacks (upstream_exchange.cc). upstream_pool.cc runs it for both entry points.
 //
-// Thread safety: a Connection is used by one coroutine at a time, and only on that coroutine's
+// Thread safety: a Connection is used by one exchange at a time, and only on that exchange's
 // executor (its watchdog's handler runs there too); IdleConnections is mutex-guarded.
 #pragma once
 
@@ -25,6 +25,7 @@
 #include <boost/asio/execution_context.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -35,6 +36,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -118,7 +120,7 @@ class ResponseParser : public http::basic_parser<false> {
 // operation is pending completes at once (operation_aborted) and tells how far it got.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  // Sockets and timer are made on `io`: a pooled connection outlives the coroutine that made it.
+  // Sockets and timer are made on `io`: a pooled connection outlives the exchange that made it.
   Connection(asio::io_context& io, ssl::context* tls);
 
   tcp::socket& socket() { return tls_ ? tls_->next_layer() : *plain_; }
@@ -143,8 +145,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // closed it (recv would return 0) nor sent anything unasked (a late or stray response).
   bool still_open();
 
-  // Closes the connection at `deadline`, in a handler run on `executor` (the coroutine's), so
-  // it never races the coroutine. One deadline at a time: disarm() before arming again.
+  // Closes the connection at `deadline`, in a handler run on `executor` (the exchange's), so
+  // it never races the exchange. One deadline at a time: disarm() before arming again.
   void arm(Clock::time_point deadline, const asio::any_io_executor& executor);
   // Stops the watchdog. False when it has fired or is about to (its handler is queued): the
   // connection is then closed, or will be, and must not be reused.
@@ -220,18 +222,20 @@ struct UpstreamPool::Impl {
   mutable std::optional<upstream_detail::ssl::context> tls;
   std::string setup_error;  // set when no request can be sent at all
 
-  // What the coroutine does with std::bad_alloc: forward() lets it propagate; forward_async()
+  // What the exchange does with std::bad_alloc: forward() lets it propagate; forward_async()
   // cannot, so it becomes a reply.
   enum class OnBadAlloc { kThrow, kReply };
 
-  // The exchange, from taking or opening a connection to the reply (upstream_exchange.cc): one
-  // coroutine per request, spawned on `executor`, an executor of `io` (passed in because Clang's
-  // analyzer cannot follow `co_await this_coro::executor`). Deadlines count from `start`. Never
-  // throws but std::bad_alloc (with kThrow): transport failures are a reply kind.
-  upstream_detail::asio::awaitable<UpstreamReply> exchange(
-      const pubsub::PushRequest& request, std::optional<std::int64_t> fence,
-      upstream_detail::asio::io_context& io, upstream_detail::asio::any_io_executor executor,
-      upstream_detail::Clock::time_point start, OnBadAlloc on_bad_alloc) const;
+  // The exchange, from taking or opening a connection to the reply (upstream_exchange.cc), a
+  // chain of callbacks on `executor`, an executor of `io`; started here, on the calling thread,
+  // which must be one that may run `executor`'s handlers. `done` gets the reply (`request`
+  // must live until then); deadlines count from `start`. Transport failures are a reply kind;
+  // with kThrow a std::bad_alloc propagates out of the handler that met it (out of run_one()).
+  static void exchange(std::shared_ptr<const Impl> impl, const pubsub::PushRequest& request,
+                       std::optional<std::int64_t> fence, upstream_detail::asio::io_context& io,
+                       upstream_detail::asio::any_io_executor executor,
+                       upstream_detail::Clock::time_point start, OnBadAlloc on_bad_alloc,
+                       std::function<void(UpstreamReply)> done);
 
   // Opens `connection` (resolve, connect, TLS handshake) by `deadline`, for the exchange running
   // on `executor` (upstream_connections.cc). On failure, says why (nothing was sent).

@@ -1,12 +1,12 @@
-// UpstreamPool: the two entry points to the one exchange coroutine. forward() runs it on the
-// calling thread's own io_context until it completes; forward_async() spawns it on a strand of
-// the caller's io_context and hands the reply to a callback.
+// UpstreamPool: the two entry points to the one exchange. forward() runs it on the calling
+// thread's own io_context until it completes; forward_async() starts it on the caller's
+// io_context (on a strand of its own when several threads run it) and hands the reply to a
+// callback.
 #include "upstream_pool.h"
 
 #include <openssl/ssl.h>
 
 #include <atomic>
-#include <exception>
 #include <functional>
 #include <memory>
 #include <new>
@@ -23,7 +23,6 @@ namespace {
 namespace asio = upstream_detail::asio;
 namespace ssl = upstream_detail::ssl;
 using upstream_detail::Clock;
-using upstream_detail::no_answer;
 using upstream_detail::one_line;
 
 std::atomic<std::uint64_t> next_pool_id{1};
@@ -63,20 +62,15 @@ UpstreamReply UpstreamPool::forward(const pubsub::PushRequest& request,
   const auto start = Clock::now();
   asio::io_context& io = upstream_detail::thread_io();
   std::optional<UpstreamReply> reply;
-  std::exception_ptr failure;
-  asio::co_spawn(
-      io, impl_->exchange(request, fence, io, io.get_executor(), start, Impl::OnBadAlloc::kThrow),
-      [&](std::exception_ptr e, UpstreamReply r) {
-        failure = std::move(e);
-        reply = std::move(r);
-      });
+  Impl::exchange(impl_, request, fence, io, io.get_executor(), start, Impl::OnBadAlloc::kThrow,
+                 [&reply](UpstreamReply r) { reply = std::move(r); });
   // Only this thread runs `io`, and only here: it runs until this exchange is over (handlers
-  // an earlier exchange left behind, such as a cancelled watchdog's, run on the way).
+  // an earlier exchange left behind, such as a cancelled watchdog's, run on the way). A
+  // std::bad_alloc in a step propagates out of run_one().
   while (!reply) {
     if (io.stopped()) io.restart();
     io.run_one();
   }
-  if (failure) std::rethrow_exception(failure);  // std::bad_alloc
   return std::move(*reply);
 }
 
@@ -85,25 +79,23 @@ void UpstreamPool::forward_async(std::shared_ptr<const pubsub::PushRequest> requ
                                  std::function<void(UpstreamReply)> done,
                                  LoopThreads threads) const {
   const auto start = Clock::now();
-  const pubsub::PushRequest& message = *request;
   // The exchange's steps and its watchdog must never run at once: a strand of its own when
   // several threads run `io` (a strand is an allocation and a lock per exchange, so not when
-  // one does). The handler holds what the coroutine refers to until it is over.
-  const asio::any_io_executor executor = threads == LoopThreads::kOne
-                                             ? asio::any_io_executor(io.get_executor())
-                                             : asio::any_io_executor(asio::make_strand(io));
-  asio::co_spawn(executor,
-                 impl_->exchange(message, fence, io, executor, start, Impl::OnBadAlloc::kReply),
-                 [impl = impl_, request = std::move(request), done = std::move(done), start](
-                     const std::exception_ptr& failure, UpstreamReply reply) {
-                   if (failure) {
-                     // Not a std::exception (those are replies already): nothing tells how far
-                     // the request got.
-                     reply = no_answer("the exchange failed");
-                     reply.elapsed = Clock::now() - start;
-                   }
-                   done(std::move(reply));
-                 });
+  // one does).
+  asio::any_io_executor executor = threads == LoopThreads::kOne
+                                       ? asio::any_io_executor(io.get_executor())
+                                       : asio::any_io_executor(asio::make_strand(io));
+  // Started from the executor, never inside this call: `done` is not called before it returns.
+  asio::post(executor, [impl = impl_, request = std::move(request), fence, &io, executor, start,
+                        done = std::move(done)]() mutable {
+    const pubsub::PushRequest& message = *request;
+    Impl::exchange(std::move(impl), message, fence, io, std::move(executor), start,
+                   Impl::OnBadAlloc::kReply,
+                   // Holds the request the exchange refers to until the reply.
+                   [request = std::move(request), done = std::move(done)](UpstreamReply reply) {
+                     done(std::move(reply));
+                   });
+  });
 }
 
 }  // namespace idempotency::gateway

@@ -1,9 +1,10 @@
 // UpstreamPool: forwards a request to the upstream app over keep-alive connections, on
 // Boost.Beast.
 //
-// Each exchange is one C++20 coroutine (Asio awaitable), with real deadlines: a connect
-// deadline and one for the whole exchange, each a timer that closes the connection when it
-// passes. Two entry points run that same coroutine: forward() on the calling thread's own
+// Each exchange is one chain of callbacks (opening a connection is a C++20 coroutine: rare, and
+// clearer so), with real deadlines: a connect deadline and one for the whole exchange, each a
+// timer that closes the connection when it passes. Two entry points run that same exchange:
+// forward() on the calling thread's own
 // io_context (thread_local), blocking until the reply; forward_async() on an io_context the
 // caller runs (the HTTP server's event loop), handing the reply to a callback, with no thread
 // hop. Idle connections are kept per io_context: per calling thread for forward(), shared by the
@@ -121,8 +122,10 @@ class UpstreamPool {
                      std::function<void(UpstreamReply)> done,
                      LoopThreads threads = LoopThreads::kMany) const;
 
- private:
+  /// Impl is the pool's state (upstream_internal.h), named here for the exchange's own code.
   struct Impl;
+
+ private:
   // Shared with the exchanges forward_async() has in flight.
   std::shared_ptr<const Impl> impl_;
 };
