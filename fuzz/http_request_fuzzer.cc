@@ -52,7 +52,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // The body that came with the header: never more than was sent, or than the limit.
   parser.eager(true);
   const auto rest = input.substr(used);
-  (void)parser.put(boost::asio::buffer(rest.data(), rest.size()), ec);
+  // As the server: a request already complete (no body) is not fed again.
+  if (!parser.is_done() && !rest.empty()) {
+    (void)parser.put(boost::asio::buffer(rest.data(), rest.size()), ec);
+  }
   check(parser.request().body.size() <= rest.size());
   check(parser.request().body.size() <= std::size_t{1} << 20);
   // No accepted header block holds a line that starts with whitespace.

@@ -82,6 +82,7 @@ UpstreamReply read_reply(Parser& parser, const beast::error_code& ec, bool timed
   }
   UpstreamReply reply;
   reply.response = std::move(parser.response());
+  upstream_detail::drop_hop_by_hop(reply.response);
   if (ec) {
     // The status and header arrived, so the upstream answered; the body did not all come.
     reply.response.body.clear();
@@ -331,12 +332,16 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
 void UpstreamPool::Impl::exchange(std::shared_ptr<const Impl> impl,
                                   const pubsub::PushRequest& request,
                                   std::optional<std::int64_t> fence, asio::io_context& io,
-                                  asio::any_io_executor executor, Clock::time_point start,
-                                  OnBadAlloc on_bad_alloc,
+                                  const asio::any_io_executor& executor, Clock::time_point start,
+                                  OnBadAlloc on_bad_alloc, Begin begin,
                                   std::function<void(UpstreamReply)> done) {
-  std::make_shared<Exchange>(std::move(impl), request, fence, io, std::move(executor), start,
-                             on_bad_alloc, std::move(done))
-      ->start();
+  auto exchange = std::make_shared<Exchange>(std::move(impl), request, fence, io, executor, start,
+                                             on_bad_alloc, std::move(done));
+  if (begin == Begin::kNow) {
+    exchange->start();
+    return;
+  }
+  asio::post(executor, [exchange = std::move(exchange)] { exchange->start(); });
 }
 
 }  // namespace idempotency::gateway

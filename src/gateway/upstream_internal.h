@@ -85,9 +85,14 @@ std::optional<std::string> build_request(const pubsub::PushRequest& in,
                                          std::optional<std::int64_t> fence, const UpstreamUrl& url,
                                          const Origin& origin, std::string& out);
 
-// Beast's strict HTTP/1 response parser, writing the status, the end-to-end header fields (no
-// hop-by-hop ones, nor those a Connection field lists) and the body straight into a
-// PushResponse, instead of into Beast's message and then copied.
+// Beast's strict HTTP/1 response parser, writing the status, every header field (trailers too)
+// and the body straight into a PushResponse, instead of into Beast's message and then copied.
+// drop_hop_by_hop() then leaves the end-to-end fields.
+// Drops the hop-by-hop fields of `response` and those its Connection fields list. Run on what
+// was read, however the read ended: the parser may stop before the header's end (a body over
+// the limit) or add fields after it (a chunked body's trailers).
+void drop_hop_by_hop(pubsub::PushResponse& response);
+
 class ResponseParser : public http::basic_parser<false> {
  public:
   [[nodiscard]] pubsub::PushResponse& response() { return response_; }
@@ -226,16 +231,20 @@ struct UpstreamPool::Impl {
   // cannot, so it becomes a reply.
   enum class OnBadAlloc { kThrow, kReply };
 
+  // Where the exchange's first step runs: here, on the calling thread (which must be one that
+  // may run `executor`'s handlers), or posted to `executor`.
+  enum class Begin { kNow, kPosted };
+
   // The exchange, from taking or opening a connection to the reply (upstream_exchange.cc), a
-  // chain of callbacks on `executor`, an executor of `io`; started here, on the calling thread,
-  // which must be one that may run `executor`'s handlers. `done` gets the reply (`request`
-  // must live until then); deadlines count from `start`. Transport failures are a reply kind;
-  // with kThrow a std::bad_alloc propagates out of the handler that met it (out of run_one()).
+  // chain of callbacks on `executor`, an executor of `io`. `done` gets the reply (`request`
+  // must live until then); deadlines count from `start`. Transport failures are a reply kind.
+  // std::bad_alloc: thrown here if the exchange cannot be set up; later, with kThrow, it
+  // propagates out of the handler that met it (out of run_one()), with kReply it is a reply.
   static void exchange(std::shared_ptr<const Impl> impl, const pubsub::PushRequest& request,
                        std::optional<std::int64_t> fence, upstream_detail::asio::io_context& io,
-                       upstream_detail::asio::any_io_executor executor,
+                       const upstream_detail::asio::any_io_executor& executor,
                        upstream_detail::Clock::time_point start, OnBadAlloc on_bad_alloc,
-                       std::function<void(UpstreamReply)> done);
+                       Begin begin, std::function<void(UpstreamReply)> done);
 
   // Opens `connection` (resolve, connect, TLS handshake) by `deadline`, for the exchange running
   // on `executor` (upstream_connections.cc). On failure, says why (nothing was sent).

@@ -130,6 +130,19 @@ std::string_view view(beast::string_view s) { return {s.data(), s.size()}; }
 
 }  // namespace
 
+void drop_hop_by_hop(pubsub::PushResponse& response) {
+  Tokens listed;
+  for (const auto& h : response.headers) add_connection_tokens(h.name, h.value, listed);
+  std::vector<std::string> names;  // the listed names outlive the fields they are views into
+  names.reserve(listed.size());
+  for (const auto token : listed) names.emplace_back(token);
+  std::erase_if(response.headers, [&](const pubsub::Header& h) {
+    return is_hop_by_hop(h.name) ||
+           std::any_of(names.begin(), names.end(),
+                       [&](const std::string& n) { return iequals_ascii(n, h.name); });
+  });
+}
+
 void ResponseParser::on_request_impl(http::verb /*method*/, string_view /*method_string*/,
                                      string_view /*target*/, int /*version*/, error_code& /*ec*/) {
 }  // a response parser never sees one
@@ -145,19 +158,7 @@ void ResponseParser::on_field_impl(http::field /*name*/, string_view name_string
   response_.headers.push_back({std::string(view(name_string)), std::string(view(value))});
 }
 
-// With every field in: drop the hop-by-hop ones and those a Connection field names.
-void ResponseParser::on_header_impl(error_code& /*ec*/) {
-  Tokens listed;
-  for (const auto& h : response_.headers) add_connection_tokens(h.name, h.value, listed);
-  std::vector<std::string> names;  // the listed names outlive the fields they are views into
-  names.reserve(listed.size());
-  for (const auto token : listed) names.emplace_back(token);
-  std::erase_if(response_.headers, [&](const pubsub::Header& h) {
-    return is_hop_by_hop(h.name) ||
-           std::any_of(names.begin(), names.end(),
-                       [&](const std::string& n) { return iequals_ascii(n, h.name); });
-  });
-}
+void ResponseParser::on_header_impl(error_code& /*ec*/) {}
 
 void ResponseParser::on_body_init_impl(const boost::optional<std::uint64_t>& content_length,
                                        error_code& /*ec*/) {

@@ -63,7 +63,7 @@ UpstreamReply UpstreamPool::forward(const pubsub::PushRequest& request,
   asio::io_context& io = upstream_detail::thread_io();
   std::optional<UpstreamReply> reply;
   Impl::exchange(impl_, request, fence, io, io.get_executor(), start, Impl::OnBadAlloc::kThrow,
-                 [&reply](UpstreamReply r) { reply = std::move(r); });
+                 Impl::Begin::kNow, [&reply](UpstreamReply r) { reply = std::move(r); });
   // Only this thread runs `io`, and only here: it runs until this exchange is over (handlers
   // an earlier exchange left behind, such as a cancelled watchdog's, run on the way). A
   // std::bad_alloc in a step propagates out of run_one().
@@ -85,17 +85,15 @@ void UpstreamPool::forward_async(std::shared_ptr<const pubsub::PushRequest> requ
   asio::any_io_executor executor = threads == LoopThreads::kOne
                                        ? asio::any_io_executor(io.get_executor())
                                        : asio::any_io_executor(asio::make_strand(io));
-  // Started from the executor, never inside this call: `done` is not called before it returns.
-  asio::post(executor, [impl = impl_, request = std::move(request), fence, &io, executor, start,
-                        done = std::move(done)]() mutable {
-    const pubsub::PushRequest& message = *request;
-    Impl::exchange(std::move(impl), message, fence, io, std::move(executor), start,
-                   Impl::OnBadAlloc::kReply,
-                   // Holds the request the exchange refers to until the reply.
-                   [request = std::move(request), done = std::move(done)](UpstreamReply reply) {
-                     done(std::move(reply));
-                   });
-  });
+  // Set up here (so a std::bad_alloc is the caller's, as before), started from the executor:
+  // `done` is never called before this returns.
+  const pubsub::PushRequest& message = *request;
+  Impl::exchange(impl_, message, fence, io, executor, start, Impl::OnBadAlloc::kReply,
+                 Impl::Begin::kPosted,
+                 // Holds the request the exchange refers to until the reply.
+                 [request = std::move(request), done = std::move(done)](UpstreamReply reply) {
+                   done(std::move(reply));
+                 });
 }
 
 }  // namespace idempotency::gateway

@@ -648,9 +648,13 @@ RawServer::Serve huge_body(std::string head, bool chunked) {
 
 TEST_P(UpstreamForward, TooLargeBodyIsTruncatedAndTheConnectionDropped) {
   for (bool chunked : {false, true}) {
-    const std::string head =
-        chunked ? "HTTP/1.1 200 OK\r\nX-App: yes\r\nTransfer-Encoding: chunked\r\n\r\n"
-                : "HTTP/1.1 200 OK\r\nX-App: yes\r\nContent-Length: 52428800\r\n\r\n";
+    // Hop-by-hop fields too: the read stops at the header's end (a Content-Length over the
+    // limit), and they must still be dropped.
+    const std::string fields =
+        "HTTP/1.1 200 OK\r\nX-App: yes\r\nConnection: X-Secret\r\nX-Secret: s\r\n"
+        "Upgrade: h2c\r\n";
+    const std::string head = fields + (chunked ? "Transfer-Encoding: chunked\r\n\r\n"
+                                               : "Content-Length: 52428800\r\n\r\n");
     RawServer server(huge_body(head, chunked));
     const auto pool = make_pool(server.url(), {.timeout = 10s});
 
@@ -663,10 +667,36 @@ TEST_P(UpstreamForward, TooLargeBodyIsTruncatedAndTheConnectionDropped) {
     EXPECT_EQ(reply.response.body.size(), 0u) << variant;  // not printed: it could be huge
     EXPECT_EQ(reply.error, "") << variant;
     EXPECT_EQ(header(reply.response, "X-App"), "yes");
+    for (const char* gone : {"Connection", "X-Secret", "Upgrade", "Content-Length"}) {
+      EXPECT_EQ(header(reply.response, gone), "") << gone << ", " << variant;
+    }
     EXPECT_LT(reply.elapsed, 5s);
     // The rest of the body was never read: the connection is gone, the next one is new.
     EXPECT_EQ(forward(pool, post(), 2).kind, Kind::kResponse);
     EXPECT_EQ(server.accepted(), 2) << variant;
+  }
+}
+
+TEST_P(UpstreamForward, TrailersAreHeadersAndHopByHopOnesAreDropped) {
+  RawServer server([](int fd, int) {
+    std::string pending;
+    read_request(fd, pending);
+    send_all(fd,
+             "HTTP/1.1 200 OK\r\nConnection: X-Secret\r\nTransfer-Encoding: chunked\r\n"
+             "Trailer: X-Secret, Upgrade, X-Trailer\r\n\r\n5\r\nhello\r\n0\r\n"
+             "X-Secret: t\r\nUpgrade: h2c\r\nX-Trailer: kept\r\n\r\n");
+    read_to_close(fd);
+  });
+  const auto pool = make_pool(server.url());
+
+  const auto reply = forward(pool, post(), 1);
+
+  ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+  EXPECT_EQ(reply.response.body, "hello");
+  EXPECT_FALSE(reply.truncated);
+  EXPECT_EQ(header(reply.response, "X-Trailer"), "kept");
+  for (const char* gone : {"Connection", "X-Secret", "Upgrade", "Transfer-Encoding", "Trailer"}) {
+    EXPECT_EQ(header(reply.response, gone), "") << gone;
   }
 }
 
