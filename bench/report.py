@@ -20,6 +20,7 @@ NGINX1 = "nginx peer (worker_processes 1)"
 NGINX2 = "nginx peer (worker_processes 2)"
 DIRECT = "upstream direct"
 GATEWAY = "gateway memory://"
+GATEWAY_REDIS = "gateway redis://"
 
 # Targets (see BENCHMARKS.md for why these).
 THROUGHPUT_RATIO_MIN = 1.0
@@ -489,7 +490,7 @@ def main():
 
     # Where the CPU went: on a box whose cores the load generator, the upstream and the proxy
     # share, a saturated run's rate is the cores over the CPU all of them spend per request.
-    cpu_runs = [r for r in runs if "cpu" in r and r["target"] in (DIRECT, NGINX1, NGINX2, GATEWAY)
+    cpu_runs = [r for r in runs if "cpu" in r and r["target"] in (DIRECT, NGINX1, NGINX2, GATEWAY, GATEWAY_REDIS)
                 and r["wrk"]["requests"] > 0]
     if cpu_runs:
         p("CPU per request in each measured run (µs; `/proc/PID/stat` of the proxy and the "
@@ -528,6 +529,12 @@ def main():
                 targets.append((label, f"{v:.2f}×",
                                 f"≥ {THROUGHPUT_RATIO_MIN:.1f}×" if is_target else "— (info)",
                                 verdict(v >= THROUGHPUT_RATIO_MIN) if is_target else ""))
+
+    # The sidecar's usual deployment, for information: what a real store costs it.
+    v, why = ratio((GATEWAY_REDIS, 16), (GATEWAY, 16))
+    if why != "not run":
+        targets.append(("gateway on redis:// ÷ on memory:// req/s, 16 conn",
+                        why or f"{v:.2f}×", "— (info)", "INVALID" if why else ""))
 
     def p50(t):
         r = by.get((t, 1))

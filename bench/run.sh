@@ -7,7 +7,8 @@
 # reverse proxy in front of the same upstream), not the absolute requests/s of this box.
 #
 #   throughput  wrk at -t1 -c1 and -t2 -c16 against: the upstream directly, an nginx peer
-#               (worker_processes 1, and 2), the gateway on memory://; with the CPU per request
+#               (worker_processes 1, and 2), the gateway on memory:// (and at 16 connections on
+#               a private redis-server's redis://); with the CPU per request
 #               of the proxy, the upstream and wrk in each run
 #   rss         the gateway on sqlite:// under the 16-connection load: VmRSS / VmHWM
 #   slowloris   the gateway holding BENCH_SLOW_CONNS never-finished requests while wrk -c1 runs
@@ -287,6 +288,18 @@ part_throughput() {
   PROXY_PID=""
   record "{\"kind\":\"rss\",\"target\":\"gateway memory:// after the throughput runs\",\"vmrss_kb\":$(vm "$STARTED_PID" VmRSS),\"vmhwm_kb\":$(vm "$STARTED_PID" VmHWM)}"
   stop "$STARTED_PID"
+
+  # The sidecar's usual deployment: the same load on a single Redis node (no persistence, as in
+  # the store part), for what a real store costs the gateway per request.
+  say "throughput: gateway on redis://"
+  start_redis
+  local redis_pid=$STARTED_PID redis_port=$STARTED_PORT
+  start_gateway gw-redis "$up" "redis://127.0.0.1:$redis_port"
+  PROXY_PID=$STARTED_PID
+  run_wrk "gateway redis://" 16 "$STARTED_PORT" gateway
+  PROXY_PID=""
+  stop "$STARTED_PID"
+  stop "$redis_pid"
 }
 
 part_rss() {
@@ -406,7 +419,7 @@ start_redis() {
   pid=$!
   PIDS+=("$pid")
   wait_port "$port" "$pid" "$dir/redis.log"
-  STARTED_PORT=$port
+  STARTED_PORT=$port STARTED_PID=$pid
 }
 
 # store_run ROUND ARGS...: one store_bench invocation, its JSON lines recorded with the round.
