@@ -106,7 +106,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
 
   Exchange(std::shared_ptr<const Impl> impl, const pubsub::PushRequest& request,
            std::optional<std::int64_t> fence, asio::io_context& io, asio::any_io_executor executor,
-           Clock::time_point start, Impl::OnBadAlloc on_bad_alloc, Done done)
+           Clock::time_point start, Impl::OnBadAlloc on_bad_alloc, bool on_strand, Done done)
       : impl_(std::move(impl)),
         request_(request),
         fence_(fence),
@@ -116,7 +116,8 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
         deadline_(start + impl_->options.timeout),
         on_bad_alloc_(on_bad_alloc),
         done_(std::move(done)),
-        idle_(asio::use_service<IdleConnections>(io)) {}
+        idle_(asio::use_service<IdleConnections>(io)),
+        on_strand_(on_strand) {}
   Exchange(const Exchange&) = delete;
   Exchange& operator=(const Exchange&) = delete;
 
@@ -181,11 +182,10 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     connection_->arm(deadline_, executor_);
     maybe_sent_ = true;
     connection_->with_stream([&](auto& stream) {
-      asio::async_write(stream, asio::buffer(text_),
-                        asio::bind_executor(executor_, [self = shared_from_this()](
-                                                           beast::error_code ec, std::size_t n) {
-                          self->step([&] { self->on_written(ec, n); });
-                        }));
+      start_op([&](auto done) { asio::async_write(stream, asio::buffer(text_), std::move(done)); },
+               [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+                 self->step([&] { self->on_written(ec, n); });
+               });
     });
   }
 
@@ -215,12 +215,13 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     parser_->body_limit(std::uint64_t{impl_->options.max_response_bytes});
     if (request_.method == "HEAD") parser_->skip(true);  // a Content-Length but no body
     connection_->with_stream([&](auto& stream) {
-      http::async_read_header(
-          stream, connection_->buffer, *parser_,
-          asio::bind_executor(executor_,
-                              [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                                self->step([&] { self->on_head(ec); });
-                              }));
+      start_op(
+          [&](auto done) {
+            http::async_read_header(stream, connection_->buffer, *parser_, std::move(done));
+          },
+          [self = shared_from_this()](beast::error_code ec, std::size_t) {
+            self->step([&] { self->on_head(ec); });
+          });
     });
   }
 
@@ -241,11 +242,13 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     connection_->ack_now();
     // Chunked and close-delimited bodies are held to body_limit as they arrive.
     connection_->with_stream([&](auto& stream) {
-      http::async_read(stream, connection_->buffer, *parser_,
-                       asio::bind_executor(executor_, [self = shared_from_this()](
-                                                          beast::error_code e, std::size_t) {
-                         self->step([&] { self->on_response(e); });
-                       }));
+      start_op(
+          [&](auto done) {
+            http::async_read(stream, connection_->buffer, *parser_, std::move(done));
+          },
+          [self = shared_from_this()](beast::error_code e, std::size_t) {
+            self->step([&] { self->on_response(e); });
+          });
     });
   }
 
@@ -259,6 +262,20 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
       give_back();
     }
     finish();
+  }
+
+  // Starts an operation (`initiate` given its completion handler) whose completion runs
+  // `handler` on the exchange's executor. Bound to it when that is a strand; otherwise the
+  // connection's own executor is the same io_context's, and a bound any_io_executor would
+  // only cost (a type-erased executor copied through every operation's layers).
+  template <class Initiate, class Handler>
+  void start_op(Initiate&& initiate, Handler&& handler) {
+    if (on_strand_) {
+      std::forward<Initiate>(initiate)(
+          asio::bind_executor(executor_, std::forward<Handler>(handler)));
+    } else {
+      std::forward<Initiate>(initiate)(std::forward<Handler>(handler));
+    }
   }
 
   void give_back() {
@@ -322,6 +339,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   std::string text_;  // the request, serialized
   std::optional<Parser> parser_;
   UpstreamReply reply_;
+  const bool on_strand_;  // several threads run io_: steps must be serialized
   bool reused_ = false;
   bool maybe_sent_ = false;
   bool finished_ = false;
@@ -333,10 +351,10 @@ void UpstreamPool::Impl::exchange(std::shared_ptr<const Impl> impl,
                                   const pubsub::PushRequest& request,
                                   std::optional<std::int64_t> fence, asio::io_context& io,
                                   const asio::any_io_executor& executor, Clock::time_point start,
-                                  OnBadAlloc on_bad_alloc, Begin begin,
+                                  OnBadAlloc on_bad_alloc, Begin begin, bool on_strand,
                                   std::function<void(UpstreamReply)> done) {
   auto exchange = std::make_shared<Exchange>(std::move(impl), request, fence, io, executor, start,
-                                             on_bad_alloc, std::move(done));
+                                             on_bad_alloc, on_strand, std::move(done));
   if (begin == Begin::kNow) {
     exchange->start();
     return;

@@ -236,15 +236,16 @@ struct UpstreamPool::Impl {
   enum class Begin { kNow, kPosted };
 
   // The exchange, from taking or opening a connection to the reply (upstream_exchange.cc), a
-  // chain of callbacks on `executor`, an executor of `io`. `done` gets the reply (`request`
-  // must live until then); deadlines count from `start`. Transport failures are a reply kind.
-  // std::bad_alloc: thrown here if the exchange cannot be set up; later, with kThrow, it
+  // chain of callbacks on `executor`, an executor of `io`: a strand (`on_strand`) when several
+  // threads run `io`, else `io`'s own, whose one thread then runs every step. `done` gets the reply
+  // (`request` must live until then); deadlines count from `start`. Transport failures are a reply
+  // kind. std::bad_alloc: thrown here if the exchange cannot be set up; later, with kThrow, it
   // propagates out of the handler that met it (out of run_one()), with kReply it is a reply.
   static void exchange(std::shared_ptr<const Impl> impl, const pubsub::PushRequest& request,
                        std::optional<std::int64_t> fence, upstream_detail::asio::io_context& io,
                        const upstream_detail::asio::any_io_executor& executor,
                        upstream_detail::Clock::time_point start, OnBadAlloc on_bad_alloc,
-                       Begin begin, std::function<void(UpstreamReply)> done);
+                       Begin begin, bool on_strand, std::function<void(UpstreamReply)> done);
 
   // Opens `connection` (resolve, connect, TLS handshake) by `deadline`, for the exchange running
   // on `executor` (upstream_connections.cc). On failure, says why (nothing was sent).
