@@ -57,7 +57,8 @@ pubsub::PushResponse internal_error() {
 }
 
 void encode_response(pubsub::PushResponse&& response, Framing framing, EncodedResponse& out) {
-  if (response.status < 100 || response.status > 599) {
+  // A final answer: an interim (1xx) status would leave the client waiting for another one.
+  if (response.status < 200 || response.status > 599) {
     log({.severity = Severity::kError,
          .event = "handler_bad_status",
          .message = "The handler returned an invalid HTTP status; answering 500.",
@@ -77,14 +78,17 @@ void encode_response(pubsub::PushResponse&& response, Framing framing, EncodedRe
     }
     append_field(out.head, header.name, header.value);
   }
-  // A HEAD answer announces the length a GET would have sent, without the bytes.
-  append_field(out.head, "Content-Length", std::to_string(response.body.size()));
+  // 204 and 304 have no content (RFC 9110 §6.4.1; a body would be read as the next response),
+  // and a 204 no Content-Length (§8.6). A HEAD answer announces the length a GET would have
+  // sent, without the bytes.
+  const bool no_content = response.status == 204 || response.status == 304;
+  if (!no_content) append_field(out.head, "Content-Length", std::to_string(response.body.size()));
   // Each version's default needs no header: 1.1 stays open, 1.0 closes.
   if (framing.keep_alive != (framing.version >= 11)) {
     append_field(out.head, "Connection", framing.keep_alive ? "keep-alive" : "close");
   }
   out.head += "\r\n";
-  if (framing.head) {
+  if (framing.head || no_content) {
     out.body.clear();
   } else {
     out.body = std::move(response.body);

@@ -33,7 +33,8 @@ struct Framing {
 /// the handler's headers and body. Framing headers (Content-Length, Transfer-Encoding,
 /// Connection) are the server's own, and a header whose name is not a token or whose value
 /// holds a control byte is dropped (and logged), so a handler can never inject a header or
-/// split the response. A status outside 100..599 is answered 500 and logged
+/// split the response. 204 and 304 go without content or Content-Length. A status outside
+/// 200..599 (an interim 1xx too) is answered 500 and logged
 /// (`handler_bad_status`).
 void encode_response(pubsub::PushResponse&& response, Framing framing, EncodedResponse& out);
 

@@ -1,8 +1,8 @@
 // The server's framing, over raw sockets: the handler gets the request exactly as sent (method,
 // target, every field in order, a Content-Length or a chunked body), and every answer is framed
-// by the server itself: the exact bytes for each HTTP version and for HEAD, the handler's framing
-// headers replaced by the server's, and a large answer to a client that does not read at once
-// arriving whole.
+// by the server itself: the exact bytes for each HTTP version and for HEAD, none for 204 and 304,
+// the handler's framing headers replaced by the server's, and a large answer to a client that does
+// not read at once arriving whole.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -78,6 +78,33 @@ TEST(HttpFraming, EachVersionAndMethodGetsTheServersOwnFraming) {
             "HTTP/1.1 201 Created\r\nX-A: 1\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
   EXPECT_TRUE(c.read_to_close());
   EXPECT_EQ(c.received().size(), from);
+}
+
+TEST(HttpFraming, NoContentAnswersHaveNoBodyAndAnInterimStatusIs500) {
+  // The status comes from the request's path; each answer has a body the handler should not
+  // have given it.
+  Server server([](const pubsub::PushRequest& request) {
+    return pubsub::PushResponse{
+        .status = std::stoi(request.path.substr(1)), .headers = {{"X-A", "1"}}, .body = "oops"};
+  });
+  const int port = server.start("127.0.0.1", 0);
+  RawConnection c(port);
+  ASSERT_TRUE(c.is_open());
+  std::size_t from = 0;
+  const auto answer = [&](std::string_view path, std::string_view last) {
+    c.send("GET " + std::string(path) + " HTTP/1.1\r\nHost: x\r\n\r\n");
+    c.read_until(last, std::chrono::seconds(5), from);
+    const std::string got = c.received().substr(from);
+    from = c.received().size();
+    return got;
+  };
+  // 204 and 304: no body and, for 204, no Content-Length (RFC 9110 §6.4.1, §8.6); the
+  // connection stays usable, so the next answer starts right after.
+  EXPECT_EQ(answer("/204", "\r\n\r\n"), "HTTP/1.1 204 No Content\r\nX-A: 1\r\n\r\n");
+  EXPECT_EQ(answer("/304", "\r\n\r\n"), "HTTP/1.1 304 Not Modified\r\nX-A: 1\r\n\r\n");
+  // A 1xx is not a final answer: the client would wait for another one.
+  EXPECT_THAT(answer("/103", "internal error\n"), ::testing::StartsWith("HTTP/1.1 500 "));
+  EXPECT_EQ(answer("/200", "oops"), "HTTP/1.1 200 OK\r\nX-A: 1\r\nContent-Length: 4\r\n\r\noops");
 }
 
 TEST(HttpFraming, ALargeAnswerToAClientNotReadingYetArrivesWhole) {
