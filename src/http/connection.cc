@@ -146,11 +146,13 @@ void Connection::on_header_bytes(beast::error_code ec, std::size_t bytes) {
 
 void Connection::on_header() {
   const auto expect = parser_->expect();
-  const bool continue_expected = iequals_ascii(expect, "100-continue");
-  if (!expect.empty() && !continue_expected) {
+  const bool wants_continue = iequals_ascii(expect, "100-continue");
+  if (!expect.empty() && !wants_continue) {
     refuse(417, "only Expect: 100-continue is supported");
     return;
   }
+  // An HTTP/1.0 client knows no 100 Continue; the expectation is ignored (RFC 9110 §10.1.1).
+  const bool continue_expected = wants_continue && parser_->version() >= 11;
   if (parser_->is_done()) {
     dispatch();
     return;

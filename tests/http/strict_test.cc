@@ -137,6 +137,18 @@ TEST_F(StrictServer, ExpectContinueIsInvitedWhenTheBodyIsAcceptable) {
   EXPECT_EQ(calls_.load(), 1);
 }
 
+TEST_F(StrictServer, AnHttp10ExpectContinueIsIgnored) {
+  start();
+  RawConnection c(port_);
+  c.send("POST /push HTTP/1.0\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n");
+  // No 100 Continue, which an HTTP/1.0 client would take for the answer: the body is awaited.
+  EXPECT_EQ(c.read_until("\r\n\r\n", std::chrono::milliseconds(300)), "");
+  c.send("{}");
+  EXPECT_TRUE(c.read_to_close());
+  EXPECT_THAT(c.received(), StartsWith("HTTP/1.0 200"));
+  EXPECT_EQ(calls_.load(), 1);
+}
+
 TEST_F(StrictServer, AHeaderOverTheLimitIs431) {
   start({.workers = 2, .max_header_bytes = 4096, .keep_alive_timeout = std::chrono::seconds(1)});
   EXPECT_THAT(exchange(post("X-Big: " + std::string(8192, 'b') + "\r\n")),
