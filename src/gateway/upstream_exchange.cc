@@ -181,12 +181,11 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     }
     connection_->arm(deadline_, executor_);
     maybe_sent_ = true;
-    connection_->with_stream([&](auto& stream) {
-      start_op([&](auto done) { asio::async_write(stream, asio::buffer(text_), std::move(done)); },
-               [self = shared_from_this()](beast::error_code ec, std::size_t n) {
-                 self->step([&] { self->on_written(ec, n); });
-               });
-    });
+    start_op([&](auto& stream,
+                 auto done) { asio::async_write(stream, asio::buffer(text_), std::move(done)); },
+             [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+               self->step([&] { self->on_written(ec, n); });
+             });
   }
 
   void on_written(const beast::error_code& ec, std::size_t written) {
@@ -214,15 +213,13 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     parser_->header_limit(kHeaderLimit);
     parser_->body_limit(std::uint64_t{impl_->options.max_response_bytes});
     if (request_.method == "HEAD") parser_->skip(true);  // a Content-Length but no body
-    connection_->with_stream([&](auto& stream) {
-      start_op(
-          [&](auto done) {
-            http::async_read_header(stream, connection_->buffer, *parser_, std::move(done));
-          },
-          [self = shared_from_this()](beast::error_code ec, std::size_t) {
-            self->step([&] { self->on_head(ec); });
-          });
-    });
+    start_op(
+        [&](auto& stream, auto done) {
+          http::async_read_header(stream, connection_->buffer, *parser_, std::move(done));
+        },
+        [self = shared_from_this()](beast::error_code ec, std::size_t) {
+          self->step([&] { self->on_head(ec); });
+        });
   }
 
   void on_head(const beast::error_code& ec) {
@@ -241,15 +238,13 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     }
     connection_->ack_now();
     // Chunked and close-delimited bodies are held to body_limit as they arrive.
-    connection_->with_stream([&](auto& stream) {
-      start_op(
-          [&](auto done) {
-            http::async_read(stream, connection_->buffer, *parser_, std::move(done));
-          },
-          [self = shared_from_this()](beast::error_code e, std::size_t) {
-            self->step([&] { self->on_response(e); });
-          });
-    });
+    start_op(
+        [&](auto& stream, auto done) {
+          http::async_read(stream, connection_->buffer, *parser_, std::move(done));
+        },
+        [self = shared_from_this()](beast::error_code e, std::size_t) {
+          self->step([&] { self->on_response(e); });
+        });
   }
 
   void on_response(const beast::error_code& ec) {
@@ -264,18 +259,20 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     finish();
   }
 
-  // Starts an operation (`initiate` given its completion handler) whose completion runs
-  // `handler` on the exchange's executor. Bound to it when that is a strand; otherwise the
-  // connection's own executor is the same io_context's, and a bound any_io_executor would
-  // only cost (a type-erased executor copied through every operation's layers).
+  // Starts an operation on the connection's stream (`initiate` given the stream, plain or TLS,
+  // and its completion handler) whose completion runs `handler` on the exchange's executor.
+  // Bound to it when that is a strand; otherwise the connection's own executor is the same
+  // io_context's, and a bound any_io_executor would only cost (a type-erased executor copied
+  // through every operation's layers).
   template <class Initiate, class Handler>
   void start_op(Initiate&& initiate, Handler&& handler) {
-    if (on_strand_) {
-      std::forward<Initiate>(initiate)(
-          asio::bind_executor(executor_, std::forward<Handler>(handler)));
-    } else {
-      std::forward<Initiate>(initiate)(std::forward<Handler>(handler));
-    }
+    connection_->with_stream([&](auto& stream) {
+      if (on_strand_) {
+        initiate(stream, asio::bind_executor(executor_, std::forward<Handler>(handler)));
+      } else {
+        initiate(stream, std::forward<Handler>(handler));
+      }
+    });
   }
 
   void give_back() {
