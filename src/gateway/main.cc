@@ -145,7 +145,9 @@ int main(int argc, char** argv) {
           gw::parse_upstream_url(config.upstream),
           gw::UpstreamOptions{.connect_timeout = config.upstream_connect_timeout,
                               .timeout = config.upstream_timeout,
-                              .max_response_bytes = config.max_response}),
+                              .max_response_bytes = config.max_response,
+                              // Pub/Sub reads only the status: nothing else is kept.
+                              .keep_content = config.mode != gw::Mode::kPubsub}),
       .metrics = metrics,
       .authenticate = std::move(authenticate),
       .loop = loop,

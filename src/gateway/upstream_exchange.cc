@@ -209,7 +209,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   // body_limit error for a too-large Content-Length when body bytes came with the header
   // (basic_parser::put loops on into the body), and would read the whole body.
   void read_head() {
-    parser_.emplace();
+    parser_.emplace(impl_->options.keep_content);
     parser_->header_limit(kHeaderLimit);
     parser_->body_limit(std::uint64_t{impl_->options.max_response_bytes});
     if (request_.method == "HEAD") parser_->skip(true);  // a Content-Length but no body

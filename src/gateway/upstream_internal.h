@@ -95,6 +95,9 @@ void drop_hop_by_hop(pubsub::PushResponse& response);
 
 class ResponseParser : public http::basic_parser<false> {
  public:
+  /// With `keep_content` false, only the status is kept; the fields and the body are dropped.
+  explicit ResponseParser(bool keep_content = true) : keep_content_(keep_content) {}
+
   [[nodiscard]] pubsub::PushResponse& response() { return response_; }
 
  private:
@@ -114,6 +117,7 @@ class ResponseParser : public http::basic_parser<false> {
   std::size_t on_chunk_body_impl(std::uint64_t remain, string_view body, error_code& ec) override;
   void on_finish_impl(error_code& ec) override;
 
+  bool keep_content_;
   pubsub::PushResponse response_;
 };
 

@@ -150,11 +150,12 @@ void ResponseParser::on_request_impl(http::verb /*method*/, string_view /*method
 void ResponseParser::on_response_impl(int code, string_view /*reason*/, int /*version*/,
                                       error_code& /*ec*/) {
   response_.status = code;
-  response_.headers.reserve(8);  // a typical response's, in one allocation instead of four
+  if (keep_content_) response_.headers.reserve(8);  // a typical response's, in one allocation
 }
 
 void ResponseParser::on_field_impl(http::field /*name*/, string_view name_string, string_view value,
                                    error_code& /*ec*/) {
+  if (!keep_content_) return;
   response_.headers.push_back({std::string(view(name_string)), std::string(view(value))});
 }
 
@@ -163,11 +164,13 @@ void ResponseParser::on_header_impl(error_code& /*ec*/) {}
 void ResponseParser::on_body_init_impl(const boost::optional<std::uint64_t>& content_length,
                                        error_code& /*ec*/) {
   // Within body_limit: the base parser refused a larger Content-Length before calling this.
-  if (content_length) response_.body.reserve(static_cast<std::size_t>(*content_length));
+  if (content_length && keep_content_) {
+    response_.body.reserve(static_cast<std::size_t>(*content_length));
+  }
 }
 
 std::size_t ResponseParser::on_body_impl(string_view body, error_code& /*ec*/) {
-  response_.body.append(body.data(), body.size());
+  if (keep_content_) response_.body.append(body.data(), body.size());
   return body.size();
 }
 

@@ -58,6 +58,9 @@ struct UpstreamOptions {
   /// Largest response body kept; a larger one is dropped (body empty, `truncated` set) and its
   /// connection closed, so memory stays bounded whatever the upstream sends.
   std::size_t max_response_bytes = std::size_t{1} << 20;
+  /// When false, only the status is kept: the header fields and the body are read (within the
+  /// same limits, for the connection's framing) and dropped, as the reply's reader needs none.
+  bool keep_content = true;
   /// Idle keep-alive connections kept per io_context: per calling thread of forward(), which
   /// needs one, and per io_context of forward_async(), which needs as many as it has requests in
   /// flight at once (64: as an nginx `keepalive 64` upstream block).

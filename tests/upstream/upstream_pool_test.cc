@@ -415,6 +415,32 @@ TEST_P(UpstreamForward, ReusesAKeepAliveConnection) {
   EXPECT_EQ(server.accepted(), 1);
 }
 
+// The pubsub mode's pool: only the status comes back, and the bodies, sized or chunked, are
+// still read to their end, so the connection is reused.
+TEST_P(UpstreamForward, KeepsOnlyTheStatusWithoutContent) {
+  RawServer server([](int fd, int) {
+    std::string pending;
+    read_request(fd, pending);
+    send_all(fd, "HTTP/1.1 201 Created\r\nContent-Length: 5\r\nX-App: yes\r\n\r\nhello");
+    read_request(fd, pending);
+    send_all(fd,
+             "HTTP/1.1 202 Accepted\r\nTransfer-Encoding: chunked\r\n\r\n"
+             "5\r\nhello\r\n0\r\nX-Trailer: t\r\n\r\n");
+    read_to_close(fd);
+  });
+  const auto pool = make_pool(server.url(), {.keep_content = false});
+
+  for (const int status : {201, 202}) {
+    const auto reply = forward(pool, post(), 1);
+    ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+    EXPECT_EQ(reply.response.status, status);
+    EXPECT_TRUE(reply.response.headers.empty());
+    EXPECT_EQ(reply.response.body, "");
+    EXPECT_FALSE(reply.truncated);
+  }
+  EXPECT_EQ(server.accepted(), 1);
+}
+
 // An app server that writes the header and the body in two sends without TCP_NODELAY (as
 // cpp-httplib does) holds the body back (Nagle) until its header is acknowledged; a delayed ACK
 // stalled every keep-alive request ~40 ms. Not a benchmark: a bound twenty times the normal
