@@ -3,11 +3,10 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <map>
 #include <mutex>
-#include <set>
 #include <stdexcept>
 #include <thread>
-#include <unordered_map>
 #include <utility>
 
 namespace idempotency::detail {
@@ -22,6 +21,7 @@ struct HeartbeatEntry {
   // Guarded by the scheduler's mutex.
   SteadyClock::time_point due;
   bool running = false;  // its renew or on_lost is being called right now
+  bool stopped = false;  // removed, or lost: never queued again
 };
 
 namespace {
@@ -39,15 +39,14 @@ class Scheduler {
   void add(const std::shared_ptr<HeartbeatEntry>& entry) {
     std::lock_guard lock(mutex_);
     entry->id = next_id_++;
-    entries_.emplace(entry->id, entry);
-    enqueue(*entry, SteadyClock::now() + entry->spec.interval);
+    enqueue(entry, SteadyClock::now() + entry->spec.interval);
     if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
   }
 
   void remove(HeartbeatEntry& entry) {
     std::unique_lock lock(mutex_);
-    queue_.erase({entry.due, entry.id});
-    entries_.erase(entry.id);
+    queue_.erase({entry.due, entry.id});  // not there while running: then `stopped` tells it
+    entry.stopped = true;
     // On the scheduler thread (an on_lost that ends the work, say) the call in flight is the
     // caller itself: waiting would never end.
     if (std::this_thread::get_id() != thread_.get_id()) {
@@ -69,9 +68,9 @@ class Scheduler {
     if (thread_.joinable()) thread_.join();
   }
 
-  void enqueue(HeartbeatEntry& entry, SteadyClock::time_point due) {
-    entry.due = due;
-    queue_.emplace(due, entry.id);
+  void enqueue(const std::shared_ptr<HeartbeatEntry>& entry, SteadyClock::time_point due) {
+    entry->due = due;
+    queue_.emplace(std::pair{due, entry->id}, entry);
     // Wake the thread only when it would sleep past this renewal: every guarded request starts
     // a heartbeat, and a wake-up (a context switch) per request would tax the hot path.
     if (due < sleeping_until_) wake_.notify_all();
@@ -86,27 +85,29 @@ class Scheduler {
         sleeping_until_ = SteadyClock::time_point::min();
         continue;
       }
-      const auto [due, id] = *queue_.begin();
+      const auto first = queue_.begin();
+      const auto due = first->first.first;
       if (SteadyClock::now() < due) {
         sleeping_until_ = due;
         wake_.wait_until(lock, due);
         sleeping_until_ = SteadyClock::time_point::min();
         continue;
       }
-      queue_.erase(queue_.begin());
-      const auto found = entries_.find(id);
-      if (found == entries_.end()) continue;
-      const std::shared_ptr<HeartbeatEntry> entry = found->second;
+      // Held here, not only by its handle: an on_lost may destroy the handle on this thread.
+      const std::shared_ptr<HeartbeatEntry> entry = std::move(first->second);
+      queue_.erase(first);
       entry->running = true;
       lock.unlock();
-      renew_once(*entry, lock);  // returns with the lock held
+      renew_once(entry, lock);  // returns with the lock held
       entry->running = false;
       settled_.notify_all();
     }
   }
 
   // One renewal of `entry`, then its next due time, or the claim declared lost.
-  void renew_once(HeartbeatEntry& entry, std::unique_lock<std::mutex>& lock) {
+  void renew_once(const std::shared_ptr<HeartbeatEntry>& handle,
+                  std::unique_lock<std::mutex>& lock) {
+    HeartbeatEntry& entry = *handle;
     enum class Result { kExtended, kRefused, kFailed } result = Result::kFailed;
     const auto started = SteadyClock::now();
     try {
@@ -115,22 +116,22 @@ class Scheduler {
       result = Result::kFailed;  // a store hiccup: retried below while the lease lasts
     }
     lock.lock();
-    if (!entries_.contains(entry.id)) return;  // stopped meanwhile: nothing more to do
+    if (entry.stopped) return;  // stopped meanwhile: nothing more to do
     const auto now = SteadyClock::now();
     if (result == Result::kExtended) {
       // The store extended from its own now, no earlier than `started`.
       entry.spec.held_until = started + entry.spec.lease;
       entry.renewals.fetch_add(1);
-      enqueue(entry, now + entry.spec.interval);
+      enqueue(handle, now + entry.spec.interval);
       return;
     }
     if (result == Result::kFailed && now < entry.spec.held_until) {
       const auto left =
           std::chrono::duration_cast<std::chrono::milliseconds>(entry.spec.held_until - now);
-      enqueue(entry, now + std::min(std::max(left / 2, kMinRetry), entry.spec.interval));
+      enqueue(handle, now + std::min(std::max(left / 2, kMinRetry), entry.spec.interval));
       return;
     }
-    entries_.erase(entry.id);
+    entry.stopped = true;
     entry.lost.store(true);
     lock.unlock();
     try {
@@ -143,8 +144,10 @@ class Scheduler {
   std::mutex mutex_;
   std::condition_variable wake_;     // an earlier renewal was queued, or stop
   std::condition_variable settled_;  // a renewal (or on_lost) returned
-  std::set<std::pair<SteadyClock::time_point, std::uint64_t>> queue_;
-  std::unordered_map<std::uint64_t, std::shared_ptr<HeartbeatEntry>> entries_;
+  // The live heartbeats by due time (the id breaks ties), each in one node; one that is running
+  // or stopped is not here.
+  std::map<std::pair<SteadyClock::time_point, std::uint64_t>, std::shared_ptr<HeartbeatEntry>>
+      queue_;
   std::uint64_t next_id_ = 1;
   bool stopping_ = false;
   // When the thread's wait ends: min() while it is awake (it rereads the queue before waiting

@@ -24,26 +24,36 @@ std::chrono::steady_clock::time_point held_until(const Claim& claim,
 
 }  // namespace
 
+struct LeaseKeeper::State {
+  LockBackend& backend;
+  Claim claim;
+  std::chrono::milliseconds lease;
+  std::stop_source lost;
+};
+
 LeaseKeeper::LeaseKeeper(LockBackend& backend, const Claim& claim, std::chrono::milliseconds lease,
-                         std::chrono::milliseconds heartbeat)
-    : lost_(std::make_shared<std::stop_source>()) {
+                         std::chrono::milliseconds heartbeat) {
   if (heartbeat.count() == 0) return;
+  state_ = std::make_unique<State>(State{.backend = backend, .claim = claim, .lease = lease});
   heartbeat_ = start_heartbeat(HeartbeatSpec{
       .interval = heartbeat,
       .lease = lease,
       .held_until = held_until(claim, lease),
-      .renew = [&backend, claim, lease] { return backend.extend(claim, lease).has_value(); },
+      .renew =
+          [state = state_.get()] {
+            return state->backend.extend(state->claim, state->lease).has_value();
+          },
       .on_lost =
           // The fingerprint (a hash) is computed only if the claim is lost, not per claim.
-      [lost = lost_, key = claim.key, fence = claim.fence] {
-        log(LogRecord{
-            Severity::kWarning,
-            "lease_lost",
-            "the claim's lease could not be renewed (fenced out, released, or the "
-            "store failed until it lapsed); the work is asked to stop, and its "
-            "completion will be fenced out",
-            {{"key_fingerprint", key_fingerprint(key)}, {"fence", std::to_string(fence)}}});
-        lost->request_stop();
+      [state = state_.get()] {
+        log(LogRecord{Severity::kWarning,
+                      "lease_lost",
+                      "the claim's lease could not be renewed (fenced out, released, or the "
+                      "store failed until it lapsed); the work is asked to stop, and its "
+                      "completion will be fenced out",
+                      {{"key_fingerprint", key_fingerprint(state->claim.key)},
+                       {"fence", std::to_string(state->claim.fence)}}});
+        state->lost.request_stop();
       },
   });
 }
@@ -51,14 +61,20 @@ LeaseKeeper::LeaseKeeper(LockBackend& backend, const Claim& claim, std::chrono::
 LeaseKeeper::~LeaseKeeper() { stop(); }
 
 LeaseKeeper::LeaseKeeper(LeaseKeeper&&) noexcept = default;
-LeaseKeeper& LeaseKeeper::operator=(LeaseKeeper&&) noexcept = default;
+
+LeaseKeeper& LeaseKeeper::operator=(LeaseKeeper&& other) noexcept {
+  stop();  // before the state its callbacks read goes
+  state_ = std::move(other.state_);
+  heartbeat_ = std::move(other.heartbeat_);
+  return *this;
+}
 
 void LeaseKeeper::stop() noexcept { heartbeat_.reset(); }
 
-bool LeaseKeeper::lost() const noexcept { return lost_ && lost_->stop_requested(); }
+bool LeaseKeeper::lost() const noexcept { return state_ && state_->lost.stop_requested(); }
 
 std::stop_token LeaseKeeper::lost_token() const noexcept {
-  return lost_ ? lost_->get_token() : std::stop_token();
+  return state_ ? state_->lost.get_token() : std::stop_token();
 }
 
 }  // namespace idempotency::detail

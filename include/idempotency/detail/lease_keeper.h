@@ -41,7 +41,10 @@ class LeaseKeeper {
   [[nodiscard]] std::stop_token lost_token() const noexcept;
 
  private:
-  std::shared_ptr<std::stop_source> lost_;
+  struct State;
+  // What the heartbeat's callbacks read, by a plain pointer: a capture that needs no allocation,
+  // valid since the heartbeat is stopped before the state goes. Null when the heartbeat is off.
+  std::unique_ptr<State> state_;
   std::unique_ptr<Heartbeat> heartbeat_;
 };
 
