@@ -64,15 +64,21 @@ struct Entry {
 };
 
 struct TableKey {
+  TableKey(const LockBackend* b, std::string k)
+      : backend(b),
+        key(std::move(k)),
+        hash(std::hash<std::string>{}(key) ^ (std::hash<const void*>{}(backend) << 1U)) {}
   const LockBackend* backend;
   std::string key;
-  bool operator==(const TableKey&) const = default;
+  // Hashed once: a call finds its shard and its entry, and finds the entry again as it ends.
+  std::size_t hash;
+  bool operator==(const TableKey& other) const {
+    return backend == other.backend && key == other.key;
+  }
 };
 
 struct TableKeyHash {
-  std::size_t operator()(const TableKey& k) const noexcept {
-    return std::hash<std::string>{}(k.key) ^ (std::hash<const void*>{}(k.backend) << 1U);
-  }
+  std::size_t operator()(const TableKey& k) const noexcept { return k.hash; }
 };
 
 // One shard of the table: every call on a key works in the key's shard only. A cache line
