@@ -133,14 +133,12 @@ std::string_view view(beast::string_view s) { return {s.data(), s.size()}; }
 void drop_hop_by_hop(pubsub::PushResponse& response) {
   Tokens listed;
   for (const auto& h : response.headers) add_connection_tokens(h.name, h.value, listed);
-  std::vector<std::string> names;  // the listed names outlive the fields they are views into
-  names.reserve(listed.size());
-  for (const auto token : listed) names.emplace_back(token);
-  std::erase_if(response.headers, [&](const pubsub::Header& h) {
-    return is_hop_by_hop(h.name) ||
-           std::any_of(names.begin(), names.end(),
-                       [&](const std::string& n) { return iequals_ascii(n, h.name); });
-  });
+  // Every field is judged before any moves, as the listed names are views into field values;
+  // a name the parser cannot produce (empty) marks the ones to drop.
+  for (auto& h : response.headers) {
+    if (is_hop_by_hop(h.name) || is_listed(listed, h.name)) h.name.clear();
+  }
+  std::erase_if(response.headers, [](const pubsub::Header& h) { return h.name.empty(); });
 }
 
 void ResponseParser::on_request_impl(http::verb /*method*/, string_view /*method_string*/,
