@@ -53,6 +53,24 @@ bool Connection::still_open() {
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
+std::size_t Connection::send_now(std::string_view bytes, beast::error_code& ec) {
+  ec = {};
+  std::size_t sent = 0;
+  while (sent < bytes.size()) {
+    const auto n = ::send(socket().native_handle(), bytes.data() + sent, bytes.size() - sent,
+                          MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n >= 0) {
+      sent += static_cast<std::size_t>(n);
+    } else if (errno != EINTR) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        ec.assign(errno, boost::system::system_category());
+      }
+      break;
+    }
+  }
+  return sent;
+}
+
 void Connection::arm(Clock::time_point deadline, const asio::any_io_executor& executor) {
   armed_ = true;
   watchdog_.expires_at(deadline);

@@ -17,6 +17,8 @@
 #include <utility>
 
 #include "upstream_internal.h"
+// After upstream_internal.h, which settles how Asio is configured.
+#include <boost/beast/core/read_size.hpp>
 
 namespace idempotency::gateway {
 
@@ -52,6 +54,8 @@ namespace {
 
 // Far above any sane response header, small enough that a hostile one cannot hurt.
 constexpr std::uint32_t kHeaderLimit = 64 * 1024;
+// At most this much is read at once, as Beast's own reads.
+constexpr std::size_t kReadSize = 65'536;
 
 using Parser = upstream_detail::ResponseParser;
 
@@ -181,11 +185,24 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     }
     connection_->arm(deadline_, executor_);
     maybe_sent_ = true;
-    start_op([&](auto& stream,
-                 auto done) { asio::async_write(stream, asio::buffer(text_), std::move(done)); },
-             [self = shared_from_this()](beast::error_code ec, std::size_t n) {
-               self->step([&] { self->on_written(ec, n); });
-             });
+    std::size_t sent = 0;
+    if (connection_->tls() == nullptr) {
+      // A request nearly always fits the socket's buffer: sent here, there is no operation to
+      // queue and complete.
+      beast::error_code ec;
+      sent = connection_->send_now(text_, ec);
+      if (ec || sent == text_.size()) {
+        on_written(ec, sent);
+        return;
+      }
+    }
+    start_op(
+        [&](auto& stream, auto done) {
+          asio::async_write(stream, asio::buffer(text_) + sent, std::move(done));
+        },
+        [self = shared_from_this(), sent](beast::error_code ec, std::size_t n) {
+          self->step([&] { self->on_written(ec, sent + n); });
+        });
   }
 
   void on_written(const beast::error_code& ec, std::size_t written) {
@@ -205,6 +222,9 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     finish();
   }
 
+  // How far a read goes: to the end of the response's header, or of the whole response.
+  enum class Until { kHeader, kMessage };
+
   // The header first, on its own: Boost 1.74's parser, reading eagerly, loses its own
   // body_limit error for a too-large Content-Length when body bytes came with the header
   // (basic_parser::put loops on into the body), and would read the whole body.
@@ -213,13 +233,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     parser_->header_limit(kHeaderLimit);
     parser_->body_limit(std::uint64_t{impl_->options.max_response_bytes});
     if (request_.method == "HEAD") parser_->skip(true);  // a Content-Length but no body
-    start_op(
-        [&](auto& stream, auto done) {
-          http::async_read_header(stream, connection_->buffer, *parser_, std::move(done));
-        },
-        [self = shared_from_this()](beast::error_code ec, std::size_t) {
-          self->step([&] { self->on_head(ec); });
-        });
+    parse(Until::kHeader);
   }
 
   void on_head(const beast::error_code& ec) {
@@ -238,13 +252,76 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     }
     connection_->ack_now();
     // Chunked and close-delimited bodies are held to body_limit as they arrive.
-    start_op(
-        [&](auto& stream, auto done) {
-          http::async_read(stream, connection_->buffer, *parser_, std::move(done));
-        },
-        [self = shared_from_this()](beast::error_code e, std::size_t) {
-          self->step([&] { self->on_response(e); });
-        });
+    parser_->eager(true);
+    parse(Until::kMessage);
+  }
+
+  // Feeds the parser what the connection's buffer holds, and reads more while it needs more,
+  // until `until` is reached or the read fails. What Beast's http::async_read_header and
+  // async_read do (Boost 1.74, read.hpp), step for step, on one async_read_some a round
+  // instead of three layers of composed operations.
+  void parse(Until until) {
+    auto& buffer = connection_->buffer;
+    beast::error_code ec;
+    while (!reached(until)) {
+      if (buffer.size() == 0) {
+        read_some(until);
+        return;
+      }
+      buffer.consume(parser_->put(buffer.data(), ec));
+      if (ec == http::error::need_more) {
+        read_some(until);
+        return;
+      }
+      if (ec) break;
+    }
+    parsed(until, ec);
+  }
+
+  [[nodiscard]] bool reached(Until until) const {
+    return until == Until::kHeader ? parser_->is_header_done() : parser_->is_done();
+  }
+
+  void parsed(Until until, const beast::error_code& ec) {
+    if (until == Until::kHeader) {
+      on_head(ec);
+    } else {
+      on_response(ec);
+    }
+  }
+
+  void read_some(Until until) {
+    auto& buffer = connection_->buffer;
+    const auto size = beast::read_size(buffer, kReadSize);
+    if (size == 0) {
+      parsed(until, http::error::buffer_overflow);
+      return;
+    }
+    const auto space = buffer.prepare(size);
+    start_op([&](auto& stream, auto done) { stream.async_read_some(space, std::move(done)); },
+             [self = shared_from_this(), until](beast::error_code ec, std::size_t n) {
+               self->step([&] { self->on_read(until, ec, n); });
+             });
+  }
+
+  void on_read(Until until, beast::error_code ec, std::size_t n) {
+    connection_->buffer.commit(n);
+    if (ec == asio::error::eof) {
+      if (!parser_->got_some()) {
+        parsed(until, http::error::end_of_stream);
+        return;
+      }
+      // A body that ends with the connection (or a message cut short: put_eof says which).
+      ec = {};
+      parser_->put_eof(ec);
+      parsed(until, ec);
+      return;
+    }
+    if (ec) {
+      parsed(until, ec);
+      return;
+    }
+    parse(until);
   }
 
   void on_response(const beast::error_code& ec) {

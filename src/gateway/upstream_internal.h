@@ -154,6 +154,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // closed it (recv would return 0) nor sent anything unasked (a late or stray response).
   bool still_open();
 
+  // Sends what a plain connection's socket takes now, without waiting: the bytes sent, and
+  // `ec` set when the send failed (not when the socket is merely full).
+  std::size_t send_now(std::string_view bytes, beast::error_code& ec);
+
   // Closes the connection at `deadline`, in a handler run on `executor` (the exchange's), so
   // it never races the exchange. One deadline at a time: disarm() before arming again.
   void arm(Clock::time_point deadline, const asio::any_io_executor& executor);

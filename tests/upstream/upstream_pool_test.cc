@@ -415,6 +415,33 @@ TEST_P(UpstreamForward, ReusesAKeepAliveConnection) {
   EXPECT_EQ(server.accepted(), 1);
 }
 
+// A request the socket cannot take at once (the server reads nothing for a while) is sent in
+// part straight away and finished by an asynchronous write, byte for byte, over one connection.
+TEST_P(UpstreamForward, ARequestLargerThanTheSocketBufferArrivesWhole) {
+  std::string body(16u << 20, '\0');
+  for (std::size_t i = 0; i < body.size(); ++i) body[i] = static_cast<char>('a' + i % 23);
+  std::promise<std::string> received;
+  RawServer server([&](int fd, int) {
+    std::this_thread::sleep_for(200ms);  // the client's send buffer fills meanwhile
+    std::string pending;
+    auto request = read_request(fd, pending);
+    const auto at = request.text.find("\r\n\r\n");
+    received.set_value(at == std::string::npos ? std::string() : request.text.substr(at + 4));
+    send_all(fd, kOk);
+    read_to_close(fd);
+  });
+  const auto pool = make_pool(server.url());
+
+  const auto reply = forward(pool, post(body), 1);
+
+  ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+  EXPECT_EQ(reply.response.body, "ok");
+  const auto got = received.get_future().get();
+  EXPECT_EQ(got.size(), body.size());
+  EXPECT_TRUE(got == body);
+  EXPECT_EQ(server.accepted(), 1);
+}
+
 // The pubsub mode's pool: only the status comes back, and the bodies, sized or chunked, are
 // still read to their end, so the connection is reused.
 TEST_P(UpstreamForward, KeepsOnlyTheStatusWithoutContent) {
