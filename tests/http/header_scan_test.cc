@@ -1,0 +1,78 @@
+// HeaderScan, the server's first look at a request's header bytes: where the header ends, and
+// the line endings and folds it refuses, however the bytes are split across reads.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <string_view>
+
+#include "request_guard.h"
+
+namespace idempotency::http::detail {
+namespace {
+
+using Verdict = HeaderScan::Verdict;
+
+// The verdict for `bytes` arriving one byte at a time into a growing buffer, as a connection
+// scans them: the first verdict that is not kNeedMore, with how many bytes had arrived.
+std::pair<Verdict, std::size_t> byte_by_byte(std::string_view bytes) {
+  HeaderScan scan;
+  for (std::size_t n = 1; n <= bytes.size(); ++n) {
+    const auto verdict = scan.scan(bytes.substr(0, n));
+    if (verdict != Verdict::kNeedMore) return {verdict, n};
+  }
+  return {Verdict::kNeedMore, bytes.size()};
+}
+
+Verdict at_once(std::string_view bytes) { return HeaderScan().scan(bytes); }
+
+TEST(HeaderScan, FindsTheEndOfTheHeaderHoweverItArrives) {
+  const std::string header =
+      "POST /push HTTP/1.1\r\nHost: a\r\nX-Empty:\r\nContent-Length: 4\r\n\r\n";
+  const std::string request = header + "a\nb\r";  // the body's bytes are not the header's
+
+  EXPECT_EQ(byte_by_byte(request), std::make_pair(Verdict::kComplete, header.size()));
+  EXPECT_EQ(at_once(request), Verdict::kComplete);
+  EXPECT_EQ(at_once(header.substr(0, header.size() - 1)), Verdict::kNeedMore);
+  // Two reads split at every place: the end is found in the second.
+  for (std::size_t split = 1; split < header.size(); ++split) {
+    HeaderScan scan;
+    EXPECT_EQ(scan.scan(std::string_view(request).substr(0, split)), Verdict::kNeedMore) << split;
+    EXPECT_EQ(scan.scan(request), Verdict::kComplete) << split;
+  }
+}
+
+TEST(HeaderScan, RefusesABareCrOrLfAndObsFoldWhereverTheyAre) {
+  const struct {
+    std::string bytes;
+    Verdict verdict;
+  } cases[] = {
+      // A bare CR inside a value: some parsers end the line there (a forged field).
+      {"POST / HTTP/1.1\r\nX-A: a\rX-Idempotency-Fence: 9\r\n\r\n", Verdict::kBareLineEnding},
+      {"POST / HTTP/1.1\r\nX-A: a\r\r\n\r\n", Verdict::kBareLineEnding},
+      // Bare LF line endings, first line or later, and an LF inside a value.
+      {"POST / HTTP/1.1\nHost: a\n\n", Verdict::kBareLineEnding},
+      {"POST / HTTP/1.1\r\nHost: a\n\r\n", Verdict::kBareLineEnding},
+      {"POST / HTTP/1.1\r\nX-A: a\nb\r\n\r\n", Verdict::kBareLineEnding},
+      {"\nPOST / HTTP/1.1\r\n\r\n", Verdict::kBareLineEnding},
+      // An empty line that is not CRLF.
+      {"POST / HTTP/1.1\r\nHost: a\r\n\rX", Verdict::kBareLineEnding},
+      // obs-fold: a line that starts with SP or HTAB.
+      {"POST / HTTP/1.1\r\nX-A: a\r\n b\r\n\r\n", Verdict::kObsFold},
+      {"POST / HTTP/1.1\r\nX-A: a\r\n\tb\r\n\r\n", Verdict::kObsFold},
+  };
+  for (const auto& c : cases) {
+    EXPECT_EQ(at_once(c.bytes), c.verdict) << c.bytes;
+    EXPECT_EQ(byte_by_byte(c.bytes).first, c.verdict) << c.bytes;
+  }
+}
+
+TEST(HeaderScan, StartsAfreshAfterReset) {
+  HeaderScan scan;
+  EXPECT_EQ(scan.scan("GET / HTTP/1.1\r\nHost: a\r\n"), Verdict::kNeedMore);
+  scan.reset();
+  EXPECT_EQ(scan.scan("GET"), Verdict::kNeedMore);
+  EXPECT_EQ(scan.scan("GET / HTTP/1.1\r\n\r\n"), Verdict::kComplete);
+}
+
+}  // namespace
+}  // namespace idempotency::http::detail
