@@ -89,8 +89,7 @@ UpstreamReply read_reply(Parser& parser, const beast::error_code& ec, bool timed
   upstream_detail::drop_hop_by_hop(reply.response);
   if (ec) {
     // The status and header arrived, so the upstream answered; the body did not all come.
-    reply.response.body.clear();
-    reply.response.body.shrink_to_fit();
+    std::string().swap(reply.response.body);  // its memory too
     reply.truncated = true;
     if (ec != http::error::body_limit) {
       reply.error = timed_out ? "timed out reading the response body"

@@ -412,13 +412,12 @@ void Connection::close() {
 // once per timeout instead, rather than cancelled and queued (a pass of the event loop) each time.
 void Connection::expire_after(Clock::duration timeout) {
   deadline_ = Clock::now() + timeout;
-  if (!timer_waiting_ || deadline_ < timer_expiry_) wait_for_deadline();
+  if (!timer_waiting_ || deadline_ < timer_.expiry()) wait_for_deadline();
 }
 
 void Connection::expire_never() { deadline_ = Clock::time_point::max(); }
 
 void Connection::wait_for_deadline() {
-  timer_expiry_ = deadline_;
   timer_waiting_ = true;
   const auto generation = ++timer_generation_;
   timer_.expires_at(deadline_);  // a wait for a later expiry ends as cancelled: stale below

@@ -90,7 +90,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   boost::asio::ip::tcp::socket socket_;
   boost::asio::steady_timer timer_;
   Clock::time_point deadline_ = Clock::time_point::max();
-  Clock::time_point timer_expiry_;  // what the waiting timer waits for
   std::uint64_t timer_generation_ = 0;
   bool timer_waiting_ = false;
   std::shared_ptr<ServerState> state_;
