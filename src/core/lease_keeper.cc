@@ -33,8 +33,8 @@ struct LeaseKeeper::State {
 
 LeaseKeeper::LeaseKeeper(LockBackend& backend, const Claim& claim, std::chrono::milliseconds lease,
                          std::chrono::milliseconds heartbeat) {
-  if (heartbeat.count() == 0) return;
   state_ = std::make_unique<State>(State{.backend = backend, .claim = claim, .lease = lease});
+  if (heartbeat.count() == 0) return;
   heartbeat_ = start_heartbeat(HeartbeatSpec{
       .interval = heartbeat,
       .lease = lease,
@@ -53,7 +53,10 @@ LeaseKeeper::LeaseKeeper(LockBackend& backend, const Claim& claim, std::chrono::
                       "completion will be fenced out",
                       {{"key_fingerprint", key_fingerprint(state->claim.key)},
                        {"fence", std::to_string(state->claim.fence)}}});
-        state->lost.request_stop();
+        // Through a copy: a stop callback may end the work and destroy this keeper (and the
+        // state) on this thread, while request_stop() still runs on the stop state it shares.
+        std::stop_source lost = state->lost;
+        lost.request_stop();
       },
   });
 }
@@ -63,6 +66,7 @@ LeaseKeeper::~LeaseKeeper() { stop(); }
 LeaseKeeper::LeaseKeeper(LeaseKeeper&&) noexcept = default;
 
 LeaseKeeper& LeaseKeeper::operator=(LeaseKeeper&& other) noexcept {
+  if (this == &other) return *this;
   stop();  // before the state its callbacks read goes
   state_ = std::move(other.state_);
   heartbeat_ = std::move(other.heartbeat_);

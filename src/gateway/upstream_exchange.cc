@@ -242,7 +242,10 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     }
     const auto status = parser_->response().status;
     if (parser_->is_done() && status / 100 == 1 && status != 101) {
-      read_head();  // an interim response: the final one follows
+      // An interim response: the final one follows. Read from a fresh handler, not from here:
+      // one read may hold thousands of them, and each would nest a level deeper.
+      asio::post(executor_,
+                 [self = shared_from_this()] { self->step([&] { self->read_head(); }); });
       return;
     }
     if (parser_->is_done()) {

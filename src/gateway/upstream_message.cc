@@ -134,7 +134,8 @@ void drop_hop_by_hop(pubsub::PushResponse& response) {
   Tokens listed;
   for (const auto& h : response.headers) add_connection_tokens(h.name, h.value, listed);
   // Every field is judged before any moves, as the listed names are views into field values;
-  // a name the parser cannot produce (empty) marks the ones to drop.
+  // a name the parser cannot produce marks the ones to drop (Beast refuses an empty field name
+  // with bad_field).
   for (auto& h : response.headers) {
     if (is_hop_by_hop(h.name) || is_listed(listed, h.name)) h.name.clear();
   }

@@ -32,7 +32,8 @@ std::optional<std::string> base64_decode(std::string_view text) {
   if (!std::all_of(text.begin(), text.end(), is_base64_or_space)) return std::nullopt;
   // One context per thread, reset per call: allocating one per message showed in the
   // gateway's profile.
-  thread_local const EncodeCtxPtr ctx(EVP_ENCODE_CTX_new());
+  thread_local EncodeCtxPtr ctx;
+  if (!ctx) ctx.reset(EVP_ENCODE_CTX_new());
   if (!ctx) return std::nullopt;
   EVP_DecodeInit(ctx.get());
 

@@ -59,6 +59,11 @@ TEST(HeaderScan, RefusesABareCrOrLfAndObsFoldWhereverTheyAre) {
       // obs-fold: a line that starts with SP or HTAB.
       {"POST / HTTP/1.1\r\nX-A: a\r\n b\r\n\r\n", Verdict::kObsFold},
       {"POST / HTTP/1.1\r\nX-A: a\r\n\tb\r\n\r\n", Verdict::kObsFold},
+      // Two problems: the first by position is the verdict.
+      {"GET / HTTP/1.1\r\nA: b\nC: d\r\n e\r\n\r\n", Verdict::kBareLineEnding},
+      {"GET / HTTP/1.1\r\nA: b\r\n c\nD: e\r\n\r\n", Verdict::kObsFold},
+      {"GET / HTTP/1.1\r\nA: b\nC: d\rE: f\r\n\r\n", Verdict::kBareLineEnding},
+      {"GET / HTTP/1.1\r\nA: b\rC: d\nE: f\r\n\r\n", Verdict::kBareLineEnding},
   };
   for (const auto& c : cases) {
     EXPECT_EQ(at_once(c.bytes), c.verdict) << c.bytes;

@@ -572,6 +572,21 @@ TEST_P(UpstreamForward, SkipsInterimResponses) {
   EXPECT_EQ(reply.response.body, "done");
 }
 
+// Thousands of interim responses arriving in one read are skipped one after another, each from
+// a fresh handler (a stack frame per response would grow with what the upstream sends).
+TEST_P(UpstreamForward, SkipsThousandsOfInterimResponsesInOneRead) {
+  std::string interim;
+  for (int i = 0; i < 20'000; ++i) interim += "HTTP/1.1 100 \r\n\r\n";
+  RawServer server(answer_each(interim + "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"));
+  const auto pool = make_pool(server.url());
+
+  const auto reply = forward(pool, post(), 1);
+
+  ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+  EXPECT_EQ(reply.response.status, 200);
+  EXPECT_EQ(reply.response.body, "ok");
+}
+
 TEST_P(UpstreamForward, ReadsNoBodyAfterAHeadResponse) {
   RawServer server(answer_each("HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n"));
   const auto pool = make_pool(server.url(), {.timeout = 10s});

@@ -43,7 +43,7 @@ class LeaseKeeper {
  private:
   struct State;
   // What the heartbeat's callbacks read, by a plain pointer: a capture that needs no allocation,
-  // valid since the heartbeat is stopped before the state goes. Null when the heartbeat is off.
+  // valid since the heartbeat is stopped before the state goes. Null only once moved from.
   std::unique_ptr<State> state_;
   std::unique_ptr<Heartbeat> heartbeat_;
 };
