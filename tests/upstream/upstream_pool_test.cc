@@ -6,6 +6,9 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -13,13 +16,17 @@
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -66,8 +73,10 @@ struct ReceivedRequest {
   std::string first_read;
 };
 
-// Reads one request (header, then a Content-Length body); empty text on close.
-ReceivedRequest read_request(int fd, std::string& pending) {
+// Reads one request (header, then a Content-Length body) through `receive`, which has recv()'s
+// contract; empty text on close.
+ReceivedRequest read_request(const std::function<long(char*, std::size_t)>& receive,
+                             std::string& pending) {
   ReceivedRequest out;
   char buffer[65536];
   bool first = true;
@@ -89,12 +98,17 @@ ReceivedRequest read_request(int fd, std::string& pending) {
       pending.erase(0, header_end + length);
       return out;
     }
-    const auto n = ::recv(fd, buffer, sizeof buffer, 0);
+    const auto n = receive(buffer, sizeof buffer);
     if (n <= 0) return {};
     if (first) out.first_read.assign(buffer, static_cast<std::size_t>(n));
     first = false;
     pending.append(buffer, static_cast<std::size_t>(n));
   }
+}
+
+ReceivedRequest read_request(int fd, std::string& pending) {
+  return read_request([fd](char* buffer, std::size_t size) { return ::recv(fd, buffer, size, 0); },
+                      pending);
 }
 
 // Reads until the peer closes (or resets) the connection.
@@ -785,6 +799,127 @@ TEST_P(UpstreamForward, BodyBrokenOffIsTruncatedWithAReason) {
   EXPECT_EQ(reply.response.body, "");
   EXPECT_EQ(reply.error, "timed out reading the response body");
   EXPECT_LT(reply.elapsed, 5s);
+}
+
+// A certificate for `localhost`, self-signed (it is its own trust anchor), and a TLS server
+// context with it; the certificate also written to a file, for SSL_CERT_FILE.
+class TestTls {
+ public:
+  TestTls() {
+    // SSL_write on a socket the client has closed raises SIGPIPE (OpenSSL's socket writes do not
+    // pass MSG_NOSIGNAL, as the library's own do); it must not end the test program.
+    std::signal(SIGPIPE, SIG_IGN);
+    EVP_PKEY* key = EVP_EC_gen("P-256");
+    X509* cert = X509_new();
+    X509_set_version(cert, 2);
+    ASN1_INTEGER_set(X509_get_serialNumber(cert), 1);
+    X509_gmtime_adj(X509_getm_notBefore(cert), -3600);
+    X509_gmtime_adj(X509_getm_notAfter(cert), 24 * 3600);
+    X509_set_pubkey(cert, key);
+    X509_NAME* name = X509_get_subject_name(cert);
+    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
+                               reinterpret_cast<const unsigned char*>("localhost"), -1, -1, 0);
+    X509_set_issuer_name(cert, name);
+    X509V3_CTX v3;
+    X509V3_set_ctx_nodb(&v3);
+    X509V3_set_ctx(&v3, cert, cert, nullptr, nullptr, 0);
+    for (const auto& [nid, value] : {std::pair{NID_basic_constraints, "critical,CA:TRUE"},
+                                     std::pair{NID_subject_alt_name, "DNS:localhost"}}) {
+      X509_EXTENSION* extension = X509V3_EXT_conf_nid(nullptr, &v3, nid, value);
+      X509_add_ext(cert, extension, -1);
+      X509_EXTENSION_free(extension);
+    }
+    X509_sign(cert, key, EVP_sha256());
+    char path[] = "/tmp/upstream-tls-XXXXXX";
+    const int fd = ::mkstemp(path);
+    path_ = path;
+    FILE* file = ::fdopen(fd, "w");
+    PEM_write_X509(file, cert);
+    std::fclose(file);
+    context_ = SSL_CTX_new(TLS_server_method());
+    ok_ = key != nullptr && SSL_CTX_use_certificate(context_, cert) == 1 &&
+          SSL_CTX_use_PrivateKey(context_, key) == 1;
+    X509_free(cert);
+    EVP_PKEY_free(key);
+  }
+  ~TestTls() {
+    SSL_CTX_free(context_);
+    std::remove(path_.c_str());
+  }
+  TestTls(const TestTls&) = delete;
+  TestTls& operator=(const TestTls&) = delete;
+
+  [[nodiscard]] bool ok() const { return ok_; }
+  [[nodiscard]] const std::string& path() const { return path_; }
+
+  // Serves `fd` over TLS: each request is answered with a header, then its body in a TLS
+  // record of its own, until the peer closes.
+  void answer_each(int fd, std::string_view head, std::string_view body) const {
+    SSL* ssl = SSL_new(context_);
+    SSL_set_fd(ssl, fd);
+    if (SSL_accept(ssl) == 1) {
+      std::string pending;
+      const auto receive = [ssl](char* buffer, std::size_t size) {
+        return static_cast<long>(SSL_read(ssl, buffer, static_cast<int>(size)));
+      };
+      while (!read_request(receive, pending).text.empty()) {
+        if (SSL_write(ssl, head.data(), static_cast<int>(head.size())) <= 0 ||
+            SSL_write(ssl, body.data(), static_cast<int>(body.size())) <= 0) {
+          break;
+        }
+      }
+    }
+    SSL_free(ssl);
+  }
+
+ private:
+  std::string path_;
+  SSL_CTX* context_ = nullptr;
+  bool ok_ = false;
+};
+
+// The trust store a TLS client reads from the environment (OpenSSL's default paths), for one
+// test.
+class ScopedCertFile {
+ public:
+  explicit ScopedCertFile(const std::string& path) { ::setenv("SSL_CERT_FILE", path.c_str(), 1); }
+  ~ScopedCertFile() { ::unsetenv("SSL_CERT_FILE"); }
+  ScopedCertFile(const ScopedCertFile&) = delete;
+  ScopedCertFile& operator=(const ScopedCertFile&) = delete;
+};
+
+// An https upstream: the handshake verifies the server's name, the response comes in two TLS
+// records and is read whole, and the connection is kept and reused.
+TEST_P(UpstreamForward, ExchangesOverTlsAndReusesTheConnection) {
+  const TestTls tls;
+  ASSERT_TRUE(tls.ok());
+  const ScopedCertFile trust(tls.path());
+  RawServer server([&](int fd, int) {
+    tls.answer_each(fd, "HTTP/1.1 201 Created\r\nContent-Length: 5\r\n\r\n", "hello");
+  });
+  const auto pool = make_pool("https://localhost:" + std::to_string(server.port()));
+
+  for (int i = 0; i < 3; ++i) {
+    const auto reply = forward(pool, post(), i);
+    ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+    EXPECT_EQ(reply.response.status, 201);
+    EXPECT_EQ(reply.response.body, "hello");
+  }
+  EXPECT_EQ(server.accepted(), 1);
+}
+
+// A certificate that does not name the host is refused at the handshake: nothing is sent.
+TEST_P(UpstreamForward, ACertificateForAnotherNameIsNotSent) {
+  const TestTls tls;
+  ASSERT_TRUE(tls.ok());
+  const ScopedCertFile trust(tls.path());
+  RawServer server([&](int fd, int) { tls.answer_each(fd, kOk, ""); });
+  const auto pool = make_pool("https://127.0.0.1:" + std::to_string(server.port()));
+
+  const auto reply = forward(pool, post(), 1);
+
+  EXPECT_EQ(reply.kind, Kind::kNotSent);
+  EXPECT_EQ(reply.error.rfind("TLS handshake", 0), 0u) << reply.error;
 }
 
 TEST_P(UpstreamForward, FailedTlsHandshakeIsNotSent) {
