@@ -15,6 +15,7 @@
 
 #include "base64.h"
 #include "bounded_json.h"
+#include "idempotency/detail/ascii.h"
 #include "idempotency/pubsub/message.h"
 
 namespace idempotency::pubsub {
@@ -47,16 +48,11 @@ std::optional<std::string> header_value(const PushRequest& request, std::string_
   return std::string(trim(*value));
 }
 
-// The media type of Content-Type, lower-cased and without parameters.
-std::string media_type(const PushRequest& request) {
+// Whether the media type of Content-Type (without parameters) is `type`, in any case.
+bool has_media_type(const PushRequest& request, std::string_view type) {
   auto value = request.header("content-type");
-  if (!value) return {};
-  std::string_view type = trim(value->substr(0, value->find(';')));
-  std::string lower(type);
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](char c) {
-    return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
-  });
-  return lower;
+  return value &&
+         idempotency::detail::iequals_ascii(trim(value->substr(0, value->find(';'))), type);
 }
 
 bool has_write_metadata(const PushRequest& request) {
@@ -139,22 +135,23 @@ std::optional<ParseError> read_attributes(object message, std::string_view prefi
                                           const ParseOptions& options, Message& out) {
   Member m = member(message, "attributes", "attributes");
   if (!m.value) return std::nullopt;
-  const std::string name = path(prefix, "message.attributes");
+  // Named only in a reason: building the name for every message cost an allocation.
+  const auto name = [&] { return path(prefix, "message.attributes"); };
   object attributes;
   if (m.value->get_object().get(attributes) != simdjson::SUCCESS) {
-    return fail(ParseErrorKind::kWrongType, name + " must be an object");
+    return fail(ParseErrorKind::kWrongType, name() + " must be an object");
   }
   // Each name once, its last value, in name order: what a JSON object means.
   std::map<std::string_view, element> last;
   for (key_value_pair field : attributes) last.insert_or_assign(field.key, field.value);
   if (last.size() > options.max_attributes) {
     return fail(ParseErrorKind::kTooManyAttributes,
-                name + " has more than " + std::to_string(options.max_attributes) + " entries");
+                name() + " has more than " + std::to_string(options.max_attributes) + " entries");
   }
   for (const auto& [key, value] : last) {
     std::string_view text;
     if (value.get_string().get(text) != simdjson::SUCCESS) {
-      return fail(ParseErrorKind::kWrongType, name + " values must be strings");
+      return fail(ParseErrorKind::kWrongType, name() + " values must be strings");
     }
     out.attributes.emplace(std::string(key), std::string(text));
   }
@@ -244,7 +241,9 @@ DeliveryForm detect(const PushRequest& request, internal::JsonDocument& json,
   // its message's attributes as bare headers, which may look like CloudEvents (ce-id, or a
   // Content-Type attribute of application/cloudevents+json).
   if (has_write_metadata(request)) return DeliveryForm::kUnwrapped;
-  if (media_type(request) == kStructuredContentType) return DeliveryForm::kCloudEventStructured;
+  if (has_media_type(request, kStructuredContentType)) {
+    return DeliveryForm::kCloudEventStructured;
+  }
   if (request.header("ce-specversion") || request.header("ce-id")) {
     return DeliveryForm::kCloudEventBinary;
   }
