@@ -28,36 +28,34 @@ HeaderScan::Verdict HeaderScan::scan(std::string_view buffer) noexcept {
   // Each CR, found by memchr (this runs over every request's header), must end a line: an LF
   // after it, then no SP or HTAB (obs-fold); a CRLF after it ends the header. The first
   // problem by position is the verdict, so the LFs before a CR's verdict are checked first.
+  std::size_t end = size;  // where the verdict was reached, or where to resume
+  Verdict verdict = Verdict::kNeedMore;
   for (std::size_t at = from;;) {
     const auto* cr = static_cast<const char*>(std::memchr(data + at, '\r', size - at));
     if (cr == nullptr) break;
     const auto i = static_cast<std::size_t>(cr - data);
-    if (i + 2 >= size && (i + 1 >= size || data[i + 1] == '\n')) {
-      if (has_bare_lf(data, from, i)) return Verdict::kBareLineEnding;
-      scanned_ = i;  // what follows is on its way
-      return Verdict::kNeedMore;
+    // The bytes that decide this CR have not all come: resume from it.
+    if (i + 1 >= size ||
+        (data[i + 1] == '\n' && (i + 2 >= size || (data[i + 2] == '\r' && i + 3 >= size)))) {
+      end = i;
+      break;
     }
-    Verdict verdict = Verdict::kNeedMore;
     if (data[i + 1] != '\n') {
       verdict = Verdict::kBareLineEnding;
     } else if (const char next = data[i + 2]; next == '\r') {
-      if (i + 3 >= size) {
-        if (has_bare_lf(data, from, i)) return Verdict::kBareLineEnding;
-        scanned_ = i;
-        return Verdict::kNeedMore;
-      }
       verdict = data[i + 3] == '\n' ? Verdict::kComplete : Verdict::kBareLineEnding;
     } else if (next == ' ' || next == '\t') {
       verdict = Verdict::kObsFold;
     }
     if (verdict != Verdict::kNeedMore) {
-      return has_bare_lf(data, from, i) ? Verdict::kBareLineEnding : verdict;
+      end = i;
+      break;
     }
     at = i + 2;
   }
-  if (has_bare_lf(data, from, size)) return Verdict::kBareLineEnding;
-  scanned_ = size;
-  return Verdict::kNeedMore;
+  if (has_bare_lf(data, from, end)) return Verdict::kBareLineEnding;
+  if (verdict == Verdict::kNeedMore) scanned_ = end;
+  return verdict;
 }
 
 }  // namespace idempotency::http::detail
