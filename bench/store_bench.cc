@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -96,8 +97,10 @@ std::string fmt(double v) {
   return buf;
 }
 
-struct Tally {
-  std::vector<std::int64_t> call_ns;  // every store call in the measured window
+// One thread's counts. A cache line of its own: threads that wrote neighbouring tallies would
+// bounce one line between cores on every call and measure that, not the store.
+struct alignas(64) Tally {
+  std::vector<std::int64_t> call_ns;  // the timed store calls in the measured window
   std::uint64_t ops = 0;              // pairs (pair path) or claims (dup, hot)
   std::uint64_t unexpected = 0;       // an answer the path does not expect
   double cpu_seconds = 0;             // the process's user + system CPU in the measured window
@@ -127,12 +130,21 @@ std::pair<double, double> measure_window(std::atomic<int>& phase, double seconds
   return {elapsed, process_cpu_seconds() - cpu_start};
 }
 
-// Runs body(thread, tally, record) on `threads` threads: kWarmupSeconds unrecorded, then
-// `seconds` recorded. body performs one operation and adds its calls' latencies when
-// `record` is set. Returns the merged tally (with the process's CPU time between the switches
-// to and from the measured phase) and the measured wall time.
+// What one operation of a driven body records: `measured` once the measured window is open
+// (count it), `timed` for the operations whose calls are timed (one in `time_every`).
+struct Step {
+  bool measured;
+  bool timed;
+};
+
+// Runs body(thread, tally, step) on `threads` threads: kWarmupSeconds unrecorded, then
+// `seconds` recorded. body performs one operation, counts it when step.measured and adds its
+// calls' latencies when step.timed. Reading the clock twice a call costs about 50 ns, a tenth
+// of a memory-store pair, so that store times one operation in `time_every` (a uniform sample)
+// and the rate is not the clock's. Returns the merged tally (with the process's CPU time
+// between the switches to and from the measured phase) and the measured wall time.
 template <typename Body>
-std::pair<Tally, double> drive(int threads, double seconds, Body body) {
+std::pair<Tally, double> drive(int threads, double seconds, Body body, unsigned time_every = 1) {
   std::vector<Tally> tallies(static_cast<std::size_t>(threads));
   std::latch ready(threads + 1);
   std::atomic<int> phase{0};  // 0 warm-up, 1 measured, 2 stop
@@ -144,10 +156,13 @@ std::pair<Tally, double> drive(int threads, double seconds, Body body) {
       Tally& tally = tallies[static_cast<std::size_t>(t)];
       tally.call_ns.reserve(1 << 16);
       ready.arrive_and_wait();
+      unsigned tick = 0;
       for (int p = phase.load(std::memory_order_relaxed); p != 2;
            p = phase.load(std::memory_order_relaxed)) {
+        const bool measured = p == 1;
+        const bool timed = measured && ++tick % time_every == 0;
         try {
-          body(t, tally, p == 1);
+          body(t, tally, Step{measured, timed});
         } catch (const std::exception& e) {
           if (errors.fetch_add(1) < 3) std::fprintf(stderr, "store_bench: %s\n", e.what());
           ++tally.unexpected;
@@ -169,13 +184,53 @@ std::pair<Tally, double> drive(int threads, double seconds, Body body) {
   return {std::move(all), elapsed};
 }
 
-// Times one call, adding it to the tally when recording.
+// Runs one call, adding its latency to the tally when `time` is set.
 template <typename F>
-auto timed(Tally& tally, bool record, F f) {
+auto timed(Tally& tally, bool time, F f) {
+  if (!time) return f();
   const auto t0 = Clock::now();
   auto r = f();
-  if (record) tally.call_ns.push_back((Clock::now() - t0).count());
+  tally.call_ns.push_back((Clock::now() - t0).count());
   return r;
+}
+
+// A thread's keys: `prefix` then a serial number, written over the last one in place, so
+// that the driver spends no allocation and no string concatenation on a key (a caller has
+// its key already: a message id). Aligned like Tally, for the same reason.
+class alignas(64) KeySerial {
+ public:
+  explicit KeySerial(std::string prefix) : key_(std::move(prefix)), prefix_(key_.size()) {
+    key_.reserve(prefix_ + 20);
+  }
+  // The next key: prefix and the next serial.
+  const std::string& next() {
+    char digits[20];
+    const auto [end, ec] = std::to_chars(digits, digits + sizeof digits, serial_++);
+    (void)ec;  // 20 digits hold any 64-bit number
+    key_.resize(prefix_);
+    key_.append(digits, end);
+    return key_;
+  }
+
+ private:
+  std::string key_;
+  std::size_t prefix_;
+  std::uint64_t serial_ = 0;
+};
+
+// Keys "<prefix><thread>-<serial>" for `threads` threads, one KeySerial each.
+std::vector<KeySerial> key_serials(const std::string& prefix, int threads) {
+  std::vector<KeySerial> keys;
+  keys.reserve(static_cast<std::size_t>(threads));
+  for (int t = 0; t < threads; ++t) keys.emplace_back(prefix + std::to_string(t) + "-");
+  return keys;
+}
+
+// One timed operation in kMemoryTimeEvery on the memory store (see drive()); every one
+// elsewhere, where a call takes a round trip and the clock is noise.
+constexpr unsigned kMemoryTimeEvery = 16;
+unsigned time_every(std::string_view url) {
+  return url.starts_with("memory") ? kMemoryTimeEvery : 1;
 }
 
 void emit(const std::string& kind, const std::string& name, const std::string& path, int threads,
@@ -315,29 +370,32 @@ int cmd_run(const std::string& url, const std::string& name, const std::vector<i
   std::unique_ptr<LockBackend> backend = idempotency::open_backend(url);
   const std::string run = nonce();
   std::uint64_t serial = 0;  // keys of the set-up steps
+  const unsigned every = time_every(url);
   auto fresh = [&] { return "bench-" + run + "-setup-" + std::to_string(serial++); };
   for (int threads : counts) {
-    const std::string extra = pool_info(url, threads);
+    const std::string extra = pool_info(url, threads) + ",\"timed_every\":" + std::to_string(every);
     if (has_path(paths, "pair")) {
-      std::vector<std::uint64_t> next(static_cast<std::size_t>(threads), 0);
-      const std::string prefix = "bench-" + run + "-pair-" + std::to_string(threads) + "-";
-      auto [t, s] = drive(threads, seconds, [&](int th, Tally& tally, bool record) {
-        const std::string key = prefix + std::to_string(th) + "-" +
-                                std::to_string(next[static_cast<std::size_t>(th)]++);
-        ClaimResult r = timed(tally, record, [&] { return backend->claim(key, kLease); });
-        const Won* won = std::get_if<Won>(&r);
-        if (won == nullptr) {
-          if (record) ++tally.unexpected;
-          return;
-        }
-        const bool ok = timed(tally, record, [&] { return backend->complete(won->claim); });
-        if (!record) return;
-        if (ok) {
-          ++tally.ops;
-        } else {
-          ++tally.unexpected;
-        }
-      });
+      std::vector<KeySerial> keys =
+          key_serials("bench-" + run + "-pair-" + std::to_string(threads) + "-", threads);
+      auto [t, s] = drive(
+          threads, seconds,
+          [&](int th, Tally& tally, Step step) {
+            const std::string& key = keys[static_cast<std::size_t>(th)].next();
+            ClaimResult r = timed(tally, step.timed, [&] { return backend->claim(key, kLease); });
+            const Won* won = std::get_if<Won>(&r);
+            if (won == nullptr) {
+              if (step.measured) ++tally.unexpected;
+              return;
+            }
+            const bool ok = timed(tally, step.timed, [&] { return backend->complete(won->claim); });
+            if (!step.measured) return;
+            if (ok) {
+              ++tally.ops;
+            } else {
+              ++tally.unexpected;
+            }
+          },
+          every);
       emit("store", name, "pair", threads, t, s, extra);
     }
     if (has_path(paths, "async")) {
@@ -355,17 +413,20 @@ int cmd_run(const std::string& url, const std::string& name, const std::vector<i
         if (const Won* w = std::get_if<Won>(&r)) (void)backend->complete(w->claim, "result");
         done.push_back(std::move(k));
       }
-      auto [t, s] = drive(threads, seconds, [&](int th, Tally& tally, bool record) {
-        thread_local std::minstd_rand rng(static_cast<unsigned>(th) + 1);
-        const std::string& key = done[rng() % done.size()];
-        ClaimResult r = timed(tally, record, [&] { return via.claim(key, kLease); });
-        if (!record) return;
-        if (std::holds_alternative<AlreadyDone>(r)) {
-          ++tally.ops;
-        } else {
-          ++tally.unexpected;
-        }
-      });
+      auto [t, s] = drive(
+          threads, seconds,
+          [&](int th, Tally& tally, Step step) {
+            thread_local std::minstd_rand rng(static_cast<unsigned>(th) + 1);
+            const std::string& key = done[rng() % done.size()];
+            ClaimResult r = timed(tally, step.timed, [&] { return via.claim(key, kLease); });
+            if (!step.measured) return;
+            if (std::holds_alternative<AlreadyDone>(r)) {
+              ++tally.ops;
+            } else {
+              ++tally.unexpected;
+            }
+          },
+          every);
       emit("store", name, path, threads, t, s, extra);
     };
     if (has_path(paths, "dup")) duplicates(*backend, "dup");
@@ -379,15 +440,18 @@ int cmd_run(const std::string& url, const std::string& name, const std::vector<i
       const std::string hot = fresh();
       ClaimResult owner = backend->claim(hot, kLease);  // held for the whole run
       if (!std::holds_alternative<Won>(owner)) throw std::runtime_error("hot key not won");
-      auto [t, s] = drive(threads, seconds, [&](int, Tally& tally, bool record) {
-        ClaimResult r = timed(tally, record, [&] { return backend->claim(hot, kLease); });
-        if (!record) return;
-        if (std::holds_alternative<HeldByOther>(r)) {
-          ++tally.ops;
-        } else {
-          ++tally.unexpected;
-        }
-      });
+      auto [t, s] = drive(
+          threads, seconds,
+          [&](int, Tally& tally, Step step) {
+            ClaimResult r = timed(tally, step.timed, [&] { return backend->claim(hot, kLease); });
+            if (!step.measured) return;
+            if (std::holds_alternative<HeldByOther>(r)) {
+              ++tally.ops;
+            } else {
+              ++tally.unexpected;
+            }
+          },
+          every);
       emit("store", name, "hot", threads, t, s, extra);
     }
   }
@@ -487,14 +551,13 @@ int cmd_sqlite_limit(const std::string& path, const std::vector<int>& counts, do
   };
   const std::string run = nonce();
   for (int threads : counts) {
-    std::vector<std::uint64_t> next(static_cast<std::size_t>(threads), 0);
-    auto [t, s] = drive(threads, seconds, [&](int th, Tally& tally, bool record) {
-      const std::string key = "raw-" + run + "-" + std::to_string(threads) + "-" +
-                              std::to_string(th) + "-" +
-                              std::to_string(next[static_cast<std::size_t>(th)]++);
-      timed(tally, record, [&] { return op(key, 1); });
-      timed(tally, record, [&] { return op(key, 2); });
-      if (record) ++tally.ops;
+    std::vector<KeySerial> keys =
+        key_serials("raw-" + run + "-" + std::to_string(threads) + "-", threads);
+    auto [t, s] = drive(threads, seconds, [&](int th, Tally& tally, Step step) {
+      const std::string& key = keys[static_cast<std::size_t>(th)].next();
+      timed(tally, step.timed, [&] { return op(key, 1); });
+      timed(tally, step.timed, [&] { return op(key, 2); });
+      if (step.measured) ++tally.ops;
     });
     emit("limit", "sqlite", "pair", threads, t, s,
          ",\"tool\":\"raw SQLite C API: the same pragmas, table and statements, one connection\"");

@@ -41,8 +41,9 @@ struct InMemoryLock::State {
     Shard& shard = shards[shard_of(h)];
     std::lock_guard lock(shard.mutex);
     detail::RecordTable& table = shard.table;
-    const std::size_t slot = table.find(key, h);
+    table.prefetch(h);  // the misses load while the clock is read
     const Millis at = now();
+    const std::size_t slot = table.find(key, h);
     // An expired record is absent, exactly as if the sweep below had reached it already (and
     // as on Redis, which deletes at expires_at): so when the sweep runs changes no answer.
     std::optional<Record> current;

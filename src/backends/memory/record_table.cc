@@ -131,6 +131,12 @@ std::size_t RecordTable::find(std::string_view key, std::uint64_t hash) const no
   }
 }
 
+void RecordTable::prefetch(std::uint64_t hash) const noexcept {
+  if (!slots_) return;
+  __builtin_prefetch(&slots_[static_cast<std::uint32_t>(hash) & mask_]);
+  __builtin_prefetch(&slots_[sweep_cursor_ & mask_]);
+}
+
 Record RecordTable::record(std::size_t slot) const {
   const Block& b = *slots_[slot].block;
   Record r;

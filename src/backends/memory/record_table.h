@@ -33,6 +33,10 @@ class RecordTable {
   /// find() returns the slot of `key`, whose sip_hash13 is `hash`, or kNone.
   [[nodiscard]] std::size_t find(std::string_view key, std::uint64_t hash) const noexcept;
 
+  /// prefetch() starts loading the slots that find(…, hash) and sweep() read first, so that
+  /// their cache misses overlap each other and the caller's work before them.
+  void prefetch(std::uint64_t hash) const noexcept;
+
   /// record() decodes the record in `slot` (a slot find() returned).
   [[nodiscard]] Record record(std::size_t slot) const;
 
