@@ -16,6 +16,7 @@
 #include <string>
 #include <utility>
 
+#include "simple_response.h"
 #include "upstream_internal.h"
 // After upstream_internal.h, which settles how Asio is configured.
 #include <boost/beast/core/read_size.hpp>
@@ -54,6 +55,8 @@ namespace {
 
 // Far above any sane response header, small enough that a hostile one cannot hurt.
 constexpr std::uint32_t kHeaderLimit = 64 * 1024;
+static_assert(upstream_detail::kSimpleHeaderLimit < kHeaderLimit,
+              "a header the fast reading takes is one Beast's parser takes too");
 // At most this much is read at once, as Beast's own reads.
 constexpr std::size_t kReadSize = 65'536;
 
@@ -263,6 +266,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   // async_read do (Boost 1.74, read.hpp), step for step, on one async_read_some a round
   // instead of three layers of composed operations.
   void parse(Until until) {
+    if (until == Until::kHeader && read_simply()) return;
     auto& buffer = connection_->buffer;
     beast::error_code ec;
     while (!reached(until)) {
@@ -278,6 +282,30 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
       if (ec) break;
     }
     parsed(until, ec);
+  }
+
+  // Reads the plainest whole response without Beast's parser (simple_response.h) and ends
+  // the exchange as on_response() would; false when the response is not that, not all here,
+  // or Beast has begun reading it. Only the status is kept in this mode, so nothing is lost.
+  bool read_simply() {
+    auto& buffer = connection_->buffer;
+    if (impl_->options.keep_content || buffer.size() == 0 || parser_->got_some() ||
+        request_.method == "HEAD") {
+      return false;
+    }
+    const auto bytes = buffer.data();
+    const auto response =
+        upstream_detail::simple_response({static_cast<const char*>(bytes.data()), bytes.size()},
+                                         std::uint64_t{impl_->options.max_response_bytes});
+    if (!response) return false;
+    buffer.consume(response->size);  // all of it: the connection is at a message boundary
+    reply_.response.status = response->status;
+    if (response->keep_alive && connection_->disarm()) {
+      text_.swap(connection_->request);  // its capacity, for the next request
+      give_back();
+    }
+    finish();
+    return true;
   }
 
   [[nodiscard]] bool reached(Until until) const {

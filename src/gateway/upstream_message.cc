@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "idempotency/detail/ascii.h"
+#include "idempotency/detail/field_syntax.h"
 #include "upstream_internal.h"
 
 namespace idempotency::gateway {
@@ -19,6 +20,8 @@ namespace {
 constexpr std::size_t kMaxFieldBytes = 65'000;
 
 using idempotency::detail::iequals_ascii;
+using idempotency::detail::is_field_name;
+using idempotency::detail::is_field_value;
 
 std::string_view trim(std::string_view s) {
   const auto first = s.find_first_not_of(" \t");
@@ -49,24 +52,6 @@ bool is_listed(const Tokens& tokens, std::string_view name) {
                      [&](std::string_view token) { return iequals_ascii(token, name); });
 }
 
-// RFC 9110 §5.6.2: token = 1*tchar.
-bool is_token(std::string_view s) {
-  constexpr std::string_view kSymbols = "!#$%&'*+-.^_`|~";
-  return !s.empty() && std::all_of(s.begin(), s.end(), [&](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) != 0 ||
-           kSymbols.find(c) != std::string_view::npos;
-  });
-}
-
-// A field value may hold HTAB, SP, VCHAR and obs-text, never another control character: a CR
-// or LF would let a value smuggle a header or a request of its own.
-bool is_field_value(std::string_view s) {
-  return std::none_of(s.begin(), s.end(), [](char c) {
-    const auto u = static_cast<unsigned char>(c);
-    return (u < 0x20 && u != '\t') || u == 0x7f;
-  });
-}
-
 // A request target is sent as is; it must not end the request line early.
 bool is_request_target(std::string_view s) {
   return !s.empty() && std::none_of(s.begin(), s.end(), [](char c) {
@@ -86,7 +71,7 @@ std::string one_line(std::string s) {
 std::optional<std::string> build_request(const pubsub::PushRequest& in,
                                          std::optional<std::int64_t> fence, const UpstreamUrl& url,
                                          const Origin& origin, std::string& out) {
-  if (!is_token(in.method)) return "the request method is not a token";
+  if (!is_field_name(in.method)) return "the request method is not a token";
   if (in.method == "CONNECT") return "CONNECT is not forwarded";
   const std::string_view path = in.path.empty() ? std::string_view("/") : in.path;
   if (!is_request_target(path) || (!url.base_path.empty() && !is_request_target(url.base_path))) {
@@ -100,7 +85,7 @@ std::optional<std::string> build_request(const pubsub::PushRequest& in,
     // asking for 100-continue (the body goes with the header in one write).
     return !is_hop_by_hop(h.name) && !is_listed(listed, h.name) &&
            !iequals_ascii(h.name, kFenceHeader) && !iequals_ascii(h.name, "Expect") &&
-           is_token(h.name) && is_field_value(h.value) && h.name.size() <= kMaxFieldBytes &&
+           is_field_name(h.name) && is_field_value(h.value) && h.name.size() <= kMaxFieldBytes &&
            h.value.size() <= kMaxFieldBytes;
   };
   std::size_t size = 128 + in.method.size() + url.base_path.size() + path.size() +

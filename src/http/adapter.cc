@@ -8,8 +8,8 @@
 #include <string_view>
 #include <utility>
 
-#include "field_syntax.h"
 #include "idempotency/detail/ascii.h"
+#include "idempotency/detail/field_syntax.h"
 #include "idempotency/log.h"
 
 namespace idempotency::http::detail {
@@ -17,6 +17,8 @@ namespace beast_http = boost::beast::http;
 namespace {
 
 using idempotency::detail::iequals_ascii;
+using idempotency::detail::is_field_name;
+using idempotency::detail::is_field_value;
 
 // The server frames every message itself.
 bool is_framing(std::string_view name) {

@@ -528,20 +528,56 @@ TEST_P(UpstreamForward, ReconnectsWhenTheServerClosedTheIdleConnection) {
   EXPECT_EQ(server.accepted(), 2);
 }
 
+// In both modes: status-only reads a plain response without Beast's parser
+// (simple_response.h), and must come to the same decision.
 TEST_P(UpstreamForward, DoesNotPoolAConnectionTheResponseClosed) {
-  for (const char* response :
-       {"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok",
-        "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok"}) {
-    // The server keeps the connection open anyway: only the client's decision is tested.
-    RawServer server(answer_each(response));
-    const auto pool = make_pool(server.url());
+  for (const bool keep_content : {true, false}) {
+    for (const char* response :
+         {"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok",
+          "HTTP/1.1 200 OK\r\nConnection: Keep-Alive, CLOSE\r\nContent-Length: 0\r\n\r\n",
+          "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok"}) {
+      // The server keeps the connection open anyway: only the client's decision is tested.
+      RawServer server(answer_each(response));
+      const auto pool = make_pool(server.url(), {.keep_content = keep_content});
 
-    ASSERT_EQ(forward(pool, post(), 1).kind, Kind::kResponse);
-    const auto reply = forward(pool, post(), 2);
+      ASSERT_EQ(forward(pool, post(), 1).kind, Kind::kResponse);
+      const auto reply = forward(pool, post(), 2);
 
-    ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
-    EXPECT_EQ(server.accepted(), 2) << response;
+      ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+      EXPECT_EQ(reply.response.status, 200);
+      EXPECT_EQ(server.accepted(), 2) << response << (keep_content ? "" : ", status only");
+    }
   }
+}
+
+// Status only, a plain response in two sends (read partly, then by Beast's parser), and one
+// followed by a byte nobody asked for: both answered, and only the first one's connection
+// pooled.
+TEST_P(UpstreamForward, StatusOnlyPoolsOnlyAConnectionAtAMessageBoundary) {
+  RawServer split([](int fd, int) {
+    std::string pending;
+    while (!read_request(fd, pending).text.empty()) {
+      send_all(fd, "HTTP/1.1 202 Accepted\r\nContent-Len");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      send_all(fd, "gth: 2\r\n\r\nok");
+    }
+  });
+  const auto split_pool = make_pool(split.url(), {.keep_content = false});
+  for (int i = 1; i <= 2; ++i) {
+    const auto reply = forward(split_pool, post(), i);
+    ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+    EXPECT_EQ(reply.response.status, 202);
+  }
+  EXPECT_EQ(split.accepted(), 1);
+
+  RawServer stray(answer_each("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok!"));
+  const auto stray_pool = make_pool(stray.url(), {.keep_content = false});
+  for (int i = 1; i <= 2; ++i) {
+    const auto reply = forward(stray_pool, post(), i);
+    ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+    EXPECT_EQ(reply.response.status, 200);
+  }
+  EXPECT_EQ(stray.accepted(), 2);
 }
 
 TEST_P(UpstreamForward, ANewPoolNeverGetsADestroyedPoolsConnection) {

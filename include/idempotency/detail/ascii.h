@@ -20,7 +20,12 @@ namespace idempotency::detail {
 [[nodiscard]] constexpr bool iequals_ascii(std::string_view a, std::string_view b) noexcept {
   if (a.size() != b.size()) return false;
   for (std::size_t i = 0; i < a.size(); ++i) {
-    if (ascii_lower(a[i]) != ascii_lower(b[i])) return false;
+    // Names are mostly spelled alike: one comparison a byte then, and case is folded only
+    // where the bytes differ by the case bit alone.
+    if (a[i] == b[i]) continue;
+    if ((a[i] ^ b[i]) != 0x20) return false;
+    const char lower = static_cast<char>(a[i] | 0x20);
+    if (lower < 'a' || lower > 'z') return false;
   }
   return true;
 }

@@ -1,0 +1,172 @@
+// simple_response(): the plainest whole responses read without Beast's parser, and everything
+// else left to it. The differential test is the contract: whatever simple_response() accepts,
+// Beast's parser (as the exchange drives it, status only) accepts as one whole response with
+// the same status, the same keep-alive and the same length.
+#include "simple_response.h"
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "upstream_internal.h"
+
+namespace idempotency::gateway::upstream_detail {
+namespace {
+
+constexpr std::uint64_t kBodyLimit = 1 << 20;
+
+// What Beast's parser makes of `bytes`, fed as the exchange feeds it: the header (64 KiB
+// limit), then the body eagerly.
+struct BeastReading {
+  bool whole = false;  // one complete response, no error, every byte used
+  int status = 0;
+  bool keep_alive = false;
+};
+
+BeastReading beast_reads(std::string_view bytes, std::uint64_t body_limit = kBodyLimit) {
+  ResponseParser parser(false);
+  parser.header_limit(64 * 1024);
+  parser.body_limit(body_limit);
+  beast::error_code ec;
+  std::size_t used = 0;
+  while (!parser.is_header_done() && used < bytes.size()) {
+    used += parser.put(boost::asio::const_buffer(bytes.data() + used, bytes.size() - used), ec);
+    if (ec) return {};
+  }
+  if (!parser.is_header_done()) return {};
+  parser.eager(true);
+  while (!parser.is_done() && used < bytes.size()) {
+    used += parser.put(boost::asio::const_buffer(bytes.data() + used, bytes.size() - used), ec);
+    if (ec) return {};
+  }
+  if (!parser.is_done() || used != bytes.size()) return {};
+  return {true, parser.response().status, parser.keep_alive()};
+}
+
+const std::string kNginx =
+    "HTTP/1.1 200 OK\r\nServer: nginx/1.22.1\r\nDate: Thu, 03 Dec 2026 17:51:14 GMT\r\n"
+    "Content-Type: text/plain\r\nContent-Length: 0\r\nConnection: keep-alive\r\n\r\n";
+
+TEST(SimpleResponse, ReadsAnNginxReply) {
+  const auto r = simple_response(kNginx, kBodyLimit);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->size, kNginx.size());
+  EXPECT_TRUE(r->keep_alive);
+}
+
+TEST(SimpleResponse, ReadsTheBodyByLengthAndTheCloseInAnyCase) {
+  const std::string bytes =
+      "HTTP/1.1 503 Service Unavailable\r\ncontent-length:\t5 \r\nX-A: \xe9t\xe9\t1\r\n"
+      "CONNECTION: Keep-Alive , Close\r\n\r\nhello";
+  const auto r = simple_response(bytes, kBodyLimit);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  EXPECT_EQ(r->size, bytes.size());
+  EXPECT_FALSE(r->keep_alive);
+  const BeastReading beast = beast_reads(bytes);
+  EXPECT_TRUE(beast.whole);
+  EXPECT_FALSE(beast.keep_alive);
+}
+
+TEST(SimpleResponse, LeavesEveryOtherFormToBeast) {
+  const std::string ok_fields = "Content-Length: 2\r\n\r\nhi";
+  const std::vector<std::string> others = {
+      "HTTP/1.0 200 OK\r\n" + ok_fields,                               // another version
+      "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n" + ok_fields,  // interim
+      "HTTP/1.1 101 Switching Protocols\r\n" + ok_fields,
+      "HTTP/1.1 204 No Content\r\n" + ok_fields,  // Beast reads no body
+      "HTTP/1.1 304 Not Modified\r\n" + ok_fields,
+      "HTTP/1.1 600 Odd\r\n" + ok_fields,
+      "HTTP/1.1 200\r\n" + ok_fields,  // no space after the status
+      "HTTP/1.1 2000 OK\r\n" + ok_fields,
+      "HTTP/1.1 200 O\x01K\r\n" + ok_fields,
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nhi",
+      "HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\nhi",
+      "HTTP/1.1 200 OK\r\nContent-Length: +2\r\n\r\nhi",
+      "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nh",    // not all here
+      "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi!",  // a byte after it
+      "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n",         // no end of header
+      "HTTP/1.1 200 OK\r\n\r\n",                          // ends with the connection
+      "HTTP/1.1 200 OK\r\nX-A: a\r\n b\r\n" + ok_fields,  // obs-fold
+      "HTTP/1.1 200 OK\r\nX-A: a\n" + ok_fields,          // bare LF
+      "HTTP/1.1 200 OK\r\nX-A: a\rb\r\n" + ok_fields,     // bare CR
+      std::string("HTTP/1.1 200 OK\r\nX-A: a\0b\r\n", 27) + ok_fields,
+      "HTTP/1.1 200 OK\r\nX-A: a\x7f\r\n" + ok_fields,
+      "HTTP/1.1 200 OK\r\nX-A : a\r\n" + ok_fields,  // a space before the colon
+      "HTTP/1.1 200 OK\r\n: a\r\n" + ok_fields,      // no name
+      "HTTP/1.1 200 OK\r\nX(A): a\r\n" + ok_fields,  // not a token
+      "HTTP/1.1 200 OK\r\nUpgrade: h2c\r\n" + ok_fields,
+      "HTTP/1.1 200 OK\r\nProxy-Connection: close\r\n" + ok_fields,
+      "HTTP/1.1 200 OK\r\nConnection: upgrade\r\n" + ok_fields,
+      "HTTP/1.1 200 OK\r\nConnection: close,,x\r\n" + ok_fields,
+      "HTTP/1.1 200 OK\r\nConnection:\r\n" + ok_fields,
+      "HTTP/1.1 200 OK\r\nX-A: " + std::string(kSimpleHeaderLimit, 'a') + "\r\n" + ok_fields,
+  };
+  for (const auto& bytes : others) {
+    EXPECT_FALSE(simple_response(bytes, kBodyLimit)) << bytes;
+  }
+  EXPECT_FALSE(simple_response("HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc", 2));
+  EXPECT_TRUE(simple_response("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nab", 2));
+}
+
+// Mutates `bytes` at random: a byte replaced by one that matters to HTTP's syntax, or removed,
+// or a run of them doubled.
+std::string mutate(std::string bytes, std::mt19937& rng) {
+  static const std::string kBytes = std::string("\r\n \t:,;0129aZ-\x7f\x80\xff\"(", 20) + '\0';
+  const int edits = 1 + static_cast<int>(rng() % 3);
+  for (int e = 0; e < edits && !bytes.empty(); ++e) {
+    const std::size_t at = rng() % bytes.size();
+    switch (rng() % 4) {
+      case 0:
+      case 1:
+        bytes[at] = kBytes[rng() % kBytes.size()];
+        break;
+      case 2:
+        bytes.erase(at, 1);
+        break;
+      default:
+        bytes.insert(at, bytes.substr(at, 1 + rng() % 8));
+        break;
+    }
+  }
+  return bytes;
+}
+
+TEST(SimpleResponse, WhatItAcceptsBeastReadsAlikeUnderMutation) {
+  const std::vector<std::string> seeds = {
+      kNginx,
+      "HTTP/1.1 200 OK\r\nContent-Length: 11\r\nConnection: close\r\n\r\nhello world",
+      "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
+      "Connection: keep-alive, close\r\nX-Trace: a\tb\r\n\r\n{}",
+      "HTTP/1.1 500 \r\ncontent-length: 0\r\n\r\n",
+      "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+  };
+  std::mt19937 rng(20261203);
+  int accepted = 0;
+  int checked = 0;
+  for (int i = 0; i < 200'000; ++i) {
+    const std::string bytes = mutate(seeds[static_cast<std::size_t>(i) % seeds.size()], rng);
+    const auto ours = simple_response(bytes, kBodyLimit);
+    ++checked;
+    if (!ours) continue;
+    ++accepted;
+    const BeastReading beast = beast_reads(bytes);
+    ASSERT_TRUE(beast.whole) << "accepted what Beast refuses: " << testing::PrintToString(bytes);
+    ASSERT_EQ(ours->status, beast.status) << testing::PrintToString(bytes);
+    ASSERT_EQ(ours->keep_alive, beast.keep_alive) << testing::PrintToString(bytes);
+    ASSERT_EQ(ours->size, bytes.size());
+  }
+  // Mutations that keep the response plain must be common, or this test checks nothing.
+  EXPECT_GT(accepted, checked / 20) << accepted << " of " << checked;
+}
+
+}  // namespace
+}  // namespace idempotency::gateway::upstream_detail
