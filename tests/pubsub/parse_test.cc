@@ -144,6 +144,18 @@ TEST(ParseWrapped, CamelCaseWinsWhenSpellingsDisagree) {
   EXPECT_EQ(m.message_id, "camel");
 }
 
+// A name given twice means its last value, as the app behind the gateway most likely reads it
+// (nlohmann-json, and most JSON parsers): the key used must be the one the app sees.
+TEST(ParseWrapped, ANameGivenTwiceMeansItsLastValue) {
+  Message m = parsed(json_post(
+      R"({"message": {"messageId": "first", "data": "AA==", "messageId": "last", "data": "AQ=="},)"
+      R"( "subscription": "s1", "deliveryAttempt": 1, "subscription": "s2", "deliveryAttempt": 2})"));
+  EXPECT_EQ(m.message_id, "last");
+  EXPECT_EQ(m.data, std::string(1, '\x01'));
+  EXPECT_EQ(m.subscription, "s2");
+  EXPECT_EQ(m.delivery_attempt, 2);
+}
+
 TEST(ParseWrapped, BinaryDataDecodesByteForByte) {
   Message m = parsed(json_post(R"({"message": {"messageId": "1", "data": "AP8ACg=="}})"));
   EXPECT_EQ(m.data, std::string("\x00\xff\x00\n", 4));
