@@ -13,6 +13,7 @@ using idempotency::detail::iequals_ascii;
 using idempotency::detail::is_field_name;
 using idempotency::detail::kTokenChars;
 using idempotency::detail::kValueChars;
+using idempotency::detail::trim_ows;
 
 constexpr std::string_view kStatusLineStart = "HTTP/1.1 ";
 // A longer Content-Length goes to Beast, which checks it for overflow.
@@ -48,12 +49,6 @@ std::size_t skip_value(std::string_view text, std::size_t i) {
   }
   while (i < text.size() && kValueChars[byte(text[i])]) ++i;
   return i;
-}
-
-std::string_view trim_ows(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
 }
 
 // A Content-Length of digits alone (Beast also takes a list of equal values: not here).

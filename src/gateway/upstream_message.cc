@@ -22,13 +22,7 @@ constexpr std::size_t kMaxFieldBytes = 65'000;
 using idempotency::detail::iequals_ascii;
 using idempotency::detail::is_field_name;
 using idempotency::detail::is_field_value;
-
-std::string_view trim(std::string_view s) {
-  const auto first = s.find_first_not_of(" \t");
-  if (first == std::string_view::npos) return {};
-  const auto last = s.find_last_not_of(" \t");
-  return s.substr(first, last - first + 1);
-}
+using idempotency::detail::trim_ows;
 
 // The header names a `Connection` header lists are hop-by-hop for this message too. Views into
 // the header values, which outlive every use: a message lists one or two, so no set and no copy.
@@ -40,7 +34,7 @@ void add_connection_tokens(std::string_view name, std::string_view value, Tokens
   while (start <= value.size()) {
     const auto comma = value.find(',', start);
     const auto end = comma == std::string_view::npos ? value.size() : comma;
-    if (auto token = trim(value.substr(start, end - start)); !token.empty()) {
+    if (auto token = trim_ows(value.substr(start, end - start)); !token.empty()) {
       tokens.push_back(token);
     }
     start = end + 1;

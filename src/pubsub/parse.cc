@@ -17,6 +17,7 @@
 #include "base64.h"
 #include "bounded_json.h"
 #include "idempotency/detail/ascii.h"
+#include "idempotency/detail/field_syntax.h"
 #include "idempotency/pubsub/message.h"
 
 namespace idempotency::pubsub {
@@ -35,25 +36,17 @@ constexpr std::string_view kOrderingKeyHeader = "x-goog-pubsub-ordering-key";
 
 ParseError fail(ParseErrorKind kind, std::string reason) { return {kind, std::move(reason)}; }
 
-bool is_ows(char c) { return c == ' ' || c == '\t'; }
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && is_ows(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_ows(s.back())) s.remove_suffix(1);
-  return s;
-}
-
 std::optional<std::string> header_value(const PushRequest& request, std::string_view name) {
   auto value = request.header(name);
   if (!value) return std::nullopt;
-  return std::string(trim(*value));
+  return std::string(idempotency::detail::trim_ows(*value));
 }
 
 // Whether the media type of Content-Type (without parameters) is `type`, in any case.
 bool has_media_type(const PushRequest& request, std::string_view type) {
   auto value = request.header("content-type");
-  return value &&
-         idempotency::detail::iequals_ascii(trim(value->substr(0, value->find(';'))), type);
+  return value && idempotency::detail::iequals_ascii(
+                      idempotency::detail::trim_ows(value->substr(0, value->find(';'))), type);
 }
 
 bool has_write_metadata(const PushRequest& request) {

@@ -57,4 +57,12 @@ inline constexpr std::array<bool, 256> kValueChars = [] {
   return true;
 }
 
+/// trim_ows() returns `s` without the optional whitespace (SP and HTAB, RFC 9110 §5.6.3) at
+/// either end, as a field value or a list element is read.
+[[nodiscard]] constexpr std::string_view trim_ows(std::string_view s) noexcept {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
 }  // namespace idempotency::detail
