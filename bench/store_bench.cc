@@ -196,25 +196,29 @@ auto timed(Tally& tally, bool time, F f) {
 
 // A thread's keys: `prefix` then a serial number, written over the last one in place, so
 // that the driver spends no allocation and no string concatenation on a key (a caller has
-// its key already: a message id). Aligned like Tally, for the same reason.
+// its key already: a message id). Aligned like Tally, for the same reason; the key's own
+// buffer is allocated by the first next(), on the thread that writes it, so that two threads'
+// buffers are not neighbours from one allocator.
 class alignas(64) KeySerial {
  public:
-  explicit KeySerial(std::string prefix) : key_(std::move(prefix)), prefix_(key_.size()) {
-    key_.reserve(prefix_ + 20);
-  }
+  explicit KeySerial(std::string prefix) : prefix_(std::move(prefix)) {}
   // The next key: prefix and the next serial.
   const std::string& next() {
+    if (key_.empty()) {
+      key_.reserve(prefix_.size() + 20);
+      key_ = prefix_;
+    }
     char digits[20];
     const auto [end, ec] = std::to_chars(digits, digits + sizeof digits, serial_++);
     (void)ec;  // 20 digits hold any 64-bit number
-    key_.resize(prefix_);
+    key_.resize(prefix_.size());
     key_.append(digits, end);
     return key_;
   }
 
  private:
+  std::string prefix_;  // never written after construction
   std::string key_;
-  std::size_t prefix_;
   std::uint64_t serial_ = 0;
 };
 

@@ -213,14 +213,17 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
       return;
     }
     const bool timed_out = connection_->expired();
-    reply_ = write_failed(ec, written, connection_->tls() != nullptr, timed_out, maybe_sent_);
+    UpstreamReply failed =
+        write_failed(ec, written, connection_->tls() != nullptr, timed_out, maybe_sent_);
     if (reused_ && !maybe_sent_ && !timed_out) {
-      // The idle connection died under us; nothing left, so a retry is safe.
+      // The idle connection died under us; nothing left, so a retry is safe. Its failure is
+      // not the reply: the retry's outcome is.
       drop_connection();
       reused_ = false;
       send();
       return;
     }
+    reply_ = std::move(failed);
     finish();
   }
 
@@ -299,6 +302,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
                                          std::uint64_t{impl_->options.max_response_bytes});
     if (!response) return false;
     buffer.consume(response->size);  // all of it: the connection is at a message boundary
+    reply_ = UpstreamReply{};        // the whole reply, as on_response() makes it
     reply_.response.status = response->status;
     if (response->keep_alive && connection_->disarm()) {
       text_.swap(connection_->request);  // its capacity, for the next request

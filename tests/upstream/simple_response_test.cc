@@ -71,7 +71,39 @@ TEST(SimpleResponse, ReadsTheBodyByLengthAndTheCloseInAnyCase) {
   EXPECT_FALSE(r->keep_alive);
   const BeastReading beast = beast_reads(bytes);
   EXPECT_TRUE(beast.whole);
+  EXPECT_EQ(beast.status, 503);
   EXPECT_FALSE(beast.keep_alive);
+}
+
+// The limits' edges, each compared with Beast: a body of exactly the limit and a header of
+// exactly kSimpleHeaderLimit bytes are read; a byte more of either goes to Beast.
+TEST(SimpleResponse, TakesTheLimitsEdgesAsBeastDoes) {
+  const std::string at_limit = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+  EXPECT_TRUE(simple_response(at_limit, 2));
+  EXPECT_TRUE(beast_reads(at_limit, 2).whole);
+  EXPECT_FALSE(simple_response(at_limit, 1));
+
+  const std::string start = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-Pad: ";
+  const std::string end = "\r\n\r\n";
+  const std::string exact =
+      start + std::string(kSimpleHeaderLimit - start.size() - end.size(), 'p') + end;
+  ASSERT_EQ(exact.size(), kSimpleHeaderLimit);
+  const auto read = simple_response(exact, kBodyLimit);
+  ASSERT_TRUE(read);
+  EXPECT_EQ(read->size, exact.size());
+  EXPECT_TRUE(beast_reads(exact).whole);
+  const std::string over =
+      start + std::string(kSimpleHeaderLimit - start.size() - end.size() + 1, 'p') + end;
+  EXPECT_FALSE(simple_response(over, kBodyLimit));
+
+  const std::string digits18 = "HTTP/1.1 200 OK\r\nContent-Length: 000000000000000002\r\n\r\nok";
+  const auto read18 = simple_response(digits18, kBodyLimit);
+  ASSERT_TRUE(read18);
+  const BeastReading beast18 = beast_reads(digits18);
+  EXPECT_TRUE(beast18.whole);
+  EXPECT_EQ(read18->size, digits18.size());
+  EXPECT_FALSE(simple_response("HTTP/1.1 200 OK\r\nContent-Length: 0000000000000000002\r\n\r\nok",
+                               kBodyLimit));
 }
 
 TEST(SimpleResponse, LeavesEveryOtherFormToBeast) {
@@ -119,7 +151,7 @@ TEST(SimpleResponse, LeavesEveryOtherFormToBeast) {
 // Mutates `bytes` at random: a byte replaced by one that matters to HTTP's syntax, or removed,
 // or a run of them doubled.
 std::string mutate(std::string bytes, std::mt19937& rng) {
-  static const std::string kBytes = std::string("\r\n \t:,;0129aZ-\x7f\x80\xff\"(", 20) + '\0';
+  static const std::string kBytes = std::string("\r\n \t:,;0129aZuUpP-\x7f\x80\xff\"(", 24) + '\0';
   const int edits = 1 + static_cast<int>(rng() % 3);
   for (int e = 0; e < edits && !bytes.empty(); ++e) {
     const std::size_t at = rng() % bytes.size();
@@ -148,6 +180,10 @@ TEST(SimpleResponse, WhatItAcceptsBeastReadsAlikeUnderMutation) {
       "HTTP/1.1 500 \r\ncontent-length: 0\r\n\r\n",
       "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n",
       "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nUpgrade: h2c\r\nContent-Length: 0\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nProxy-Connection: close\r\nContent-Length: 0\r\n\r\n",
+      "HTTP/1.1 201 Created\r\nConnection: Upgrade, Keep-Alive\r\nContent-Length: 1\r\n\r\n!",
+      "HTTP/1.1 200 OK\r\nContent-Length: 000000000000000002\r\nConnection: CLOSE\r\n\r\nok",
   };
   std::mt19937 rng(20261203);
   int accepted = 0;

@@ -580,6 +580,49 @@ TEST_P(UpstreamForward, StatusOnlyPoolsOnlyAConnectionAtAMessageBoundary) {
   EXPECT_EQ(stray.accepted(), 2);
 }
 
+// Shuts for writing, behind the pool's back, every socket of this process connected to
+// 127.0.0.1:`port`; returns how many. Such a socket still looks open to the pool (nothing to
+// read, no FIN), but its next send fails before a byte leaves: what an app server's idle close
+// does when it races the send.
+int shut_client_sockets_for_writing(int port) {
+  int shut = 0;
+  for (int fd = 0; fd < 4096; ++fd) {
+    sockaddr_in peer{};
+    socklen_t size = sizeof peer;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &size) == 0 &&
+        peer.sin_family == AF_INET && ntohs(peer.sin_port) == port &&
+        ::shutdown(fd, SHUT_WR) == 0) {
+      ++shut;
+    }
+  }
+  return shut;
+}
+
+// A reused connection whose write fails before a byte left is retried on a new one, and the
+// reply is the new connection's alone: not "not sent", which would release the key of a request
+// the app received and answered. In both modes (status only reads plain responses itself).
+TEST_P(UpstreamForward, AFailedWriteOnAReusedConnectionIsRetriedAndAnsweredFresh) {
+  for (const bool keep_content : {true, false}) {
+    RawServer server([](int fd, int index) {
+      if (index > 0) return answer_each(kOk)(fd, index);
+      std::string pending;
+      read_request(fd, pending);
+      send_all(fd, kOk);
+      read_to_close(fd);  // and keeps the socket open: the client sees no FIN
+    });
+    const auto pool = make_pool(server.url(), {.keep_content = keep_content});
+    ASSERT_EQ(forward(pool, post(), 1).kind, Kind::kResponse);
+    ASSERT_EQ(shut_client_sockets_for_writing(server.port()), 1);
+
+    const auto reply = forward(pool, post(), 2);
+
+    ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+    EXPECT_EQ(reply.response.status, 200);
+    EXPECT_EQ(reply.error, "");
+    EXPECT_EQ(server.accepted(), 2);
+  }
+}
+
 TEST_P(UpstreamForward, ANewPoolNeverGetsADestroyedPoolsConnection) {
   RawServer server(answer_each(kOk));
   for (int i = 0; i < 2; ++i) {
