@@ -19,6 +19,7 @@
 #include "simple_response.h"
 #include "upstream_internal.h"
 // After upstream_internal.h, which settles how Asio is configured.
+#include <boost/asio/dispatch.hpp>
 #include <boost/beast/core/read_size.hpp>
 
 namespace idempotency::gateway {
@@ -129,6 +130,15 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
 
   // Dropped unfinished (its io_context destroyed): the connection was not given back.
   ~Exchange() { drop_connection(); }
+
+  // start() for a caller that must not see `done` before it returns (forward_async()), run
+  // inline when it is on the exchange's executor already: whatever ends the exchange within
+  // it (a request that cannot be sent) is answered from the executor instead.
+  void start_for_caller() {
+    defer_done_ = true;
+    start();
+    defer_done_ = false;
+  }
 
   // Takes an idle connection or opens one, and sends the request.
   void start() {
@@ -404,6 +414,13 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     drop_connection();
     reply_.elapsed = Clock::now() - start_;
     auto done = std::move(done_);
+    if (defer_done_) {
+      // Ended within start_for_caller(): forward_async() has not returned yet.
+      asio::post(executor_, [done = std::move(done), reply = std::move(reply_)]() mutable {
+        done(std::move(reply));
+      });
+      return;
+    }
     done(std::move(reply_));
   }
 
@@ -451,6 +468,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   bool reused_ = false;
   bool maybe_sent_ = false;
   bool finished_ = false;
+  bool defer_done_ = false;  // see start_for_caller()
 };
 
 }  // namespace
@@ -467,7 +485,9 @@ void UpstreamPool::Impl::exchange(std::shared_ptr<const Impl> impl,
     exchange->start();
     return;
   }
-  asio::post(executor, [exchange = std::move(exchange)] { exchange->start(); });
+  // Dispatched, not posted: on the event loop's own thread (the gateway's push path) the
+  // request goes out now, without another pass of the loop (each pass is an epoll_wait).
+  asio::dispatch(executor, [exchange = std::move(exchange)] { exchange->start_for_caller(); });
 }
 
 }  // namespace idempotency::gateway

@@ -34,6 +34,7 @@
 #include <gtest/gtest.h>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 
 namespace idempotency::gateway {
 namespace {
@@ -1144,6 +1145,37 @@ TEST(UpstreamPool, ForwardAsyncCallsDoneOnceWhateverTheOutcome) {
         break;
     }
   }
+}
+
+// Called on the event loop's own thread (as the gateway's push path does), the exchange
+// starts at once; a request that ends within that start (here: one that cannot be sent) is
+// still answered only after forward_async() returned.
+TEST(UpstreamPool, ForwardAsyncOnTheLoopNeverAnswersBeforeItReturns) {
+  RawServer server(answer_each(kOk));
+  const auto pool = make_pool(server.url());
+  std::optional<IoThreads> io(std::in_place, 1);
+  for (const char* method : {"CONNECT", "POST"}) {
+    std::promise<std::pair<bool, UpstreamReply>> answered;
+    boost::asio::post(io->io(), [&] {
+      auto returned = std::make_shared<bool>(false);
+      pubsub::PushRequest request = post();
+      request.method = method;
+      pool.forward_async(
+          std::make_shared<const pubsub::PushRequest>(std::move(request)), 1, io->io(),
+          [&answered, returned](UpstreamReply reply) {
+            answered.set_value({*returned, std::move(reply)});
+          },
+          LoopThreads::kOne);
+      *returned = true;
+    });
+    auto future = answered.get_future();
+    ASSERT_EQ(future.wait_for(kWait), std::future_status::ready) << method;
+    const auto [after_return, reply] = future.get();
+    EXPECT_TRUE(after_return) << method;
+    EXPECT_EQ(reply.kind, std::string_view(method) == "CONNECT" ? Kind::kNotSent : Kind::kResponse)
+        << method << ": " << reply.error;
+  }
+  io.reset();
 }
 
 TEST(UpstreamPool, ForwardAsyncOutlivesItsPool) {
