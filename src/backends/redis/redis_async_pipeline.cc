@@ -1,9 +1,15 @@
 #include "redis_async_pipeline.h"
 
+#include <deque>
 #include <exception>
 #include <iterator>
+#include <memory>
+#include <mutex>
 #include <new>
+#include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 namespace idempotency::redis_detail {
 namespace {
@@ -25,112 +31,195 @@ AsyncOutcome never_sent(std::string error, bool unreachable) {
 
 }  // namespace
 
+struct AsyncPipeline::State {
+  explicit State(Pipelines::Connect c) : connect(std::move(c)) {}
+
+  void run();
+  // Moves what is queued to `taken`.
+  void take_queued();
+  // Sends `taken` in one write, moving it in flight; on failure ends every call in flight.
+  void send(bool fresh);
+  // Hands every reply read whole to its call; false when the connection failed.
+  bool deliver();
+  // Ends every call in flight with the connection's failure and drops the connection.
+  void fail_in_flight();
+  // Ends every call queued, taken or in flight at once, and closes the connection: the
+  // pipeline is being destroyed on this thread, by one of these callbacks.
+  void end_now();
+
+  // Each call leaves its container before its callback runs, and the loops go back to the
+  // containers after each one: a callback may queue calls, or end everything (end_now()).
+  static Call take_front(std::deque<Call>& calls) {
+    Call c = std::move(calls.front());
+    calls.pop_front();
+    return c;
+  }
+  // Ends the first of `calls` with `outcome`.
+  static void finish_front(std::deque<Call>& calls, AsyncOutcome outcome) {
+    Call c = take_front(calls);
+    finish(c.done, std::move(outcome));
+  }
+
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::vector<Call> queued;  // guarded by mutex
+  bool stopping = false;     // guarded by mutex
+
+  // The I/O thread's own.
+  Pipelines::Connect connect;
+  ConnectionPtr connection;
+  std::deque<Call> taken;  // out of `queued`, not yet sent
+  std::deque<Call> in_flight;
+  std::string batch;
+};
+
 AsyncPipeline::AsyncPipeline(Pipelines::Connect connect)
-    : connect_(std::move(connect)), thread_([this] { run(); }) {}
+    : state_(std::make_shared<State>(std::move(connect))),
+      thread_([state = state_] { state->run(); }) {}
 
 AsyncPipeline::~AsyncPipeline() {
   {
-    const std::lock_guard lock(mutex_);
-    stopping_ = true;
+    const std::lock_guard lock(state_->mutex);
+    state_->stopping = true;
   }
-  wake_.notify_one();
-  thread_.join();
+  state_->wake.notify_one();
+  if (thread_.get_id() != std::this_thread::get_id()) {
+    thread_.join();
+    return;
+  }
+  // A callback of ours is destroying us (its owner's last reference went with it). The thread
+  // cannot join itself: what it would still deliver ends now, while what those callbacks use
+  // exists, and the thread, holding the state, returns from that callback to nothing left to do.
+  state_->end_now();
+  thread_.detach();
 }
 
 void AsyncPipeline::call(std::string command, Done done) {
   {
-    std::unique_lock lock(mutex_);
-    if (!stopping_) {
-      queued_.push_back({std::move(command), std::move(done)});
+    std::unique_lock lock(state_->mutex);
+    if (!state_->stopping) {
+      state_->queued.push_back({std::move(command), std::move(done)});
       lock.unlock();
-      wake_.notify_one();
+      state_->wake.notify_one();
       return;
     }
   }
   finish(done, never_sent("redis: not sent, the backend is shutting down", false));
 }
 
-void AsyncPipeline::run() {
-  std::vector<Call> taken;
+void AsyncPipeline::State::take_queued() {
+  for (Call& c : queued) taken.push_back(std::move(c));
+  queued.clear();
+}
+
+void AsyncPipeline::State::run() {
   for (;;) {
     {
-      std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || !queued_.empty(); });
-      if (queued_.empty()) return;  // stopping, and nothing is in flight here
-      taken.swap(queued_);
+      std::unique_lock lock(mutex);
+      wake.wait(lock, [&] { return stopping || !queued.empty(); });
+      if (queued.empty()) return;  // stopping, and nothing is in flight here
+      take_queued();
     }
     bool fresh = false;
-    if (!connection_) {
+    if (!connection) {
       try {
-        connection_ = connect_();
+        connection = connect();
         fresh = true;
       } catch (const std::exception& e) {  // StoreError: refused, timed out; or out of memory
-        for (Call& c : taken) finish(c.done, never_sent(e.what(), true));
-        taken.clear();
+        const std::string error = e.what();
+        while (!taken.empty()) finish_front(taken, never_sent(error, true));
         continue;
       }
     }
-    send(taken, fresh);
-    while (!in_flight_.empty()) {
-      if (!connection_->receive() || !deliver()) {
+    send(fresh);
+    while (!in_flight.empty()) {
+      if (!connection->receive() || !deliver()) {
         fail_in_flight();
         break;
       }
       // What queued meanwhile (the callbacks' next calls too) goes out before the next read.
       {
-        const std::lock_guard lock(mutex_);
-        taken.swap(queued_);
+        const std::lock_guard lock(mutex);
+        take_queued();
       }
-      if (!taken.empty()) send(taken, false);
+      if (!taken.empty()) send(false);
     }
   }
 }
 
-void AsyncPipeline::send(std::vector<Call>& calls, bool fresh) {
-  for (Call& c : calls) c.fresh = fresh;
+void AsyncPipeline::State::send(bool fresh) {
   try {
-    for (const Call& c : calls) batch_.append(c.command);
-    // A deque's insertion at its end has no effect when it throws std::bad_alloc (and Call's
-    // move never throws), so on failure none of `calls` is in flight.
-    in_flight_.insert(in_flight_.end(), std::make_move_iterator(calls.begin()),
-                      std::make_move_iterator(calls.end()));
+    for (Call& c : taken) {
+      c.fresh = fresh;
+      batch.append(c.command);
+    }
   } catch (const std::bad_alloc&) {
-    batch_.clear();
-    for (Call& c : calls) finish(c.done, never_sent("redis: out of memory", false));
-    calls.clear();
+    batch.clear();
+    while (!taken.empty()) finish_front(taken, never_sent("redis: out of memory", false));
     return;
   }
-  calls.clear();
-  const bool sent = connection_->send(batch_);
-  batch_.clear();
+  // Moving a Call never throws, and neither does a deque's insertion at its end but for
+  // std::bad_alloc, in which case nothing was inserted: the calls are ended above instead.
+  try {
+    in_flight.insert(in_flight.end(), std::make_move_iterator(taken.begin()),
+                     std::make_move_iterator(taken.end()));
+  } catch (const std::bad_alloc&) {
+    batch.clear();
+    while (!taken.empty()) finish_front(taken, never_sent("redis: out of memory", false));
+    return;
+  }
+  taken.clear();
+  const bool sent = connection->send(batch);
+  batch.clear();
   if (!sent) fail_in_flight();
 }
 
-bool AsyncPipeline::deliver() {
-  while (!in_flight_.empty()) {
-    ReplyPtr reply = connection_->take_reply();
-    if (!reply) return connection_->failure() == IoFailure::kNone;
-    Call c = std::move(in_flight_.front());
-    in_flight_.pop_front();
+bool AsyncPipeline::State::deliver() {
+  while (!in_flight.empty()) {
+    ReplyPtr reply = connection->take_reply();
+    if (!reply) return connection->failure() == IoFailure::kNone;
+    Call c = take_front(in_flight);
     finish(c.done, {.outcome = {.reply = std::move(reply)}, .fresh = c.fresh});
   }
   return true;
 }
 
-void AsyncPipeline::fail_in_flight() {
-  const IoFailure failure = connection_->failure();
-  const std::string error = connection_->error();
-  connection_.reset();
-  // Moved out first: a callback's next call is queued, never added to these.
-  std::deque<Call> ended;
-  ended.swap(in_flight_);
-  for (Call& c : ended) {
+void AsyncPipeline::State::fail_in_flight() {
+  const IoFailure failure = connection->failure();
+  const std::string error = connection->error();
+  connection.reset();
+  // A callback's next call is queued, never put in flight here: these are the ones sent.
+  while (!in_flight.empty()) {
+    Call c = take_front(in_flight);
     finish(c.done,
            {.outcome = {.failure = failure == IoFailure::kNone ? IoFailure::kError : failure,
                         .maybe_sent = true,
                         .error = error},
             .fresh = c.fresh});
   }
+}
+
+void AsyncPipeline::State::end_now() {
+  std::vector<Call> never;
+  {
+    const std::lock_guard lock(mutex);
+    never.swap(queued);
+  }
+  connection.reset();  // closed while what it uses (a TLS context) exists
+  while (!in_flight.empty()) {
+    Call c = take_front(in_flight);
+    // kError, not kClosed: a closed connection is retried, and nothing may be retried now.
+    finish(c.done,
+           {.outcome = {.failure = IoFailure::kError,
+                        .maybe_sent = true,
+                        .error = "redis: the backend was destroyed with the call in flight"},
+            .fresh = c.fresh});
+  }
+  while (!taken.empty()) {
+    finish_front(taken, never_sent("redis: not sent, the backend is shutting down", false));
+  }
+  for (Call& c : never)
+    finish(c.done, never_sent("redis: not sent, the backend is shutting down", false));
 }
 
 }  // namespace idempotency::redis_detail

@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -44,7 +45,10 @@ class AsyncPipeline {
   explicit AsyncPipeline(Pipelines::Connect connect);
   /// ~AsyncPipeline() lets every call already made end (with its reply, or its connection's
   /// failure within the command timeout), then stops the thread. Calls made by callbacks
-  /// meanwhile end at once, never sent.
+  /// meanwhile end at once, never sent. Destroyed by one of its own callbacks (on the I/O
+  /// thread, as when a callback drops the last reference to the backend), it cannot wait for
+  /// itself: every call still queued or in flight ends at once, a failure, before it returns,
+  /// and the thread then ends on its own.
   ~AsyncPipeline();
   AsyncPipeline(const AsyncPipeline&) = delete;
   AsyncPipeline& operator=(const AsyncPipeline&) = delete;
@@ -60,26 +64,11 @@ class AsyncPipeline {
     Done done;
     bool fresh = false;
   };
+  // Everything the I/O thread uses, shared with it: a thread that outlives its pipeline (see
+  // the destructor) still finds it.
+  struct State;
 
-  void run();
-  // Sends `calls` in one write, moving them in flight; on failure ends every call in flight.
-  void send(std::vector<Call>& calls, bool fresh);
-  // Hands every reply read whole to its call; false when the connection failed.
-  bool deliver();
-  // Ends every call in flight with the connection's failure and drops the connection.
-  void fail_in_flight();
-
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::vector<Call> queued_;  // guarded by mutex_
-  bool stopping_ = false;     // guarded by mutex_
-
-  // The I/O thread's own.
-  Pipelines::Connect connect_;
-  ConnectionPtr connection_;
-  std::deque<Call> in_flight_;
-  std::string batch_;
-
+  std::shared_ptr<State> state_;
   std::thread thread_;  // last: started once everything it uses exists
 };
 

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -283,6 +284,35 @@ TEST(RedisAsync, DestroyingTheBackendEndsEveryCallInFlightFirst) {
     }
   }  // waits for the paused replies
   EXPECT_EQ(answered.load(), kCalls);
+}
+
+// A callback may drop the last reference to its backend, on the I/O thread (the gateway's
+// shutdown does when a push's last callback outlives the server). That thread cannot wait for
+// itself: the calls still in flight or queued end at once, each once, as failures, and the
+// process goes on (it used to end in std::terminate, a thread joining itself).
+TEST(RedisAsync, ABackendDestroyedByItsOwnCallbackEndsTheRestAtOnce) {
+  PrivateRedis server;
+  RawRedis admin(server.url());
+  constexpr int kOthers = 20;
+  std::atomic<int> answered{0};
+  std::atomic<int> failed{0};
+  std::promise<void> destroyed;
+  auto lock = std::make_shared<RedisLock>(server.url());
+  ASSERT_EQ(admin.text({"CLIENT", "PAUSE", "300", "ALL"}), "OK");
+  lock->claim_async("first", kLease, {}, [keep = lock, &destroyed](AsyncClaimResult) mutable {
+    keep.reset();  // the last reference: the backend goes here
+    destroyed.set_value();
+  });
+  for (int i = 0; i < kOthers; ++i) {
+    lock->claim_async("x" + std::to_string(i), kLease, {}, [&](AsyncClaimResult r) {
+      if (std::holds_alternative<StoreFailure>(r)) ++failed;
+      ++answered;
+    });
+  }
+  lock.reset();  // the first call's callback holds the backend now
+  ASSERT_EQ(destroyed.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_EQ(answered.load(), kOthers);  // all of them before the backend was gone
+  EXPECT_EQ(failed.load(), kOthers);
 }
 
 // Behind a DoneCache the calls stay asynchronous (answered on the I/O thread) until a copy
