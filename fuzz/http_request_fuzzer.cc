@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-#include "field_syntax.h"
+#include "idempotency/detail/field_syntax.h"
 #include "request_guard.h"
 #include "request_parser.h"
 
@@ -46,8 +46,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (ec || !parser.is_header_done()) return 0;
 
   for (const auto& field : parser.request().headers) {
-    check(idempotency::http::detail::is_field_name(field.name));
-    check(idempotency::http::detail::is_field_value(field.value));
+    check(idempotency::detail::is_field_name(field.name));
+    check(idempotency::detail::is_field_value(field.value));
   }
   // The body that came with the header: never more than was sent, or than the limit.
   parser.eager(true);
