@@ -1,6 +1,8 @@
 #include "simple_response.h"
 
+#include <charconv>
 #include <cstring>
+#include <system_error>
 
 #include "idempotency/detail/ascii.h"
 #include "idempotency/detail/field_syntax.h"
@@ -55,10 +57,9 @@ std::size_t skip_value(std::string_view text, std::size_t i) {
 std::optional<std::uint64_t> read_length(std::string_view value) {
   if (value.empty() || value.size() > kMaxLengthDigits) return std::nullopt;
   std::uint64_t length = 0;
-  for (const char c : value) {
-    if (!is_digit(c)) return std::nullopt;
-    length = length * 10 + static_cast<std::uint64_t>(c - '0');
-  }
+  const char* end = value.data() + value.size();
+  const auto [stop, ec] = std::from_chars(value.data(), end, length);  // digits only: no sign
+  if (ec != std::errc() || stop != end) return std::nullopt;
   return length;
 }
 

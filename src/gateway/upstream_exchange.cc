@@ -314,10 +314,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     buffer.consume(response->size);  // all of it: the connection is at a message boundary
     reply_ = UpstreamReply{};        // the whole reply, as on_response() makes it
     reply_.response.status = response->status;
-    if (response->keep_alive && connection_->disarm()) {
-      text_.swap(connection_->request);  // its capacity, for the next request
-      give_back();
-    }
+    if (response->keep_alive) keep_connection();
     finish();
     return true;
   }
@@ -373,9 +370,8 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     // Only a connection whose response ended cleanly, by its length, with nothing unasked
     // after it, is known to be at a message boundary.
     if (!ec && parser_->keep_alive() && reply_.response.status != 101 &&
-        connection_->buffer.size() == 0 && connection_->disarm()) {
-      text_.swap(connection_->request);  // its capacity, for the next request
-      give_back();
+        connection_->buffer.size() == 0) {
+      keep_connection();
     }
     finish();
   }
@@ -394,6 +390,13 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
         initiate(stream, std::forward<Handler>(handler));
       }
     });
+  }
+
+  // Pools the connection, at a message boundary, unless its watchdog already fired.
+  void keep_connection() {
+    if (!connection_->disarm()) return;
+    text_.swap(connection_->request);  // its capacity, for the next request
+    give_back();
   }
 
   void give_back() {

@@ -72,29 +72,14 @@ struct Member {
   std::string_view name;
 };
 
-Member member(object fields, std::string_view camel, std::string_view snake) {
-  std::optional<element> camel_value;
-  std::optional<element> snake_value;
-  for (key_value_pair field : fields) {
-    if (field.key == camel) {
-      camel_value = field.value;
-    } else if (field.key == snake) {
-      snake_value = field.value;
-    }
-  }
-  if (camel_value && !camel_value->is_null()) return {camel_value, camel};
-  if (snake_value && !snake_value->is_null()) return {snake_value, snake};
-  return {std::nullopt, camel};
-}
-
 // A member a reader wants, by its two spellings (the same twice for one).
 struct Spelling {
   std::string_view camel;
   std::string_view snake;
 };
 
-// member() of each spelling in `wanted`, in one pass over the object's fields instead of one
-// pass a name: an envelope's reader wants eight members of two objects.
+// The member of each spelling in `wanted` (as Member says), in one pass over the object's
+// fields instead of one pass a name: an envelope's reader wants eight members of two objects.
 template <std::size_t N>
 std::array<Member, N> members(object fields, const std::array<Spelling, N>& wanted) {
   std::array<std::optional<element>, N> camel{};
@@ -122,6 +107,11 @@ std::array<Member, N> members(object fields, const std::array<Spelling, N>& want
     }
   }
   return found;
+}
+
+// The one member spelled `camel` or else `snake`.
+Member member(object fields, std::string_view camel, std::string_view snake) {
+  return members<1>(fields, {{{camel, snake}}})[0];
 }
 
 bool has_member(object fields, std::string_view name) {

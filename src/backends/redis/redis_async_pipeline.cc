@@ -43,6 +43,8 @@ struct AsyncPipeline::State {
   bool deliver();
   // Ends every call in flight with the connection's failure and drops the connection.
   void fail_in_flight();
+  // Ends every call in flight with `failure` and `error` (maybe sent, each).
+  void end_in_flight(IoFailure failure, const std::string& error);
   // Ends every call queued, taken or in flight at once, and closes the connection: the
   // pipeline is being destroyed on this thread, by one of these callbacks.
   void end_now();
@@ -153,14 +155,8 @@ void AsyncPipeline::State::send(bool fresh) {
       c.fresh = fresh;
       batch.append(c.command);
     }
-  } catch (const std::bad_alloc&) {
-    batch.clear();
-    while (!taken.empty()) finish_front(taken, never_sent("redis: out of memory", false));
-    return;
-  }
-  // Moving a Call never throws, and neither does a deque's insertion at its end but for
-  // std::bad_alloc, in which case nothing was inserted: the calls are ended above instead.
-  try {
+    // A deque's insertion at its end has no effect when it throws std::bad_alloc (and Call's
+    // move never throws), so on failure none of `taken` is in flight.
     in_flight.insert(in_flight.end(), std::make_move_iterator(taken.begin()),
                      std::make_move_iterator(taken.end()));
   } catch (const std::bad_alloc&) {
@@ -188,38 +184,29 @@ void AsyncPipeline::State::fail_in_flight() {
   const IoFailure failure = connection->failure();
   const std::string error = connection->error();
   connection.reset();
+  end_in_flight(failure == IoFailure::kNone ? IoFailure::kError : failure, error);
+}
+
+void AsyncPipeline::State::end_in_flight(IoFailure failure, const std::string& error) {
   // A callback's next call is queued, never put in flight here: these are the ones sent.
   while (!in_flight.empty()) {
     Call c = take_front(in_flight);
     finish(c.done,
-           {.outcome = {.failure = failure == IoFailure::kNone ? IoFailure::kError : failure,
-                        .maybe_sent = true,
-                        .error = error},
-            .fresh = c.fresh});
+           {.outcome = {.failure = failure, .maybe_sent = true, .error = error}, .fresh = c.fresh});
   }
 }
 
 void AsyncPipeline::State::end_now() {
-  std::vector<Call> never;
   {
     const std::lock_guard lock(mutex);
-    never.swap(queued);
+    take_queued();
   }
   connection.reset();  // closed while what it uses (a TLS context) exists
-  while (!in_flight.empty()) {
-    Call c = take_front(in_flight);
-    // kError, not kClosed: a closed connection is retried, and nothing may be retried now.
-    finish(c.done,
-           {.outcome = {.failure = IoFailure::kError,
-                        .maybe_sent = true,
-                        .error = "redis: the backend was destroyed with the call in flight"},
-            .fresh = c.fresh});
-  }
+  // kError, not kClosed: a closed connection is retried, and nothing may be retried now.
+  end_in_flight(IoFailure::kError, "redis: the backend was destroyed with the call in flight");
   while (!taken.empty()) {
     finish_front(taken, never_sent("redis: not sent, the backend is shutting down", false));
   }
-  for (Call& c : never)
-    finish(c.done, never_sent("redis: not sent, the backend is shutting down", false));
 }
 
 }  // namespace idempotency::redis_detail
