@@ -24,6 +24,12 @@ namespace {
 // is closing is the classic source of spurious failures, so older ones are not reused.
 constexpr auto kMaxIdleAge = std::chrono::seconds(2);
 
+// A lazy wait ends this soon at the latest: a wait in progress is work that keeps the
+// io_context's run() from returning, and the server's shutdown joins its event loop, so an idle
+// connection must not hold it for a whole upstream timeout. Re-arming ten times a second per
+// busy connection costs nothing next to a timer queued and cancelled per exchange.
+constexpr auto kLazyWaitHorizon = std::chrono::milliseconds(100);
+
 }  // namespace
 
 Connection::Connection(asio::io_context& io, ssl::context* tls) : watchdog_(io) {
@@ -71,8 +77,15 @@ std::size_t Connection::send_now(std::string_view bytes, beast::error_code& ec) 
   return sent;
 }
 
-void Connection::arm(Clock::time_point deadline, const asio::any_io_executor& executor) {
+void Connection::arm(Clock::time_point deadline, const asio::any_io_executor& executor,
+                     bool on_strand) {
   armed_ = true;
+  deadline_ = deadline;
+  lazy_ = !on_strand;
+  if (lazy_) {
+    if (!watching_ || deadline < watchdog_.expiry()) watch();
+    return;
+  }
   watchdog_.expires_at(deadline);
   // The handler owns the connection: once disarm() finds it queued, the connection may be
   // dropped before it runs.
@@ -84,9 +97,36 @@ void Connection::arm(Clock::time_point deadline, const asio::any_io_executor& ex
       }));
 }
 
+void Connection::watch() {
+  watching_ = true;
+  const auto generation = ++watch_generation_;
+  // A wait in progress ends as cancelled, or stale below.
+  watchdog_.expires_at(std::min(deadline_, Clock::now() + kLazyWaitHorizon));
+  // Only one thread runs the io_context, the exchange's: the handler never races it. It does
+  // not own the connection, which a pool may hold idle with this wait in progress.
+  watchdog_.async_wait([weak = weak_from_this(), generation](const boost::system::error_code& ec) {
+    if (ec) return;  // replaced, or the connection is gone
+    if (auto self = weak.lock()) self->on_watchdog(generation);
+  });
+}
+
+void Connection::on_watchdog(std::uint64_t generation) {
+  if (generation != watch_generation_) return;  // queued just before an earlier deadline's wait
+  watching_ = false;
+  if (!armed_) return;  // idle: the next arm() starts a wait
+  if (Clock::now() < deadline_) {
+    watch();
+    return;
+  }
+  expired_ = true;
+  close();
+}
+
 bool Connection::disarm() {
   if (!armed_) return !expired_;
   armed_ = false;
+  // Lazy: had the wait found the deadline passed, it would have closed the connection already.
+  if (lazy_) return !expired_;
   // 0 cancelled: the handler has run or is queued to, with success.
   return watchdog_.cancel() > 0;
 }
@@ -168,7 +208,7 @@ struct Resolution {
 
 asio::awaitable<std::string> UpstreamPool::Impl::connect(asio::io_context& io,
                                                          const asio::any_io_executor& executor,
-                                                         Connection& connection,
+                                                         bool on_strand, Connection& connection,
                                                          Clock::time_point deadline) const {
   const auto token = [](boost::system::error_code& ec) {
     return asio::redirect_error(asio::use_awaitable, ec);
@@ -199,7 +239,7 @@ asio::awaitable<std::string> UpstreamPool::Impl::connect(asio::io_context& io,
     for (const auto& entry : r->results) endpoints.push_back(entry.endpoint());
   }
 
-  connection.arm(deadline, executor);
+  connection.arm(deadline, executor, on_strand);
   co_await asio::async_connect(connection.socket(), endpoints, token(ec));
   if (ec)
     co_return connection.expired() ? "connect timed out" : "connect: " + one_line(ec.message());

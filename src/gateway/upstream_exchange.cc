@@ -174,7 +174,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     const auto connect_deadline =
         start_ + std::min(impl_->options.connect_timeout, impl_->options.timeout);
     asio::co_spawn(
-        executor_, impl_->connect(io_, executor_, *connection_, connect_deadline),
+        executor_, impl_->connect(io_, executor_, on_strand_, *connection_, connect_deadline),
         [self = shared_from_this()](const std::exception_ptr& failure, std::string error) {
           self->step([&] {
             if (failure) std::rethrow_exception(failure);
@@ -195,7 +195,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
       finish();
       return;
     }
-    connection_->arm(deadline_, executor_);
+    connection_->arm(deadline_, executor_, on_strand_);
     maybe_sent_ = true;
     std::size_t sent = 0;
     if (connection_->tls() == nullptr) {

@@ -160,7 +160,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Closes the connection at `deadline`, in a handler run on `executor` (the exchange's), so
   // it never races the exchange. One deadline at a time: disarm() before arming again.
-  void arm(Clock::time_point deadline, const asio::any_io_executor& executor);
+  // `on_strand` says several threads run the io_context: the watchdog is then a wait of its own
+  // per deadline, cancelled by disarm(). Otherwise it is lazy, as the server's deadlines are: a
+  // wait in progress that ends no later than the deadline stays, and when it ends it waits again
+  // for whatever deadline is armed then, so a keep-alive exchange queues and cancels no timer.
+  void arm(Clock::time_point deadline, const asio::any_io_executor& executor, bool on_strand);
   // Stops the watchdog. False when it has fired or is about to (its handler is queued): the
   // connection is then closed, or will be, and must not be reused.
   bool disarm();
@@ -176,9 +180,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
  private:
   std::optional<tcp::socket> plain_;
   std::optional<TlsStream> tls_;
+  // Waits again for deadline_ (lazy mode), replacing any wait in progress.
+  void watch();
+  void on_watchdog(std::uint64_t generation);
+
   asio::steady_timer watchdog_;
+  Clock::time_point deadline_{};
+  std::uint64_t watch_generation_ = 0;  // the lazy wait in progress; older ones are stale
   bool armed_ = false;
   bool expired_ = false;
+  bool lazy_ = false;      // armed in lazy mode
+  bool watching_ = false;  // a lazy wait is in progress
 };
 
 // An idle connection, of one UpstreamPool.
@@ -256,10 +268,12 @@ struct UpstreamPool::Impl {
                        Begin begin, bool on_strand, std::function<void(UpstreamReply)> done);
 
   // Opens `connection` (resolve, connect, TLS handshake) by `deadline`, for the exchange running
-  // on `executor` (upstream_connections.cc). On failure, says why (nothing was sent).
+  // on `executor` (a strand when `on_strand`; upstream_connections.cc). On failure, says why
+  // (nothing was sent).
   upstream_detail::asio::awaitable<std::string> connect(
       upstream_detail::asio::io_context& io, const upstream_detail::asio::any_io_executor& executor,
-      upstream_detail::Connection& connection, upstream_detail::Clock::time_point deadline) const;
+      bool on_strand, upstream_detail::Connection& connection,
+      upstream_detail::Clock::time_point deadline) const;
 };
 
 }  // namespace idempotency::gateway

@@ -109,6 +109,16 @@ class GatewayTest : public ::testing::Test {
 // distinct CTest names and `ctest -R gateway` selects them all.
 class GATEWAY_PUBSUB_SUITE : public GatewayTest {};
 
+// Cloud Run gives a container 10 s from SIGTERM; the upstream connection left idle by the last
+// push (its deadline 30 s away by default) must not hold the gateway's shutdown.
+TEST_F(GATEWAY_PUBSUB_SUITE, StopsPromptlyOnSigtermAfterForwarding) {
+  auto gateway = start_gateway({"--upstream-timeout", "30s", "--upstream-connect-timeout", "30s"});
+  ASSERT_EQ(post(gateway->port(), envelope("m-stop")), 201);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(gateway->terminate(), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
 TEST_F(GATEWAY_PUBSUB_SUITE, ADuplicateIsForwardedOnceAndAcked204) {
   auto gateway = start_gateway();
   const auto first = send(gateway->port(), "POST", "/push", envelope("m-1"));

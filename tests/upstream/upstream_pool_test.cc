@@ -762,6 +762,49 @@ TEST_P(UpstreamForward, SilentServerIsNoAnswerAtTheDeadline) {
   EXPECT_NE(future.get().find("\r\n\r\npayload"), std::string::npos);
 }
 
+// Over a reused connection the deadline is the exchange's own: a watchdog still waiting from
+// the connection's first exchange neither closes it early nor lets a later one run past it.
+TEST_P(UpstreamForward, AReusedConnectionTimesOutAtItsOwnExchangesDeadline) {
+  RawServer server([](int fd, int) {
+    std::string pending;
+    read_request(fd, pending);
+    send_all(fd, kOk);
+    read_to_close(fd);  // the second request is never answered
+  });
+  constexpr auto kTimeout = 400ms;
+  const auto pool = make_pool(server.url(), {.timeout = kTimeout});
+  ASSERT_EQ(forward(pool, post(), 1).kind, Kind::kResponse);
+  std::this_thread::sleep_for(kTimeout / 2);  // the first exchange's deadline passes below
+
+  const auto reply = forward(pool, post(), 2);
+
+  EXPECT_EQ(reply.kind, Kind::kNoAnswer);
+  EXPECT_EQ(reply.error, "timed out waiting for the response");
+  EXPECT_GE(reply.elapsed, kTimeout);
+  EXPECT_LT(reply.elapsed, kWait);
+  EXPECT_EQ(server.accepted(), 1) << "the second request went over the first's connection";
+}
+
+// An idle pooled connection keeps no timer pending for long: an event loop with nothing else
+// to do returns from run() at once, as a server's shutdown, which joins its loop, needs.
+TEST(UpstreamPool, AnIdleConnectionDoesNotKeepItsEventLoopRunning) {
+  RawServer server(answer_each(kOk));
+  boost::asio::io_context io;
+  {
+    const auto pool = make_pool(server.url(), {.timeout = std::chrono::hours(1)});
+    std::optional<UpstreamReply> reply;
+    pool.forward_async(
+        std::make_shared<const pubsub::PushRequest>(post()), 1, io,
+        [&](UpstreamReply r) { reply = std::move(r); }, LoopThreads::kOne);
+    while (!reply) io.run_one();
+    ASSERT_EQ(reply->kind, Kind::kResponse) << reply->error;
+  }
+  // Within the 100 ms a lazy wait may last; run_for() returns early only when nothing waits.
+  const auto start = std::chrono::steady_clock::now();
+  io.run_for(kWait);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, kWait / 2) << "a timer was still pending";
+}
+
 TEST_P(UpstreamForward, GarbageIsNoAnswer) {
   RawServer server([](int fd, int) {
     std::string pending;
