@@ -122,7 +122,8 @@ pubsub::AsyncPushHandler make_pubsub_handler(const Config& config, const Gateway
       // Called once the outcome is decided: each request is counted here, from its typed
       // outcome, and only here.
       .on_outcome = [metrics](const pubsub::OutcomeEvent& e) { metrics->count(metric_outcome(e)); },
-      .parse = {.max_body_bytes = config.max_body},
+      // The upstream gets the body as it came: `data` is checked, never decoded.
+      .parse = {.max_body_bytes = config.max_body, .decode_data = false},
       .authenticate = deps.authenticate,
   };
   return pubsub::idempotent_async(std::move(options), std::move(forward), deps.run_blocking);

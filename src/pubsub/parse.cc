@@ -176,17 +176,20 @@ std::optional<ParseError> read_attributes(const Member& m, std::string_view pref
   return std::nullopt;
 }
 
-std::optional<ParseError> read_data(const Member& m, std::string_view prefix, Message& out) {
+std::optional<ParseError> read_data(const Member& m, std::string_view prefix,
+                                    const ParseOptions& options, Message& out) {
   if (!m.value) return std::nullopt;
-  const std::string name = path(prefix, "message.data");
   std::string_view text;
   if (m.value->get_string().get(text) != simdjson::SUCCESS) {
-    return fail(ParseErrorKind::kWrongType, name + " must be a string");
+    return fail(ParseErrorKind::kWrongType, path(prefix, "message.data") + " must be a string");
   }
-  auto decoded = internal::base64_decode(text);
-  if (!decoded) return fail(ParseErrorKind::kBadBase64, name + " is not valid base64");
-  out.data = std::move(*decoded);
-  return std::nullopt;
+  if (!options.decode_data) {
+    if (internal::base64_valid(text)) return std::nullopt;
+  } else if (auto decoded = internal::base64_decode(text)) {
+    out.data = std::move(*decoded);
+    return std::nullopt;
+  }
+  return fail(ParseErrorKind::kBadBase64, path(prefix, "message.data") + " is not valid base64");
 }
 
 // Reads MessagePublishedData, `{"message": {...}, "subscription": ..., "deliveryAttempt": N}`:
@@ -222,7 +225,7 @@ std::optional<ParseError> read_message_published_data(element doc, std::string_v
   if (auto e = read_string(publish_time, in_message, out.publish_time)) return e;
   if (auto e = read_string(ordering_key, in_message, out.ordering_key)) return e;
   if (auto e = read_attributes(attributes, prefix, options, out)) return e;
-  if (auto e = read_data(data, prefix, out)) return e;
+  if (auto e = read_data(data, prefix, options, out)) return e;
   if (auto e = read_string(subscription, prefix, out.subscription)) return e;
   return read_delivery_attempt(delivery_attempt, prefix, out.delivery_attempt);
 }
@@ -321,7 +324,7 @@ std::variant<Message, ParseError> parse_push(const PushRequest& request,
   out.form = options.form ? *options.form : detect(request, json, doc);
 
   if (out.form == DeliveryForm::kUnwrapped) {
-    out.data = request.body;
+    if (options.decode_data) out.data = request.body;
     out.message_id = header_value(request, kMessageIdHeader);
     out.publish_time = header_value(request, kPublishTimeHeader);
     out.subscription = header_value(request, kSubscriptionHeader);

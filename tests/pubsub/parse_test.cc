@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <iterator>
+#include <random>
 #include <sstream>
 #include <string>
 #include <variant>
@@ -190,6 +191,74 @@ TEST(ParseWrapped, PaddingAtAChunkBoundaryMayBeFollowedOnlyByWhitespace) {
   Message m = parsed(json_post(R"({"message": {"data": ")" + chunk + R"(\n"}})"));
   EXPECT_EQ(m.data.size(), ((1 << 20) - 4) / 4 * 3 + 1);
   ParseError e = failed(json_post(R"({"message": {"data": ")" + chunk + R"(AAAA"}})"));
+  EXPECT_EQ(e.reason, "message.data is not valid base64");
+}
+
+// ---- Checking data without decoding it (ParseOptions::decode_data = false) ----------------
+
+constexpr ParseOptions kCheckOnly{.decode_data = false};
+
+TEST(ParseCheckOnly, ValidDataIsCheckedAndNotDecoded) {
+  Message m =
+      parsed(json_post(R"({"message": {"messageId": "1", "data": "AP8ACg=="}})"), kCheckOnly);
+  EXPECT_EQ(m.message_id, "1");
+  EXPECT_THAT(m.data, IsEmpty());
+  ParseError e = failed(json_post(R"({"message": {"data": "AP8ACg="}})"), kCheckOnly);
+  EXPECT_EQ(e.kind, ParseErrorKind::kBadBase64);
+  EXPECT_EQ(e.reason, "message.data is not valid base64");
+}
+
+TEST(ParseCheckOnly, AnUnwrappedBodyIsNotCopied) {
+  Message m = parsed(fixture("unwrapped_write_metadata.http"), kCheckOnly);
+  EXPECT_EQ(m.form, DeliveryForm::kUnwrapped);
+  EXPECT_THAT(m.data, IsEmpty());
+}
+
+// The check must refuse exactly what decoding refuses, or a message one accepts and the other
+// nacks would be redelivered until it dead-letters. Random text: whole groups of digits (across
+// a 64-character decoder block), then a short tail heavy in padding and bytes outside the
+// alphabet, with whitespace anywhere.
+TEST(ParseCheckOnly, RefusesExactlyWhatDecodingRefuses) {
+  static constexpr char kDigits[] = "AQz09+/";
+  static constexpr char kTail[] = "AQ/=====-_*.";
+  static constexpr char kSpace[] = " \t\r\n";
+  std::mt19937 random(20261203);
+  int accepted = 0;
+  int refused = 0;
+  for (int i = 0; i < 100'000; ++i) {
+    std::string data;
+    for (auto n = random() % 20 * 4; n > 0; --n) data += kDigits[random() % (sizeof kDigits - 1)];
+    for (auto n = random() % 7; n > 0; --n) data += kTail[random() % (sizeof kTail - 1)];
+    for (auto n = random() % 3; n > 0; --n) {
+      data.insert(random() % (data.size() + 1), 1, kSpace[random() % (sizeof kSpace - 1)]);
+    }
+    std::string escaped;
+    for (const char c : data) {
+      if (c == '\t') {
+        escaped += "\\t";
+      } else if (c == '\r') {
+        escaped += "\\r";
+      } else if (c == '\n') {
+        escaped += "\\n";
+      } else {
+        escaped += c;
+      }
+    }
+    const auto request = json_post(R"({"message": {"data": ")" + escaped + R"("}})");
+    const bool decodes = std::holds_alternative<Message>(parse_push(request));
+    ASSERT_EQ(std::holds_alternative<Message>(parse_push(request, kCheckOnly)), decodes)
+        << "data: [" << escaped << "]";
+    ++(decodes ? accepted : refused);
+  }
+  EXPECT_GT(accepted, 10'000) << "the generator must reach valid text often";
+  EXPECT_GT(refused, 10'000);
+}
+
+TEST(ParseCheckOnly, PaddingAtAChunkBoundaryMayBeFollowedOnlyByWhitespace) {
+  std::string chunk((1 << 20) - 4, 'A');
+  chunk += "AA==";
+  parsed(json_post(R"({"message": {"data": ")" + chunk + R"(\n"}})"), kCheckOnly);
+  ParseError e = failed(json_post(R"({"message": {"data": ")" + chunk + R"(AAAA"}})"), kCheckOnly);
   EXPECT_EQ(e.reason, "message.data is not valid base64");
 }
 

@@ -142,6 +142,10 @@ struct ParseOptions {
   std::size_t max_attributes = 100;
   /// Skips detection and requires this form, when set.
   std::optional<DeliveryForm> form;
+  /// Fills `Message::data` (decoded, or the unwrapped body). When false, `data` is only checked
+  /// (data that is not valid base64 is refused all the same) and `Message::data` stays empty:
+  /// for a proxy that forwards the body as it came, such as the gateway.
+  bool decode_data = true;
 };
 
 /// parse_push() decodes a push request into a Message, or says in one line why it cannot.
