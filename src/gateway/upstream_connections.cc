@@ -86,6 +86,10 @@ void Connection::arm(Clock::time_point deadline, const asio::any_io_executor& ex
     if (!watching_ || deadline < watchdog_.expiry()) watch();
     return;
   }
+  // Any lazy wait ends here (cancelled, or stale if already queued): the next lazy arm()
+  // starts one of its own.
+  watching_ = false;
+  ++watch_generation_;
   watchdog_.expires_at(deadline);
   // The handler owns the connection: once disarm() finds it queued, the connection may be
   // dropped before it runs.

@@ -158,15 +158,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // `ec` set when the send failed (not when the socket is merely full).
   std::size_t send_now(std::string_view bytes, beast::error_code& ec);
 
-  // Closes the connection at `deadline`, in a handler run on `executor` (the exchange's), so
-  // it never races the exchange. One deadline at a time: disarm() before arming again.
-  // `on_strand` says several threads run the io_context: the watchdog is then a wait of its own
-  // per deadline, cancelled by disarm(). Otherwise it is lazy, as the server's deadlines are: a
-  // wait in progress that ends no later than the deadline stays, and when it ends it waits again
-  // for whatever deadline is armed then, so a keep-alive exchange queues and cancels no timer.
+  // Closes the connection at `deadline`, never racing the exchange. One deadline at a time:
+  // disarm() before arming again. `on_strand` says several threads run the io_context: the
+  // watchdog is then a wait of its own per deadline, its handler run on `executor` (the
+  // exchange's strand) and cancelled by disarm(). Otherwise it is lazy, as the server's
+  // deadlines are: a wait in progress that ends no later than the deadline stays, and when it
+  // ends (on the loop's one thread, the exchange's) it waits again for whatever deadline is
+  // armed then, so a keep-alive exchange queues and cancels no timer. A connection may be used
+  // in both modes in turn.
   void arm(Clock::time_point deadline, const asio::any_io_executor& executor, bool on_strand);
-  // Stops the watchdog. False when it has fired or is about to (its handler is queued): the
-  // connection is then closed, or will be, and must not be reused.
+  // Stops the watchdog. False when the connection must not be reused: it has been closed at
+  // its deadline or, in the per-deadline mode, the handler that will close it is queued.
   bool disarm();
   // Whether the watchdog closed the connection: an operation that failed since then failed
   // because the deadline passed.

@@ -785,6 +785,33 @@ TEST_P(UpstreamForward, AReusedConnectionTimesOutAtItsOwnExchangesDeadline) {
   EXPECT_EQ(server.accepted(), 1) << "the second request went over the first's connection";
 }
 
+// One thread may run a loop with either mode (kMany is the default): a connection used with a
+// per-exchange watchdog, then lazily, must still get its deadline.
+TEST(UpstreamPool, AConnectionUsedInBothWatchdogModesKeepsItsDeadline) {
+  RawServer server([](int fd, int) {
+    std::string pending;
+    for (int answered = 0; answered < 2; ++answered) {
+      read_request(fd, pending);
+      send_all(fd, kOk);
+    }
+    read_to_close(fd);  // the third request is never answered
+  });
+  IoThreads io(1);
+  constexpr auto kTimeout = 400ms;
+  const auto pool = make_pool(server.url(), {.timeout = kTimeout});
+  auto first = forward_async(pool, post(), 1, io.io(), LoopThreads::kOne);
+  ASSERT_EQ(wait(first).kind, Kind::kResponse);
+  auto second = forward_async(pool, post(), 2, io.io(), LoopThreads::kMany);
+  ASSERT_EQ(wait(second).kind, Kind::kResponse);
+
+  auto third = forward_async(pool, post(), 3, io.io(), LoopThreads::kOne);
+  const auto reply = wait(third);
+
+  EXPECT_EQ(reply.kind, Kind::kNoAnswer);
+  EXPECT_EQ(reply.error, "timed out waiting for the response");
+  EXPECT_EQ(server.accepted(), 1) << "all three went over one connection";
+}
+
 // An idle pooled connection keeps no timer pending for long: an event loop with nothing else
 // to do returns from run() at once, as a server's shutdown, which joins its loop, needs.
 TEST(UpstreamPool, AnIdleConnectionDoesNotKeepItsEventLoopRunning) {

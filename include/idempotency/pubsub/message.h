@@ -88,7 +88,8 @@ struct Message {
   std::optional<std::string> message_id;
   /// publishTime (or publish_time), RFC 3339 text as sent; not validated.
   std::optional<std::string> publish_time;
-  /// The message data, base64-decoded; the raw body when unwrapped. Empty when absent.
+  /// The message data, base64-decoded; the raw body when unwrapped. Empty when absent, and
+  /// when parsed with `ParseOptions::decode_data` false.
   std::string data;
   /// The message attributes (empty for unwrapped deliveries: see the file comment).
   std::map<std::string, std::string> attributes;
