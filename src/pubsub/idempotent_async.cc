@@ -199,10 +199,9 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
     const auto& options = wrapper().options;
     keeper_.emplace(backend_, *claim_, options.lease,
                     resolved_heartbeat(options.lease, options.heartbeat));
-    auto self = shared_from_this();
-    auto called = std::make_shared<std::atomic<bool>>(false);
-    auto done = [self, called](HandlerResult r) {
-      if (called->exchange(true)) return;  // a handler bug; the first answer stands
+    // The flag is the delivery's own: one allocation and one reference count fewer a call.
+    auto done = [self = shared_from_this()](HandlerResult r) {
+      if (self->handler_called_.exchange(true)) return;  // a handler bug; the first answer stands
       self->on_handler_done(std::move(r));
     };
     try {
@@ -211,7 +210,7 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
     } catch (...) {
       // Thrown before the handler called `done`: a failure like any other. Thrown after it
       // (a handler bug), the first answer stands.
-      if (!called->exchange(true)) on_handler_done(std::current_exception());
+      if (!handler_called_.exchange(true)) on_handler_done(std::current_exception());
     }
   }
 
@@ -321,6 +320,7 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
   std::optional<Claim> claim_;
   std::optional<std::string> result_bytes_;  // the handler's answer encoded, until completed
   std::optional<LeaseKeeper> keeper_;
+  std::atomic<bool> handler_called_{false};  // the handler's `done` (or its throw) was taken
   bool answered_ = false;
 };
 
