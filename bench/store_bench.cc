@@ -251,8 +251,8 @@ void emit(const std::string& kind, const std::string& name, const std::string& p
   std::fflush(stdout);
 }
 
-// The default pool of the backend a URL names, as the library builds it (open_backend passes
-// no pool size), and whether `threads` callers outnumber it; for pipelined Redis, its
+// The pool of the backend a URL names, as the library builds it (the default, or PostgreSQL's
+// `pool_size=`), and whether `threads` callers outnumber it; for pipelined Redis, its
 // connections, which any number of callers share.
 std::string pool_info(std::string_view url, int threads) {
   std::size_t pool = 0;
@@ -263,7 +263,13 @@ std::string pool_info(std::string_view url, int threads) {
            ",\"pipelined\":true,\"pool_limited\":false";
   }
   if (url.starts_with("redis")) pool = idempotency::RedisOptions{}.pool_size;
-  if (url.starts_with("postgres")) pool = idempotency::PostgresOptions{}.pool_size;
+  if (url.starts_with("postgres")) {
+    pool = idempotency::PostgresOptions{}.pool_size;
+    constexpr std::string_view kSize = "pool_size=";
+    if (const auto at = url.find(kSize); at != std::string_view::npos) {
+      pool = std::strtoul(std::string(url.substr(at + kSize.size())).c_str(), nullptr, 10);
+    }
+  }
   if (url.starts_with("sqlite")) pool = 1;  // one connection, serialized (DECISIONS.md)
   if (pool == 0) return ",\"pool\":null,\"pool_limited\":false";
   return ",\"pool\":" + std::to_string(pool) +

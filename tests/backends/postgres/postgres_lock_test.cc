@@ -28,6 +28,7 @@
 #include "idempotency/clock.h"
 #include "idempotency/errors.h"
 #include "idempotency/key.h"
+#include "idempotency/open_backend.h"
 #include "postgres_admin.h"
 #include "support/claim_matchers.h"
 #include "support/server_clock_checks.h"
@@ -688,6 +689,31 @@ TEST_F(PostgresLockTest, PoolIsBounded) {
   EXPECT_LE(max_seen.load(), 2);
 }
 
+TEST_F(PostgresLockTest, PoolSizeInTheUrlBoundsTheConnections) {
+  // Eight threads would open the default pool's eight connections; the URL's two hold.
+  auto backend = open_backend(with_option(with_option(url_, "table", table_), "pool_size", "2"));
+  Admin admin(postgres_url());
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      for (int n = 0; !stop.load(); ++n) {
+        const auto r = backend->claim("url-pool-" + std::to_string(i) + "-" + std::to_string(n),
+                                      milliseconds(1000));
+        EXPECT_TRUE(std::holds_alternative<Won>(r));
+      }
+    });
+  }
+  int max_seen = 0;
+  for (int i = 0; i < 20; ++i) {
+    max_seen = std::max(max_seen, admin.connections(app_));
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  stop = true;
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(max_seen, 2);
+}
+
 // ---------------------------------------------------------------------------------------
 // Bad input
 
@@ -708,6 +734,20 @@ TEST_F(PostgresLockTest, MalformedUrlNamesThePartNotThePassword) {
       ADD_FAILURE() << "accepted: " << part;
     } catch (const std::invalid_argument& e) {
       EXPECT_THAT(e.what(), HasSubstr(part));
+      EXPECT_THAT(e.what(), Not(HasSubstr(secret)));
+    }
+  }
+}
+
+TEST_F(PostgresLockTest, ABadPoolSizeInTheUrlIsOneLineThatNamesIt) {
+  const std::string secret = "s3cr3t-Pa55word";
+  for (const std::string size : {"0", "-1", "1001", "8x", "", "99999999999999999999"}) {
+    SCOPED_TRACE(size);
+    try {
+      (void)open_backend("postgres://alice:" + secret + "@localhost/db?pool_size=" + size);
+      ADD_FAILURE() << "accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_THAT(e.what(), HasSubstr("pool_size= must be a whole number from 1 to 1000"));
       EXPECT_THAT(e.what(), Not(HasSubstr(secret)));
     }
   }
