@@ -602,7 +602,7 @@ part_store() {
   if has memory; then store_run 1 run memory:// memory "$STORE_THREADS" "$STORE_SECONDS" dup,dupcache,hot; fi
   if has sqlite; then store_run 1 run "sqlite://$sqlite_dir/ours.db" sqlite "$STORE_THREADS" "$STORE_SECONDS" dup,dupcache,hot; fi
   if has redis; then store_run 1 run "$redis_url" redis "$STORE_THREADS" "$STORE_SECONDS" dup,dupcache,hot; fi
-  if has postgres; then store_run 1 run "$pg_url" postgres "$STORE_THREADS" "$STORE_SECONDS" dup,dupcache,hot; fi
+  if has postgres; then store_run 1 run "$pg_url?pool_size=$((STORE_THREADS > 8 ? STORE_THREADS : 8))" postgres "$STORE_THREADS" "$STORE_SECONDS" dup,dupcache,hot; fi
 
   if [ -n "$STORE_SCALE" ]; then
     say "store: claim latency against live records"

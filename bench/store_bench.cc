@@ -265,8 +265,10 @@ std::string pool_info(std::string_view url, int threads) {
   if (url.starts_with("redis")) pool = idempotency::RedisOptions{}.pool_size;
   if (url.starts_with("postgres")) {
     pool = idempotency::PostgresOptions{}.pool_size;
-    constexpr std::string_view kSize = "pool_size=";
-    if (const auto at = url.find(kSize); at != std::string_view::npos) {
+    // The parameter, not a longer name ending in it; the last one wins, as in the library.
+    for (const std::string_view kSize : {"?pool_size=", "&pool_size="}) {
+      const auto at = url.rfind(kSize);
+      if (at == std::string_view::npos) continue;
       pool = std::strtoul(std::string(url.substr(at + kSize.size())).c_str(), nullptr, 10);
     }
   }

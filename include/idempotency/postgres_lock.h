@@ -62,7 +62,8 @@ struct PostgresOptions {
   /// table made by a version before it. Turn off for a role without CREATE permission (or not
   /// owning the table) and apply `schema(table)` by hand instead.
   bool create_table = true;
-  /// Most connections open at once; a call waits for a free one up to `pool_wait`.
+  /// Most connections open at once; a call waits for a free one up to `pool_wait`. (URL
+  /// parameter `pool_size=N`, 1 to 1000.)
   std::size_t pool_size = 8;
   /// How long a call waits for a pooled connection before `StoreError`.
   std::chrono::milliseconds pool_wait = std::chrono::seconds(30);

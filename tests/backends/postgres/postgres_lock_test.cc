@@ -690,6 +690,8 @@ TEST_F(PostgresLockTest, PoolIsBounded) {
 }
 
 TEST_F(PostgresLockTest, PoolSizeInTheUrlBoundsTheConnections) {
+  // open_backend() picks the backend by the URL's scheme, which a key/value conninfo lacks.
+  if (url_.find("://") == std::string::npos) GTEST_SKIP() << "POSTGRES_URL is not a URL";
   // Eight threads would open the default pool's eight connections; the URL's two hold.
   auto backend = open_backend(with_option(with_option(url_, "table", table_), "pool_size", "2"));
   Admin admin(postgres_url());
@@ -739,7 +741,8 @@ TEST_F(PostgresLockTest, MalformedUrlNamesThePartNotThePassword) {
   }
 }
 
-TEST_F(PostgresLockTest, ABadPoolSizeInTheUrlIsOneLineThatNamesIt) {
+// The size is checked before any connection is made, so this needs no server.
+TEST(PostgresUrl, ABadPoolSizeIsOneLineThatNamesIt) {
   const std::string secret = "s3cr3t-Pa55word";
   for (const std::string size : {"0", "-1", "1001", "8x", "", "99999999999999999999"}) {
     SCOPED_TRACE(size);
@@ -749,6 +752,7 @@ TEST_F(PostgresLockTest, ABadPoolSizeInTheUrlIsOneLineThatNamesIt) {
     } catch (const std::invalid_argument& e) {
       EXPECT_THAT(e.what(), HasSubstr("pool_size= must be a whole number from 1 to 1000"));
       EXPECT_THAT(e.what(), Not(HasSubstr(secret)));
+      EXPECT_THAT(e.what(), Not(HasSubstr("\n")));
     }
   }
 }
