@@ -61,7 +61,7 @@ using ReaderPtr = std::unique_ptr<redisReader, ReaderDeleter>;
 [[nodiscard]] ClaimResult decode_claim_reply(const redisReply* reply, std::string_view key,
                                              const std::string& claim_token);
 
-/// decode_flag_reply() reads the script's `{op, 0|1}` reply to complete or release.
+/// decode_flag_reply() reads the script's `"op:1"` or `"op:0"` reply to complete or release.
 /// Throws `StoreError` for a reply of any other shape.
 [[nodiscard]] bool decode_flag_reply(const redisReply* reply, std::string_view op);
 

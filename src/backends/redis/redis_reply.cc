@@ -82,13 +82,14 @@ std::optional<TimePoint> decode_extend_reply(const redisReply* reply) {
 }
 
 bool decode_flag_reply(const redisReply* reply, std::string_view op) {
-  if (!has_tag(reply, op, 2)) unexpected(op);
-  const redisReply* flag = reply->element[1];
-  if (flag == nullptr || flag->type != REDIS_REPLY_INTEGER ||
-      (flag->integer != 0 && flag->integer != 1)) {
+  // The operation's name stays in the reply: a reply meant for another call is refused.
+  if (!is_string(reply)) unexpected(op);
+  const std::string_view text = reply_view(reply);
+  if (text.size() != op.size() + 2 || !text.starts_with(op) || text[op.size()] != ':' ||
+      (text.back() != '0' && text.back() != '1')) {
     unexpected(op);
   }
-  return flag->integer == 1;
+  return text.back() == '1';
 }
 
 std::optional<Record> decode_record(const redisReply* reply) {

@@ -177,10 +177,8 @@ TEST(RedisReply, DecodesEveryDocumentedShape) {
   EXPECT_EQ(to_millis(std::get<HeldByOther>(h).lease_expiry), 99);
   EXPECT_EQ(std::get<HeldByOther>(h).fingerprint, std::optional<std::string>("fp"));
 
-  EXPECT_TRUE(
-      redis_detail::decode_flag_reply(resp("*2\r\n$8\r\ncomplete\r\n:1\r\n").get(), "complete"));
-  EXPECT_FALSE(
-      redis_detail::decode_flag_reply(resp("*2\r\n$7\r\nrelease\r\n:0\r\n").get(), "release"));
+  EXPECT_TRUE(redis_detail::decode_flag_reply(resp("$10\r\ncomplete:1\r\n").get(), "complete"));
+  EXPECT_FALSE(redis_detail::decode_flag_reply(resp("$9\r\nrelease:0\r\n").get(), "release"));
 }
 
 // Commands are formatted by our own RESP writer: byte for byte what hiredis's formatter makes,
@@ -252,11 +250,14 @@ TEST(RedisReply, UnexpectedShapesAreStoreErrorsNeverGuesses) {
   }
   const std::vector<std::string> bad_flags = {
       ":1\r\n",
-      "*2\r\n$7\r\nrelease\r\n:1\r\n",   // another operation's tag
-      "*2\r\n$8\r\ncomplete\r\n:2\r\n",  // not 0 or 1
-      "*2\r\n$8\r\ncomplete\r\n$1\r\n1\r\n",
-      "*1\r\n$8\r\ncomplete\r\n",
-      "*3\r\n$8\r\ncomplete\r\n:1\r\n:1\r\n",
+      "$9\r\nrelease:1\r\n",             // another operation's name
+      "$10\r\ncomplete:2\r\n",           // not 0 or 1
+      "$11\r\ncomplete:10\r\n",          // a longer number
+      "$10\r\ncomplete;1\r\n",           // no colon
+      "$8\r\ncomplete\r\n",              // no flag
+      "+complete:1\r\n",                 // a status, not the script's bulk string
+      "*2\r\n$8\r\ncomplete\r\n:1\r\n",  // the table reply of an earlier script
+      "$-1\r\n",
   };
   for (const auto& bytes : bad_flags) {
     SCOPED_TRACE(bytes);
