@@ -602,7 +602,12 @@ part_store() {
   if has memory; then store_run 1 run memory:// memory "$STORE_THREADS" "$STORE_SECONDS" dup,dupcache,hot; fi
   if has sqlite; then store_run 1 run "sqlite://$sqlite_dir/ours.db" sqlite "$STORE_THREADS" "$STORE_SECONDS" dup,dupcache,hot; fi
   if has redis; then store_run 1 run "$redis_url" redis "$STORE_THREADS" "$STORE_SECONDS" dup,dupcache,hot; fi
-  if has postgres; then store_run 1 run "$pg_url?pool_size=$((STORE_THREADS > 8 ? STORE_THREADS : 8))" postgres "$STORE_THREADS" "$STORE_SECONDS" dup,dupcache,hot; fi
+  if has postgres; then
+    # The pool sized to the most threads of the list (at least the default 8), as above.
+    local most=8 t
+    for t in "${threads[@]}"; do ((t > most)) && most=$t; done
+    store_run 1 run "$pg_url?pool_size=$most" postgres "$STORE_THREADS" "$STORE_SECONDS" dup,dupcache,hot
+  fi
 
   if [ -n "$STORE_SCALE" ]; then
     say "store: claim latency against live records"

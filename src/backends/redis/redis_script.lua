@@ -16,7 +16,7 @@
 --            | {"held", lease_expiry, fingerprint}
 --   complete "complete:1" | "complete:0"   release "release:1" | "release:0": a constant
 --            string, which Lua interns when it compiles the script, where a table reply is an
---            allocation and its conversion (~5.4k instructions of a complete's ~86k)
+--            allocation and its conversion (5.7k instructions of a complete's 86k)
 --   extend   {"extend", lease_expiry} | {"extend", nil}
 --   inspect  nil | {state, fence, lease_expiry, expires_at, claim_token, result, fingerprint}:
 --            the record as stored (past expires_at too), its numbers as text
