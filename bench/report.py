@@ -325,6 +325,50 @@ def script_weight_report(recs, p):
     p("")
 
 
+# The push's path in instructions (bench/push_path.sh): exact counts where the VM's timings are
+# not, split at the writes that pass the push on, and what guarding it adds to the gateway's.
+def push_path_report(recs, runs, p):
+    paths = {r["proxy"]: r for r in recs if r["kind"] == "push_path"}
+    if set(paths) != {"peer", "gateway"}:
+        return
+    steps = [r for r in recs if r["kind"] == "push_path_step"]
+    requests = paths["gateway"]["requests"]
+    p(f"**The push's path in instructions** (`bench/push_path.sh`: each proxy under valgrind's "
+      f"callgrind, a profile part ended at every write and every `epoll_wait`; {requests} pushes "
+      "one at a time over one connection). At one connection a push waits on what runs from a "
+      "wake-up to the write that passes it on; what runs after a write overlaps the other side:")
+    p("")
+    p("| proxy | wake → request to the upstream | upstream's answer → answer to the client "
+      "| on the path | after the writes | total | user CPU µs a push, 1 conn | "
+      "instructions per µs of user CPU |")
+    p("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for proxy, target, label in (("peer", NGINX1, "nginx `proxy_pass` (1 worker)"),
+                                 ("gateway", GATEWAY, "gateway memory://")):
+        r = paths[proxy]
+        total = r["on_path"] + r["after"]
+        users = [x["cpu"]["proxy_user_s"] * 1e6 / x["wrk"]["requests"] for x in runs
+                 if x["target"] == target and x["conns"] == 1 and "cpu" in x
+                 and x["cpu"].get("proxy_user_s") is not None and x["wrk"]["requests"] > 0]
+        user = median(users) if users else None
+        per_us = f"{total / user:,.0f}" if user else "—"
+        p(f"| {label} | {r['to_upstream'] / 1e3:.1f}k | {r['to_client'] / 1e3:.1f}k | "
+          f"{r['on_path'] / 1e3:.1f}k | {r['after'] / 1e3:.1f}k | {total / 1e3:.1f}k | "
+          f"{num(user, 1)} | {per_us} |")
+    p("")
+    if steps:
+        guard = sum(x["instructions"] for x in steps)
+        rest = paths["gateway"]["on_path"] - guard
+        p("| on the gateway's path: what guarding the push adds | leg | instructions |")
+        p("|---|---|---:|")
+        for x in steps:
+            leg = "wake → upstream" if x["leg"] == 0 else "upstream → client"
+            p(f"| {x['what']} | {leg} | {x['instructions'] / 1e3:.1f}k |")
+        p(f"| **guarding, all of it** | both | **{guard / 1e3:.1f}k** |")
+        p(f"| the rest: HTTP in and out, the upstream exchange | both | {rest / 1e3:.1f}k "
+          f"(nginx's whole path: {paths['peer']['on_path'] / 1e3:.1f}k) |")
+        p("")
+
+
 def pipelining_report(groups, p):
     """Redis: the default (pipelined) against `?pipelines=0`, a connection per call, same rounds."""
     rows = sorted(t for (b, path, t) in groups if b == "redis-unpipelined" and path == "pair")
@@ -518,6 +562,8 @@ def main():
             p(f"| {run_label(r)} | {r['conns']} | {cells} | {total:.1f} | "
               f"{os.cpu_count() / total * 1e6:,.0f} |")
         p("")
+
+    push_path_report(recs, runs, p)
 
     targets = []
 

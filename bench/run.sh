@@ -11,7 +11,8 @@
 #               a private redis-server's redis://); with the CPU per request
 #               of the proxy, the upstream and wrk in each run; then BENCH_THROUGHPUT_ROUNDS - 1
 #               more rounds of the direct, 1-worker nginx and gateway runs back to back, whose
-#               ratios the verdicts take the median of
+#               ratios the verdicts take the median of; last, the push's path in
+#               instructions, gateway and nginx (bench/push_path.sh)
 #   rss         the gateway on sqlite:// under the 16-connection load: VmRSS / VmHWM
 #   slowloris   the gateway holding BENCH_SLOW_CONNS never-finished requests while wrk -c1 runs
 #   purge       the gateway on sqlite:// (1 s ttl) under -c16, without and with a purge every 1 s
@@ -37,7 +38,7 @@ set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$BENCH_DIR")
-[ $# -ge 1 ] || { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 GATEWAY=$(realpath "$1"); shift
 PARTS=("$@")
 [ ${#PARTS[@]} -eq 0 ] && PARTS=(throughput rss slowloris purge store)
@@ -323,6 +324,10 @@ part_throughput() {
   PROXY_PID=""
   stop "$STARTED_PID"
   stop "$redis_pid"
+
+  # Why one connection is where the gateway trails nginx, in counts the VM cannot move.
+  say "throughput: the push's path in instructions, gateway and nginx (bench/push_path.sh, valgrind)"
+  while IFS= read -r line; do record "$line"; done < <("$BENCH_DIR/push_path.sh" --json "$GATEWAY")
 }
 
 part_rss() {

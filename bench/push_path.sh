@@ -1,0 +1,243 @@
+#!/usr/bin/env bash
+# bench/push_path.sh [--json] GATEWAY_BINARY [REQUESTS] — the instructions a proxied push costs on the
+# round trip's critical path and after it, for the gateway on memory:// and for nginx
+# `proxy_pass`, both in front of the same nginx `return 200`.
+#
+# At one connection a push waits on every instruction run between a wake-up and the write that
+# passes the request on (to the upstream, then back to the client); what runs after a write,
+# before the next wait, overlaps the other side's work. Each proxy runs under valgrind's
+# callgrind, which starts a new profile part before every write (send, sendmsg, writev) and
+# every epoll_wait; a part that ends at a write is on the path, one that ends at epoll_wait is
+# after it. REQUESTS (default 100) pushes with fresh messageIds go one at a time over one
+# keep-alive connection after 300 unrecorded ones. Counts are exact and repeatable, unlike the
+# time they take on a shared VM (BENCHMARKS.md, "The push's path, in instructions"). With
+# --json, one JSON record per line instead of the tables (bench/run.sh's throughput part).
+# Needs nginx, valgrind, python3 (`./dev bench` installs them).
+set -euo pipefail
+
+BENCH_DIR=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(dirname "$BENCH_DIR")
+JSON=0
+if [ "${1:-}" = --json ]; then
+  JSON=1
+  shift
+fi
+if [ $# -lt 1 ] || [ $# -gt 2 ]; then
+  sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+  exit 2
+fi
+GATEWAY=$(realpath "$1")
+REQUESTS=${2:-100}
+WARM=300
+TMP=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+fail() {
+  echo "push_path: $1" >&2
+  [ -n "${2:-}" ] && [ -f "$2" ] && tail -n 20 "$2" >&2
+  exit 1
+}
+
+# shellcheck source=../tests/support/servers/free_port.sh
+. "$ROOT/tests/support/servers/free_port.sh"
+
+user=""
+[ "$(id -u)" -eq 0 ] && user="user root;"
+# nginx_conf DIR SERVER_BLOCK [UPSTREAM_BLOCK]: one worker, in the foreground, no master.
+nginx_conf() {
+  mkdir -p "$1"
+  cat >"$1/nginx.conf" <<EOF
+$user
+daemon off;
+master_process off;
+worker_processes 1;
+pid $1/nginx.pid;
+error_log $1/error.log warn;
+events { worker_connections 64; }
+http {
+  access_log off;
+  client_body_temp_path $1;
+  proxy_temp_path $1;
+  keepalive_requests 1000000;
+  ${3:-}
+  $2
+}
+EOF
+}
+
+up=$(free_port)
+nginx_conf "$TMP/up" "server { listen 127.0.0.1:$up; location / { return 200; } }"
+nginx -p "$TMP/up/" -c "$TMP/up/nginx.conf" -e "$TMP/up/error.log" &
+PIDS+=($!)
+
+# The same peer as bench/run.sh's: keep-alive to the upstream, HTTP/1.1.
+peer=$(free_port)
+nginx_conf "$TMP/peer" \
+  "server { listen 127.0.0.1:$peer; location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }" \
+  "upstream app { server 127.0.0.1:$up; keepalive 64; }"
+
+gateway=$(free_port)
+writes="--dump-before=send --dump-before=sendmsg --dump-before=writev"
+# profile NAME COMMAND...: runs COMMAND under callgrind, parts in $TMP/NAME/.
+profile() {
+  local name=$1
+  shift
+  mkdir -p "$TMP/$name/parts"
+  # shellcheck disable=SC2086  # $writes is a list of options
+  valgrind --tool=callgrind --demangle=no $writes --dump-before=epoll_wait \
+    --callgrind-out-file="$TMP/$name/parts/cg" "$@" >"$TMP/$name/log" 2>&1 &
+  PIDS+=($!)
+}
+profile peer nginx -p "$TMP/peer/" -c "$TMP/peer/nginx.conf" -e "$TMP/peer/error.log"
+profile gateway "$GATEWAY" --upstream "http://127.0.0.1:$up" --backend memory:// \
+  --listen "127.0.0.1:$gateway"
+
+# push PORT COUNT TAG: COUNT pushes, one at a time, over one connection; each must get a 2xx.
+push() {
+  python3 - "$@" <<'EOF'
+import socket, sys, time
+port, count, tag = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+s = socket.create_connection(("127.0.0.1", port), timeout=30)
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+for i in range(count):
+    body = ('{"message":{"messageId":"%s-%d","data":"eyJvcmRlciI6NDJ9","attributes":{}},'
+            '"subscription":"projects/p/subscriptions/s","deliveryAttempt":1}' % (tag, i)).encode()
+    s.sendall(b"POST / HTTP/1.1\r\nHost: push\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = s.recv(4096)
+        if not chunk: sys.exit("push_path: the connection closed")
+        buf += chunk
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    if not head.startswith(b"HTTP/1.1 2"): sys.exit("push_path: " + head.split(b"\r\n")[0].decode())
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length": length = int(value)
+    while len(rest) < length: rest += s.recv(4096)
+    time.sleep(0.002)  # the proxy back in epoll_wait: each push starts from a wait
+EOF
+}
+
+# measure NAME PORT LOG: prints "NAME requests path_total path_parts off_total"; the parts of
+# the measured pushes are those dumped after the warm-up's.
+measure() {
+  local name=$1 port=$2 ready=0
+  for _ in $(seq 600); do
+    if push "$port" 1 "probe-$RANDOM" 2>/dev/null; then ready=1; break; fi
+    sleep 0.1
+  done
+  [ $ready -eq 1 ] || fail "$name did not answer a push" "$TMP/$name/log"
+  push "$port" "$WARM" "warm-$RANDOM-$name" || fail "$name: the warm-up failed" "$TMP/$name/log"
+  sleep 0.5
+  local before
+  before=$(find "$TMP/$name/parts" -name 'cg.*' | wc -l)
+  push "$port" "$REQUESTS" "run-$RANDOM-$name" || fail "$name: a push failed" "$TMP/$name/log"
+  sleep 0.5
+  python3 - "$TMP/$name/parts" "$before" "$REQUESTS" "$name" <<'EOF'
+import os, re, sys
+folder, before, requests, name = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+parts = []
+for f in os.listdir(folder):
+    m = re.fullmatch(r"cg(?:\.\d+)?\.(\d+)", f)
+    if not m: continue
+    text = open(os.path.join(folder, f), errors="replace").read(4096)
+    trigger = re.search(r"Trigger: --dump-before=(\w+)", text)
+    total = re.search(r"^summary: (\d+)", text, re.M)
+    if trigger and total: parts.append((int(m.group(1)), trigger.group(1), int(total.group(1))))
+parts.sort()
+run = [p for p in parts if p[0] > before]  # the parts are numbered from 1
+on_path = [ir for _, trig, ir in run if trig != "epoll_wait"]
+after = [ir for _, trig, ir in run if trig == "epoll_wait"]
+if len(on_path) < 2 * requests: sys.exit(f"push_path: {name}: {len(on_path)} writes for {requests} pushes")
+# The writes alternate: the request passed on (to the upstream), the answer passed back.
+legs = on_path[: 2 * requests]
+print(name, requests, sum(legs[0::2]) / requests, sum(legs[1::2]) / requests,
+      sum(on_path) / requests, sum(after) / requests)
+EOF
+  [ "$name" = gateway ] && idempotency_work "$TMP/$name/parts" "$before" >"$TMP/steps"
+  return 0
+}
+
+# idempotency_work PARTS_DIR BEFORE: what guarding the push adds to the gateway's path: each
+# step's inclusive instructions, averaged over the parts of the first 20 measured pushes.
+idempotency_work() {
+  python3 - "$@" <<'EOF'
+import os, re, subprocess, sys
+folder, before = sys.argv[1], int(sys.argv[2])
+steps = [  # (leg, what, the function whose inclusive count is the step's)
+    (0, "the envelope parsed and checked", "idempotency::pubsub::parse_push("),
+    (0, "this process's flight for the key begun", "idempotency::detail::begin_async_flight("),
+    (0, "the claim", "idempotency::LockBackend::claim("),
+    (0, "the lease keeper started", "idempotency::detail::LeaseKeeper::LeaseKeeper("),
+    (1, "the lease keeper stopped", "idempotency::detail::LeaseKeeper::stop("),
+    (1, "the complete", "idempotency::LockBackend::complete("),
+    (1, "the flight settled", "idempotency::detail::AsyncFlight::settle("),
+    (1, "the outcome judged and counted", "idempotency::pubsub::detail::Wrapper::settled("),
+]
+parts = []
+for f in os.listdir(folder):
+    m = re.fullmatch(r"cg(?:\.\d+)?\.(\d+)", f)
+    if not m: continue
+    head = open(os.path.join(folder, f), errors="replace").read(4096)
+    trigger = re.search(r"Trigger: --dump-before=(\w+)", head)
+    if trigger and trigger.group(1) != "epoll_wait": parts.append((int(m.group(1)), f))
+parts.sort()
+legs = [p for p in parts if p[0] > before][:40]
+totals = [0] * len(steps)
+for i, (_, f) in enumerate(legs):
+    mangled = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100",
+                              os.path.join(folder, f)], capture_output=True, text=True).stdout
+    out = subprocess.run(["c++filt"], input=mangled, capture_output=True, text=True).stdout
+    for j, (leg, _, fn) in enumerate(steps):
+        if leg != i % 2: continue
+        for line in out.splitlines():
+            m = re.match(r"\s*([\d,]+) \(.*?\)\s+\S*?:" + re.escape(fn), line)
+            if m:
+                totals[j] += int(m.group(1).replace(",", ""))
+                break
+n = len(legs) // 2
+for (leg, what, _), total in zip(steps, totals):
+    print(f"{leg}|{what}|{total / n:.0f}")
+EOF
+}
+
+peer_line=$(measure peer "$peer")
+gateway_line=$(measure gateway "$gateway")
+
+if [ $JSON -eq 1 ]; then
+  for line in "$peer_line" "$gateway_line"; do
+    read -r name requests request answer path after <<<"$line"
+    printf '{"kind":"push_path","proxy":"%s","requests":%d,"to_upstream":%.0f,"to_client":%.0f,"on_path":%.0f,"after":%.0f}\n' \
+      "$name" "$requests" "$request" "$answer" "$path" "$after"
+  done
+  while IFS='|' read -r leg what count; do
+    printf '{"kind":"push_path_step","leg":%d,"what":"%s","instructions":%.0f}\n' "$leg" "$what" "$count"
+  done <"$TMP/steps"
+  exit 0
+fi
+
+echo "| proxy (instructions per push, $REQUESTS pushes, one connection) | wake → request to the upstream | upstream's answer → answer to the client | on the path | after the writes | total |"
+echo "|---|---:|---:|---:|---:|---:|"
+for line in "$peer_line" "$gateway_line"; do
+  read -r name _ request answer path after <<<"$line"
+  label="nginx proxy_pass (1 worker)"
+  [ "$name" = gateway ] && label="gateway memory://"
+  awk -v l="$label" -v a="$request" -v b="$answer" -v p="$path" -v o="$after" \
+    'BEGIN { printf "| %s | %.1fk | %.1fk | %.1fk | %.1fk | %.1fk |\n", l, a/1e3, b/1e3, p/1e3, o/1e3, (p+o)/1e3 }'
+done
+echo
+echo "| what guarding the push adds to the gateway's path (instructions per push) | leg | instructions |"
+echo "|---|---|---:|"
+while IFS='|' read -r leg what count; do
+  where="wake → upstream"
+  [ "$leg" = 1 ] && where="upstream → client"
+  printf '| %s | %s | %.1fk |\n' "$what" "$where" "$(awk -v c="$count" 'BEGIN { print c / 1e3 }')"
+done <"$TMP/steps"
+awk -F'|' '{ s += $3 } END { printf "| all of the above | both | %.1fk |\n", s / 1e3 }' "$TMP/steps"
