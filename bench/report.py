@@ -126,6 +126,8 @@ CPU_US_MAX = 8.0                # Redis: our client CPU per pair, every thread c
 CPU_RATIO_MAX = 0.2             # Redis: ours ÷ the peer's client CPU per message (issue 15)
 STORE_TARGETED = ("redis", "postgres")
 STORE_ORDER = ("memory", "sqlite", "redis", "postgres")
+SCALE_FLAT = 0.20               # claim p50 at every count within ±20 % of the smallest's (issue 15)
+MEMORY_BYTES_MAX = 150          # memory: bytes per record at the most records, key included (15)
 
 
 def median(xs):
@@ -276,6 +278,7 @@ def store_report(recs, p):
           "PostgreSQL: `pg_total_relation_size`, table + indexes). Records are written in bulk "
           "in each store's own format; the claims are of fresh keys, each then completed.")
         p("")
+        scale_verdicts(scale, p)
 
     purge = [r for r in recs if r["kind"] == "store_purge"]
     if purge:
@@ -289,6 +292,31 @@ def store_report(recs, p):
         p("Redis has no row: it deletes each record itself at its `expires_at` (PEXPIREAT), and "
           "`purge_expired()` returns 0 without a call.")
         p("")
+
+
+# Flat scale (issue 15): each backend's claim p50 at every count against its p50 at the fewest
+# records, and the memory store's bytes per record at the most.
+def scale_verdicts(scale, p):
+    p("| backend | claim p50 µs, fewest → most records | furthest from the fewest's | target | |")
+    p("|---|---|---:|---|---|")
+    for b in STORE_ORDER:
+        rs = sorted((r for r in scale if r["backend"] == b), key=lambda r: r["records"])
+        if len(rs) < 2:
+            continue
+        first = rs[0]["p50_us"]
+        worst = max(rs[1:], key=lambda r: abs(r["p50_us"] / first - 1))
+        off = worst["p50_us"] / first - 1
+        bad = any(r["unexpected"] for r in rs)
+        p(f"| {b} | {' → '.join(str(r['p50_us']) for r in rs)} ({rs[0]['records']:,} → "
+          f"{rs[-1]['records']:,}) | {off:+.0%} at {worst['records']:,} | ±{SCALE_FLAT:.0%} | "
+          f"{'INVALID' if bad else verdict(abs(off) <= SCALE_FLAT)} |")
+    most = max((r for r in scale if r["backend"] == "memory"), key=lambda r: r["records"],
+               default=None)
+    if most:
+        per = most["bytes_per_record"]
+        p(f"| memory: bytes per record at {most['records']:,} records, the key included | {per:,.0f} "
+          f"| | ≤ {MEMORY_BYTES_MAX} | {verdict(per <= MEMORY_BYTES_MAX)} |")
+    p("")
 
 
 # The Redis script's weight (bench/script_weight.sh): instructions, not time, so that the

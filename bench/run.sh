@@ -29,7 +29,8 @@
 # upstream direct, the 1-worker nginx peer and the gateway, back to back); for store: STORE_BENCH (the driver,
 # build/bench/store_bench), BENCH_STORE_SECONDS (3), BENCH_STORE_ROUNDS (3),
 # BENCH_STORE_THREADS (1,8,64), BENCH_STORE_BACKENDS (memory,sqlite,redis,postgres,peer: which
-# stores, and the peer, the part runs), BENCH_STORE_SCALE (1000,100000,1000000),
+# stores, and the peer, the part runs), BENCH_STORE_SCALE (1000,100000,1000000, and 10000000
+# with 8 GiB of memory available),
 # BENCH_STORE_PURGE (1000,10000,100000; either empty: that step is left out),
 # BENCH_PEER_SECONDS (5), BENCH_PEER_WARMUP (1). Output: the markdown table on stdout and in
 # bench/results/latest.md (a full run) or bench/results/last-PART.md (a partial one), and beside
@@ -38,7 +39,7 @@ set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$BENCH_DIR")
-[ $# -ge 1 ] || { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 GATEWAY=$(realpath "$1"); shift
 PARTS=("$@")
 [ ${#PARTS[@]} -eq 0 ] && PARTS=(throughput rss slowloris purge store)
@@ -57,7 +58,14 @@ STORE_BENCH=${STORE_BENCH:-$ROOT/build/bench/store_bench}
 STORE_SECONDS=${BENCH_STORE_SECONDS:-3}
 STORE_ROUNDS=${BENCH_STORE_ROUNDS:-3}
 STORE_THREADS=${BENCH_STORE_THREADS:-1,8,64}
-STORE_SCALE=${BENCH_STORE_SCALE-1000,100000,1000000}
+# 10^7 live records where memory allows (issue 15): at that count the four stores hold ~6 GB
+# between them (Redis 2.3 GB in memory, PostgreSQL 1.8 GB and SQLite 1.0 GB of files, the memory
+# store 1.2 GB in its process while it runs); with less than 8 GiB available the list ends at 10^6.
+SCALE_DEFAULT=1000,100000,1000000
+if (($(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo) >= 8 * 1024 * 1024)); then
+  SCALE_DEFAULT+=,10000000
+fi
+STORE_SCALE=${BENCH_STORE_SCALE-$SCALE_DEFAULT}
 STORE_PURGE=${BENCH_STORE_PURGE-1000,10000,100000}
 STORE_BACKENDS=${BENCH_STORE_BACKENDS:-memory,sqlite,redis,postgres,peer}
 PEER_SECONDS=${BENCH_PEER_SECONDS:-5}
