@@ -17,14 +17,8 @@ ROOT=$(dirname "$BENCH_DIR")
 [ $# -eq 1 ] || { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 GATEWAY=$(realpath "$1")
 OUT=$ROOT/src/gateway/function_order.txt
-TMP=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
+# shellcheck source=scratch.sh
+. "$BENCH_DIR/scratch.sh"
 
 # shellcheck source=../tests/support/servers/free_port.sh
 . "$ROOT/tests/support/servers/free_port.sh"

@@ -29,14 +29,8 @@ fi
 GATEWAY=$(realpath "$1")
 REQUESTS=${2:-100}
 WARM=300
-TMP=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
+# shellcheck source=scratch.sh
+. "$BENCH_DIR/scratch.sh"
 fail() {
   echo "push_path: $1" >&2
   [ -n "${2:-}" ] && [ -f "$2" ] && tail -n 20 "$2" >&2
@@ -125,7 +119,8 @@ for i in range(count):
 EOF
 }
 
-# measure NAME PORT LOG: prints "NAME requests path_total path_parts off_total"; the parts of
+# measure NAME PORT: prints "NAME REQUESTS TO_UPSTREAM TO_CLIENT ON_PATH AFTER" (instructions a
+# push), and for the gateway writes its guarding steps to $TMP/steps; the parts of
 # the measured pushes are those dumped after the warm-up's.
 measure() {
   local name=$1 port=$2 ready=0
@@ -140,37 +135,31 @@ measure() {
   before=$(find "$TMP/$name/parts" -name 'cg.*' | wc -l)
   push "$port" "$REQUESTS" "run-$RANDOM-$name" || fail "$name: a push failed" "$TMP/$name/log"
   sleep 0.5
-  python3 - "$TMP/$name/parts" "$before" "$REQUESTS" "$name" <<'EOF'
-import os, re, sys
-folder, before, requests, name = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-parts = []
+  python3 - "$TMP/$name/parts" "$before" "$REQUESTS" "$name" "$TMP/steps" <<'EOF'
+import os, re, subprocess, sys
+folder, before, requests, name, steps_out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
+    sys.argv[4], sys.argv[5]
+parts = []  # (number, trigger, instructions, file) of each part after the warm-up's
 for f in os.listdir(folder):
     m = re.fullmatch(r"cg(?:\.\d+)?\.(\d+)", f)
-    if not m: continue
+    if not m or int(m.group(1)) <= before: continue  # the parts are numbered from 1
     text = open(os.path.join(folder, f), errors="replace").read(4096)
     trigger = re.search(r"Trigger: --dump-before=(\w+)", text)
     total = re.search(r"^summary: (\d+)", text, re.M)
-    if trigger and total: parts.append((int(m.group(1)), trigger.group(1), int(total.group(1))))
+    if trigger and total: parts.append((int(m.group(1)), trigger.group(1), int(total.group(1)), f))
 parts.sort()
-run = [p for p in parts if p[0] > before]  # the parts are numbered from 1
-on_path = [ir for _, trig, ir in run if trig != "epoll_wait"]
-after = [ir for _, trig, ir in run if trig == "epoll_wait"]
-if len(on_path) < 2 * requests: sys.exit(f"push_path: {name}: {len(on_path)} writes for {requests} pushes")
+writes = [p for p in parts if p[1] != "epoll_wait"]
+after = [p[2] for p in parts if p[1] == "epoll_wait"]
+if len(writes) < 2 * requests: sys.exit(f"push_path: {name}: {len(writes)} writes for {requests} pushes")
 # The writes alternate: the request passed on (to the upstream), the answer passed back.
-legs = on_path[: 2 * requests]
-print(name, requests, sum(legs[0::2]) / requests, sum(legs[1::2]) / requests,
-      sum(on_path) / requests, sum(after) / requests)
-EOF
-  [ "$name" = gateway ] && idempotency_work "$TMP/$name/parts" "$before" >"$TMP/steps"
-  return 0
-}
+legs = writes[: 2 * requests]
+print(name, requests, sum(p[2] for p in legs[0::2]) / requests,
+      sum(p[2] for p in legs[1::2]) / requests, sum(p[2] for p in writes) / requests,
+      sum(after) / requests)
+if name != "gateway": sys.exit(0)
 
-# idempotency_work PARTS_DIR BEFORE: what guarding the push adds to the gateway's path: each
-# step's inclusive instructions, averaged over the parts of the first 20 measured pushes.
-idempotency_work() {
-  python3 - "$@" <<'EOF'
-import os, re, subprocess, sys
-folder, before = sys.argv[1], int(sys.argv[2])
+# What guarding the push adds to the gateway's path: each step's inclusive instructions, averaged
+# over the first 20 pushes' parts.
 steps = [  # (leg, what, the function whose inclusive count is the step's)
     (0, "the envelope parsed and checked", "idempotency::pubsub::parse_push("),
     (0, "this process's flight for the key begun", "idempotency::detail::begin_async_flight("),
@@ -181,19 +170,11 @@ steps = [  # (leg, what, the function whose inclusive count is the step's)
     (1, "the flight settled", "idempotency::detail::AsyncFlight::settle("),
     (1, "the outcome judged and counted", "idempotency::pubsub::detail::Wrapper::settled("),
 ]
-parts = []
-for f in os.listdir(folder):
-    m = re.fullmatch(r"cg(?:\.\d+)?\.(\d+)", f)
-    if not m: continue
-    head = open(os.path.join(folder, f), errors="replace").read(4096)
-    trigger = re.search(r"Trigger: --dump-before=(\w+)", head)
-    if trigger and trigger.group(1) != "epoll_wait": parts.append((int(m.group(1)), f))
-parts.sort()
-legs = [p for p in parts if p[0] > before][:40]
+sample = legs[:40]
 totals = [0] * len(steps)
-for i, (_, f) in enumerate(legs):
+for i, part in enumerate(sample):
     mangled = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100",
-                              os.path.join(folder, f)], capture_output=True, text=True).stdout
+                              os.path.join(folder, part[3])], capture_output=True, text=True).stdout
     out = subprocess.run(["c++filt"], input=mangled, capture_output=True, text=True).stdout
     for j, (leg, _, fn) in enumerate(steps):
         if leg != i % 2: continue
@@ -202,9 +183,9 @@ for i, (_, f) in enumerate(legs):
             if m:
                 totals[j] += int(m.group(1).replace(",", ""))
                 break
-n = len(legs) // 2
-for (leg, what, _), total in zip(steps, totals):
-    print(f"{leg}|{what}|{total / n:.0f}")
+with open(steps_out, "w") as f:
+    for (leg, what, _), total in zip(steps, totals):
+        f.write(f"{leg}|{what}|{total / (len(sample) // 2):.0f}\n")
 EOF
 }
 
