@@ -310,13 +310,16 @@ def scale_verdicts(scale, p):
         p(f"| {b} | {' → '.join(str(r['p50_us']) for r in rs)} ({rs[0]['records']:,} → "
           f"{rs[-1]['records']:,}) | {off:+.0%} at {worst['records']:,} | ±{SCALE_FLAT:.0%} | "
           f"{'INVALID' if bad else verdict(abs(off) <= SCALE_FLAT)} |")
+    p("")
     most = max((r for r in scale if r["backend"] == "memory"), key=lambda r: r["records"],
                default=None)
     if most:
         per = most["bytes_per_record"]
+        p("| measure | measured | target | |")
+        p("|---|---:|---|---|")
         p(f"| memory: bytes per record at {most['records']:,} records, the key included | {per:,.0f} "
-          f"| | ≤ {MEMORY_BYTES_MAX} | {verdict(per <= MEMORY_BYTES_MAX)} |")
-    p("")
+          f"| ≤ {MEMORY_BYTES_MAX} | {verdict(per <= MEMORY_BYTES_MAX)} |")
+        p("")
 
 
 # The Redis script's weight (bench/script_weight.sh): instructions, not time, so that the
@@ -357,6 +360,11 @@ def script_weight_report(recs, p):
 # not, split at the writes that pass the push on, and what guarding it adds to the gateway's.
 def push_path_report(recs, runs, p):
     paths = {r["proxy"]: r for r in recs if r["kind"] == "push_path"}
+    failed = next((r for r in recs if r["kind"] == "push_path_failed"), None)
+    if failed:
+        p(f"**The push's path in instructions**: not measured (`bench/push_path.sh`: "
+          f"{failed['error']}).")
+        p("")
     if set(paths) != {"peer", "gateway"}:
         return
     steps = [r for r in recs if r["kind"] == "push_path_step"]
