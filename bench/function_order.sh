@@ -23,25 +23,11 @@ OUT=$ROOT/src/gateway/function_order.txt
 # shellcheck source=../tests/support/servers/free_port.sh
 . "$ROOT/tests/support/servers/free_port.sh"
 
+# shellcheck source=nginx.sh
+. "$BENCH_DIR/nginx.sh"
+
 up=$(free_port)
-user=""
-[ "$(id -u)" -eq 0 ] && user="user root;"
-mkdir -p "$TMP/up"
-cat >"$TMP/up/nginx.conf" <<EOF
-$user
-daemon off;
-worker_processes 1;
-pid $TMP/up/nginx.pid;
-error_log $TMP/up/error.log warn;
-events { worker_connections 64; }
-http {
-  access_log off;
-  client_body_temp_path $TMP/up;
-  proxy_temp_path $TMP/up;
-  keepalive_requests 1000000;
-  server { listen 127.0.0.1:$up; location / { return 200; } }
-}
-EOF
+nginx_config "$TMP/up" "$up" 1 "$UPSTREAM_LOCATION"
 nginx -p "$TMP/up/" -c "$TMP/up/nginx.conf" -e "$TMP/up/error.log" &
 PIDS+=($!)
 

@@ -43,40 +43,17 @@ fail() {
 # shellcheck source=../tests/support/servers/free_port.sh
 . "$ROOT/tests/support/servers/free_port.sh"
 
-user=""
-[ "$(id -u)" -eq 0 ] && user="user root;"
-# nginx_conf DIR SERVER_BLOCK [UPSTREAM_BLOCK]: one worker, in the foreground, no master.
-nginx_conf() {
-  mkdir -p "$1"
-  cat >"$1/nginx.conf" <<EOF
-$user
-daemon off;
-master_process off;
-worker_processes 1;
-pid $1/nginx.pid;
-error_log $1/error.log warn;
-events { worker_connections 64; }
-http {
-  access_log off;
-  client_body_temp_path $1;
-  proxy_temp_path $1;
-  keepalive_requests 1000000;
-  ${3:-}
-  $2
-}
-EOF
-}
+# shellcheck source=nginx.sh
+. "$BENCH_DIR/nginx.sh"
 
+# The upstream and the peer as bench/run.sh runs them; the peer without a master process
+# (nginx -g), so that the process callgrind profiles is the worker that proxies.
 up=$(free_port)
-nginx_conf "$TMP/up" "server { listen 127.0.0.1:$up; location / { return 200; } }"
-nginx -p "$TMP/up/" -c "$TMP/up/nginx.conf" -e "$TMP/up/error.log" &
+nginx_config "$TMP/up" "$up" 1 "$UPSTREAM_LOCATION"
+nginx -p "$TMP/up/" -c "$TMP/up/nginx.conf" -e "$TMP/up/error.log" >/dev/null 2>&1 &
 PIDS+=($!)
-
-# The same peer as bench/run.sh's: keep-alive to the upstream, HTTP/1.1.
 peer=$(free_port)
-nginx_conf "$TMP/peer" \
-  "server { listen 127.0.0.1:$peer; location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }" \
-  "upstream app { server 127.0.0.1:$up; keepalive 64; }"
+nginx_config "$TMP/peer" "$peer" 1 "$PEER_LOCATION" "$(peer_upstream "$up")"
 
 gateway=$(free_port)
 writes="--dump-before=send --dump-before=sendmsg --dump-before=writev"
@@ -90,7 +67,8 @@ profile() {
     --callgrind-out-file="$TMP/$name/parts/cg" "$@" >"$TMP/$name/log" 2>&1 &
   PIDS+=($!)
 }
-profile peer nginx -p "$TMP/peer/" -c "$TMP/peer/nginx.conf" -e "$TMP/peer/error.log"
+profile peer nginx -g "master_process off;" -p "$TMP/peer/" -c "$TMP/peer/nginx.conf" \
+  -e "$TMP/peer/error.log"
 profile gateway "$GATEWAY" --upstream "http://127.0.0.1:$up" --backend memory:// \
   --listen "127.0.0.1:$gateway"
 

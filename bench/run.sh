@@ -39,6 +39,8 @@ set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$BENCH_DIR")
+# shellcheck source=nginx.sh
+. "$BENCH_DIR/nginx.sh"
 [ $# -ge 1 ] || { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 GATEWAY=$(realpath "$1"); shift
 PARTS=("$@")
@@ -139,38 +141,9 @@ STARTED_PORT="" STARTED_PID=""
 # start_nginx NAME WORKERS SERVER_BODY [HTTP_EXTRA]: its own prefix, conf, pid, error log and
 # temp paths under $TMP/NAME, in the foreground (daemon off) so that $! is the master.
 start_nginx() {
-  local name=$1 workers=$2 server_body=$3 http_extra=${4:-} dir=$TMP/$1 port
+  local workers=$2 server_body=$3 http_extra=${4:-} dir=$TMP/$1 port
   port=$(free_port)
-  mkdir -p "$dir"
-  # Workers run as root when we are root (the default 'nobody' may not read $TMP); an
-  # unprivileged nginx cannot switch user, so the directive is left out then.
-  local user=""
-  [ "$(id -u)" -eq 0 ] && user="user root;"
-  cat >"$dir/nginx.conf" <<EOF
-$user
-daemon off;
-worker_processes $workers;
-pid $dir/nginx.pid;
-error_log $dir/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $dir/client_body;
-  proxy_temp_path $dir/proxy;
-  fastcgi_temp_path $dir/fastcgi;
-  uwsgi_temp_path $dir/uwsgi;
-  scgi_temp_path $dir/scgi;
-  # nginx closes a client connection after 1000 requests by default; the gateway does not.
-  # Raised so wrk's connections stay up for the whole run against every target.
-  keepalive_requests 1000000;
-  keepalive_timeout 75s;
-$http_extra
-  server {
-    listen 127.0.0.1:$port;
-$server_body
-  }
-}
-EOF
+  nginx_config "$dir" "$port" "$workers" "$server_body" "$http_extra"
   nginx -p "$dir/" -c "$dir/nginx.conf" -e "$dir/error.log" >"$dir/stdout.log" 2>&1 &
   local pid=$!
   PIDS+=("$pid")
@@ -180,22 +153,13 @@ EOF
 
 # start_upstream: the app stand-in, `return 200` with an empty body.
 start_upstream() {
-  start_nginx upstream 1 "    location / { return 200; }"
+  start_nginx upstream 1 "$UPSTREAM_LOCATION"
 }
 
 # start_peer UPSTREAM_PORT WORKERS: nginx as a reverse proxy, set up as an operator would:
 # pooled keep-alive connections to the upstream (HTTP/1.1, no Connection: close).
 start_peer() {
-  local up=$1 workers=$2
-  start_nginx "peer-w$workers" "$workers" "    location / {
-      proxy_pass http://app;
-      proxy_http_version 1.1;
-      proxy_set_header Connection \"\";
-    }" "  upstream app {
-    server 127.0.0.1:$up;
-    keepalive 64;
-    keepalive_requests 1000000;
-  }"
+  start_nginx "peer-w$2" "$2" "$PEER_LOCATION" "$(peer_upstream "$1")"
 }
 
 # start_gateway NAME UPSTREAM_PORT BACKEND [FLAGS...]: listens on port 0, and the port is read

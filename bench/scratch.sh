@@ -11,9 +11,7 @@ scratch_cleanup() {
   local p i
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   for ((i = 0; i < 50; i++)); do
-    local alive=0
-    for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-    [ $alive -eq 0 ] && break
+    kill -0 "${PIDS[@]}" 2>/dev/null || break  # true while any one is alive
     sleep 0.1
   done
   for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
