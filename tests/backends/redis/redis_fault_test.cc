@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <latch>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +23,24 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 constexpr const char* kPassword = "s3cr3t-PW";
+
+// Blocks `url`'s server for `seconds` (DEBUG SLEEP) from a connection of its own and returns
+// the thread once that connection is up, so what the caller times is the server's sleep, not
+// how long a loaded machine took to connect.
+std::thread block_server(const std::string& url, const char* seconds) {
+  std::latch connected(1);
+  std::thread sleeper([&connected, url, seconds] {
+    RawRedis raw(url);
+    connected.count_down();
+    raw.command({"DEBUG", "SLEEP", seconds});
+  });
+  connected.wait();
+  return sleeper;
+}
+
+// A server that does not fsync every write: the calls after an outage must be judged by
+// `command_timeout`, not by a shared CI disk.
+std::vector<std::string> no_fsync() { return {"--appendonly", "no"}; }
 
 TEST(RedisFaults, RestartMidRunThrowsDuringTheOutageAndLosesNothing) {
   PrivateRedis server;
@@ -83,17 +102,14 @@ TEST(RedisFaults, AScriptCacheFlushIsReloadedTransparently) {
 }
 
 TEST(RedisFaults, AClaimRetriedAfterItsReplyWasLostReaffirmsItsOwnClaim) {
-  PrivateRedis server;
+  PrivateRedis server(no_fsync());
   // The pool serves calls when pipelining is off (and on a cluster, and with replicas=).
   RedisLock lock(
       server.url(),
-      RedisOptions{.pool_size = 1, .pipelines = 0, .command_timeout = milliseconds(150)});
+      RedisOptions{.pool_size = 1, .pipelines = 0, .command_timeout = milliseconds(300)});
   // Block the server for a while from another connection; our claim is sent meanwhile, its
   // call times out, and the server runs it later, writing a reply nobody reads.
-  std::thread sleeper([url = server.url()] {
-    RawRedis raw(url);
-    raw.command({"DEBUG", "SLEEP", "0.6"});
-  });
+  std::thread sleeper = block_server(server.url(), "1.5");
   std::this_thread::sleep_for(milliseconds(150));
   const ClaimRequest request{.claim_token = "retry-token-1"};
   EXPECT_THROW((void)lock.claim("k", std::chrono::minutes(1), request), StoreError)
@@ -121,10 +137,7 @@ TEST(RedisFaults, ACallGivesUpWaitingForABusyPoolAfterPoolWait) {
                                             .pool_wait = milliseconds(50),
                                             .command_timeout = milliseconds(5000)});
   // The server sleeps, so the one pooled connection stays lent to the first claim.
-  std::thread sleeper([url = server.url()] {
-    RawRedis raw(url);
-    raw.command({"DEBUG", "SLEEP", "0.6"});
-  });
+  std::thread sleeper = block_server(server.url(), "0.6");
   std::this_thread::sleep_for(milliseconds(100));
   std::thread holder([&] { (void)lock.claim("first", milliseconds(60'000)); });
   std::this_thread::sleep_for(milliseconds(100));
@@ -171,12 +184,9 @@ TEST(RedisFaults, PasswordAndAclUserAuthentication) {
 }
 
 TEST(RedisFaults, ACommandTimeoutIsAStoreErrorAndTheNextCallWorks) {
-  PrivateRedis server;
-  RedisLock lock(server.url(), RedisOptions{.command_timeout = milliseconds(100)});
-  std::thread sleeper([url = server.url()] {
-    RawRedis raw(url);
-    raw.command({"DEBUG", "SLEEP", "0.4"});
-  });
+  PrivateRedis server(no_fsync());
+  RedisLock lock(server.url(), RedisOptions{.command_timeout = milliseconds(300)});
+  std::thread sleeper = block_server(server.url(), "1.5");
   std::this_thread::sleep_for(milliseconds(100));
   try {
     (void)lock.claim("timeout-key", milliseconds(60'000));
