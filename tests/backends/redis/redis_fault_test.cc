@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <latch>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,16 +26,25 @@ using ::testing::Not;
 constexpr const char* kPassword = "s3cr3t-PW";
 
 // Blocks `url`'s server for `seconds` (DEBUG SLEEP) from a connection of its own and returns
-// the thread once that connection is up, so what the caller times is the server's sleep, not
-// how long a loaded machine took to connect.
+// the thread once the server is asleep: a PING on another connection then goes unanswered.
+// What the caller times is then the server's sleep, not how long a loaded machine took to
+// connect and send.
 std::thread block_server(const std::string& url, const char* seconds) {
-  std::latch connected(1);
-  std::thread sleeper([&connected, url, seconds] {
+  std::thread sleeper([url, seconds] {
     RawRedis raw(url);
-    connected.count_down();
     raw.command({"DEBUG", "SLEEP", seconds});
   });
-  connected.wait();
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < give_up) {
+    RawRedis probe(url, milliseconds(50));
+    try {
+      (void)probe.command({"PING"});
+    } catch (const std::runtime_error&) {
+      return sleeper;  // no answer within 50 ms: asleep
+    }
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  ADD_FAILURE() << "the server never went to sleep";
   return sleeper;
 }
 
@@ -110,7 +120,6 @@ TEST(RedisFaults, AClaimRetriedAfterItsReplyWasLostReaffirmsItsOwnClaim) {
   // Block the server for a while from another connection; our claim is sent meanwhile, its
   // call times out, and the server runs it later, writing a reply nobody reads.
   std::thread sleeper = block_server(server.url(), "1.5");
-  std::this_thread::sleep_for(milliseconds(150));
   const ClaimRequest request{.claim_token = "retry-token-1"};
   EXPECT_THROW((void)lock.claim("k", std::chrono::minutes(1), request), StoreError)
       << "a timed-out call must throw, never report an outcome";
@@ -137,10 +146,14 @@ TEST(RedisFaults, ACallGivesUpWaitingForABusyPoolAfterPoolWait) {
                                             .pool_wait = milliseconds(50),
                                             .command_timeout = milliseconds(5000)});
   // The server sleeps, so the one pooled connection stays lent to the first claim.
-  std::thread sleeper = block_server(server.url(), "0.6");
-  std::this_thread::sleep_for(milliseconds(100));
-  std::thread holder([&] { (void)lock.claim("first", milliseconds(60'000)); });
-  std::this_thread::sleep_for(milliseconds(100));
+  std::thread sleeper = block_server(server.url(), "3");
+  std::latch borrowing(1);
+  std::thread holder([&] {
+    borrowing.count_down();
+    (void)lock.claim("first", milliseconds(60'000));
+  });
+  borrowing.wait();
+  std::this_thread::sleep_for(milliseconds(100));  // from the latch to the pool: no I/O
   const auto start = std::chrono::steady_clock::now();
   try {
     (void)lock.claim("second-key", milliseconds(60'000));
@@ -149,7 +162,8 @@ TEST(RedisFaults, ACallGivesUpWaitingForABusyPoolAfterPoolWait) {
     EXPECT_THAT(e.what(), HasSubstr("redis: no pooled connection became free within 50 ms"));
     EXPECT_THAT(e.what(), Not(HasSubstr("second-key")));
   }
-  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(400))
+  // Waiting for the busy connection instead would take the rest of the 3 s sleep.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(1500))
       << "waited for the busy connection instead of giving up after pool_wait";
   holder.join();
   sleeper.join();
@@ -187,7 +201,6 @@ TEST(RedisFaults, ACommandTimeoutIsAStoreErrorAndTheNextCallWorks) {
   PrivateRedis server(no_fsync());
   RedisLock lock(server.url(), RedisOptions{.command_timeout = milliseconds(300)});
   std::thread sleeper = block_server(server.url(), "1.5");
-  std::this_thread::sleep_for(milliseconds(100));
   try {
     (void)lock.claim("timeout-key", milliseconds(60'000));
     ADD_FAILURE() << "no timeout";
