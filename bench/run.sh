@@ -596,9 +596,10 @@ part_store() {
   fi
 
   if [ -n "$STORE_SCALE" ]; then
-    say "store: claim latency against live records"
+    say "store: claim latency against live records (a store each count, in rounds)"
+    # The scale step's stores are Redis databases 1.. and tables of their own; the records of
+    # the runs above only take memory.
     if [ -n "$redis_port" ]; then redis-cli -p "$redis_port" FLUSHALL >/dev/null; fi
-    if has postgres; then "${psql_[@]}" -c 'TRUNCATE idempotency_records'; fi
     if has memory; then store_run 1 scale memory memory:// "$STORE_SCALE"; fi
     if has sqlite; then store_run 1 scale sqlite "sqlite://$sqlite_dir/scale.db" "$STORE_SCALE"; fi
     if has redis; then store_run 1 scale redis "$redis_url" "$STORE_SCALE"; fi

@@ -12,7 +12,9 @@
 //   store_bench pgbench-script [TABLE]              the claim + complete statements as a
 //                                                   pgbench script (-M prepared)
 //   store_bench scale NAME URL COUNTS               claim p50/p99 at each count of live
-//                                                   records, and bytes per record
+//                                                   records (a store each, measured in
+//                                                   rounds), and bytes per record; URL
+//                                                   without a query, database or table
 //   store_bench purge NAME URL COUNTS               purge_expired() time against expired count
 //
 // A pair is claim (must be Won) then complete (must be true) of a key no run used before. The
@@ -674,14 +676,16 @@ class SqlitePopulator final : public Populator {
 
 class PgPopulator final : public Populator {
  public:
-  explicit PgPopulator(std::string url) : url_(std::move(url)), conn_(connect(url_)) {}
+  PgPopulator(std::string url, std::string table)
+      : url_(std::move(url)), table_(std::move(table)), conn_(connect(url_)) {}
   void add(std::int64_t from, std::int64_t n, bool expired) override {
     const std::string now = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
     const std::string exp = expired ? now + " - 1000" : now + " + " + std::to_string(kTtlMs);
     const auto insert = [&](PGconn* conn, std::int64_t first, std::int64_t count) {
       exec(conn,
-           "INSERT INTO idempotency_records (key, state, fence, lease_expiry, expires_at, "
-           "claim_token, result, fingerprint) SELECT convert_to('pop-' || i, 'UTF8'), 2, 1, " +
+           "INSERT INTO " + table_ +
+               " (key, state, fence, lease_expiry, expires_at, "
+               "claim_token, result, fingerprint) SELECT convert_to('pop-' || i, 'UTF8'), 2, 1, " +
                exp + " - " + std::to_string(kTtlMs) + ", " + exp +
                ", convert_to(repeat('t', 32), 'UTF8'), NULL, NULL FROM generate_series(" +
                std::to_string(first) + ", " + std::to_string(first + count - 1) + ") AS i");
@@ -706,10 +710,10 @@ class PgPopulator final : public Populator {
       }  // joined here, also when the insert above throws
       if (failed) std::rethrow_exception(failed);
     }
-    exec(conn_.get(), "VACUUM ANALYZE idempotency_records");
+    exec(conn_.get(), "VACUUM ANALYZE " + table_);
   }
   double bytes() override {
-    PGresult* r = PQexec(conn_.get(), "SELECT pg_total_relation_size('idempotency_records')");
+    PGresult* r = PQexec(conn_.get(), ("SELECT pg_total_relation_size('" + table_ + "')").c_str());
     const double b = PQresultStatus(r) == PGRES_TUPLES_OK ? std::atof(PQgetvalue(r, 0, 0)) : -1;
     PQclear(r);
     return b;
@@ -729,6 +733,7 @@ class PgPopulator final : public Populator {
     if (!ok) throw std::runtime_error("pg populate: " + err);
   }
   std::string url_;
+  std::string table_;
   std::unique_ptr<PGconn, PgConnDeleter> conn_;
 };
 
@@ -738,6 +743,12 @@ class RedisPopulator final : public Populator {
     const idempotency::RedisEndpoint ep = idempotency::parse_redis_url(url);
     ctx_.reset(redisConnect(ep.host.c_str(), ep.port));
     if (!ctx_ || ctx_->err != 0) throw std::runtime_error("redis connect failed");
+    if (ep.db != 0) {
+      auto* r = static_cast<redisReply*>(redisCommand(ctx_.get(), "SELECT %d", ep.db));
+      const bool ok = r != nullptr && r->type != REDIS_REPLY_ERROR;
+      freeReplyObject(r);
+      if (!ok) throw std::runtime_error("redis populate: SELECT failed");
+    }
   }
   void add(std::int64_t from, std::int64_t n, bool expired) override {
     // DONE records as the script writes them (src/backends/redis/redis_script.lua: the
@@ -809,53 +820,115 @@ std::unique_ptr<Populator> populator(const std::string& url, LockBackend& backen
   if (url.starts_with("sqlite://")) {
     return std::make_unique<SqlitePopulator>(url_after(url, "sqlite://"));
   }
-  if (url.starts_with("postgres")) return std::make_unique<PgPopulator>(url);
+  if (url.starts_with("postgres")) {
+    // The library's `table=` is not libpq's: the populator connects without it.
+    const auto at = url.find("?table=");
+    if (at == std::string::npos) return std::make_unique<PgPopulator>(url, "idempotency_records");
+    return std::make_unique<PgPopulator>(url.substr(0, at), url.substr(at + 7));
+  }
   if (url.starts_with("redis://")) return std::make_unique<RedisPopulator>(url);
   return std::make_unique<MemoryPopulator>(backend);
 }
 
-// Claim latency over `calls` claims of fresh keys (each completed, untimed, so the store keeps
-// its count of live records plus these few).
-Tally claim_latency(LockBackend& b, const std::string& prefix, int calls) {
-  Tally t;
-  for (int i = 0; i < calls; ++i) {
-    const std::string key = prefix + std::to_string(i);
-    ClaimResult r = timed(t, true, [&] { return b.claim(key, kLease); });
-    if (const Won* w = std::get_if<Won>(&r)) {
-      (void)b.complete(w->claim);
-      ++t.ops;
-    } else {
-      ++t.unexpected;
-    }
+// A store of its own for each count of records in `base` (a URL without a database, table or
+// query): another memory store, SQLite file, Redis database or PostgreSQL table.
+std::string scale_url(const std::string& base, std::size_t i) {
+  if (base.find('?') != std::string::npos) {
+    throw std::invalid_argument("store_bench scale: the URL may not have a query");
   }
-  std::sort(t.call_ns.begin(), t.call_ns.end());
-  return t;
+  if (base.starts_with("sqlite://")) return base + "-" + std::to_string(i);
+  if (base.starts_with("redis://")) return base + "/" + std::to_string(i + 1);
+  if (base.starts_with("postgres")) return base + "?table=idempotency_scale_" + std::to_string(i);
+  return base;  // memory://: every open is a store of its own
 }
 
+// One store at one count: its backend, its records' filler, and its timed claims.
+struct ScaleStore {
+  int records = 0;
+  std::unique_ptr<LockBackend> backend;
+  std::unique_ptr<Populator> pop;
+  double bytes_per_record = 0;
+  double fill_seconds = 0;
+  std::vector<std::int64_t> call_ns;  // every round's
+  std::vector<double> round_p50_us;
+  std::uint64_t unexpected = 0;
+};
+
+// `calls` claims of fresh keys in `store` (each completed, untimed, so the store keeps its
+// count of live records plus these few), after `warmup` such claims untimed; returns their
+// p50 in µs.
+double claim_round(ScaleStore& store, const std::string& prefix, int warmup, int calls) {
+  Tally t;
+  for (int i = -warmup; i < calls; ++i) {
+    const std::string key = prefix + std::to_string(i);
+    ClaimResult r = timed(t, i >= 0, [&] { return store.backend->claim(key, kLease); });
+    if (const Won* w = std::get_if<Won>(&r)) {
+      (void)store.backend->complete(w->claim);
+    } else {
+      ++store.unexpected;
+    }
+  }
+  store.call_ns.insert(store.call_ns.end(), t.call_ns.begin(), t.call_ns.end());
+  std::sort(t.call_ns.begin(), t.call_ns.end());
+  return pct_us(t.call_ns, 0.5);
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n == 0 ? 0 : n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Claim latency against the count of live records. Each count has a store of its own, all
+// filled first; then kRounds rounds each take a short batch of claims from every store in
+// turn (starting one store later each round). A round's batches sit seconds apart at most,
+// so what a shared machine does meanwhile falls on every count alike, and each count is
+// compared with the fewest by the median of the rounds' own ratios. One store measured
+// after another, minutes apart, read the same store 20 % apart on this VM.
 int cmd_scale(const std::string& name, const std::string& url, const std::vector<int>& counts) {
-  std::unique_ptr<LockBackend> backend = idempotency::open_backend(url);
-  std::unique_ptr<Populator> pop = populator(url, *backend);
-  const int calls = (name == "memory" || name == "redis") ? 5000 : 500;
-  const double base = pop->bytes();
-  std::int64_t have = 0;
-  const std::string run = nonce();
-  for (int count : counts) {
+  constexpr int kRounds = 5;
+  const bool fast = name == "memory" || name == "redis";
+  const int calls = fast ? 1000 : 100;  // a round's, a store
+  const int warmup = calls / 5;
+  std::vector<ScaleStore> stores(counts.size());
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    ScaleStore& s = stores[i];
+    const std::string at = scale_url(url, i);
+    s.records = counts[i];
+    s.backend = idempotency::open_backend(at);
+    s.pop = populator(at, *s.backend);
+    const double before = s.pop->bytes();
     const auto t0 = Clock::now();
-    pop->add(have, count - have, false);
-    const double fill_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    have = count;
-    const double bytes = pop->bytes();
-    const Tally t =
-        claim_latency(*backend, "scale-" + run + "-" + std::to_string(count) + "-", calls);
+    s.pop->add(0, s.records, false);
+    s.fill_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    s.bytes_per_record = (s.pop->bytes() - before) / s.records;
+  }
+  const std::string run = nonce();
+  std::vector<std::vector<double>> ratios(stores.size());
+  for (int round = 0; round < kRounds; ++round) {
+    std::vector<double> p50(stores.size());
+    for (std::size_t k = 0; k < stores.size(); ++k) {
+      const std::size_t i = (k + static_cast<std::size_t>(round)) % stores.size();
+      p50[i] =
+          claim_round(stores[i], "scale-" + run + "-" + std::to_string(round) + "-", warmup, calls);
+      stores[i].round_p50_us.push_back(p50[i]);
+    }
+    for (std::size_t i = 0; i < stores.size(); ++i) ratios[i].push_back(p50[i] / p50[0]);
+  }
+  for (std::size_t i = 0; i < stores.size(); ++i) {
+    ScaleStore& s = stores[i];
+    std::sort(s.call_ns.begin(), s.call_ns.end());
+    std::string rounds;
+    for (double v : s.round_p50_us) rounds += (rounds.empty() ? "" : ",") + fmt(v);
     std::printf(
         "{\"kind\":\"scale\",\"backend\":\"%s\",\"records\":%d,\"claims\":%d,\"p50_us\":%s,"
-        "\"p99_us\":%s,\"unexpected\":%llu,\"bytes\":%.0f,\"bytes_per_record\":%.1f,"
-        "\"fill_seconds\":%.2f}\n",
-        name.c_str(), count, calls, fmt(pct_us(t.call_ns, 0.5)).c_str(),
-        fmt(pct_us(t.call_ns, 0.99)).c_str(), static_cast<unsigned long long>(t.unexpected), bytes,
-        (bytes - base) / count, fill_s);
-    std::fflush(stdout);
+        "\"p99_us\":%s,\"round_p50_us\":[%s],\"vs_fewest\":%.3f,\"unexpected\":%llu,"
+        "\"bytes_per_record\":%.1f,\"fill_seconds\":%.2f}\n",
+        name.c_str(), s.records, kRounds * calls, fmt(median_of(s.round_p50_us)).c_str(),
+        fmt(pct_us(s.call_ns, 0.99)).c_str(), rounds.c_str(), median_of(ratios[i]),
+        static_cast<unsigned long long>(s.unexpected), s.bytes_per_record, s.fill_seconds);
   }
+  std::fflush(stdout);
   return 0;
 }
 
