@@ -321,6 +321,7 @@ def scale_verdicts(scale, p):
           f"{rs[-1]['records']:,}) | {off:+.0%} at {worst['records']:,} | ±{SCALE_FLAT:.0%} | "
           f"{'INVALID' if bad else verdict(abs(off) <= SCALE_FLAT)} |")
     p("")
+    memory_read_floor(scale, p)
     most = max((r for r in scale if r["backend"] == "memory"), key=lambda r: r["records"],
                default=None)
     if most:
@@ -330,6 +331,29 @@ def scale_verdicts(scale, p):
         p(f"| memory: bytes per record at {most['records']:,} records, the key included | {per:,.0f} "
           f"| ≤ {MEMORY_BYTES_MAX} | {verdict(per <= MEMORY_BYTES_MAX)} |")
         p("")
+
+
+# What the memory store's flat scale is up against: one read at a random place in its slot
+# tables, timed by store_bench at each count's table size (a dependent chase, no overlap).
+def memory_read_floor(scale, p):
+    rs = sorted((r for r in scale if r["backend"] == "memory" and "random_read_ns" in r),
+                key=lambda r: r["records"])
+    if len(rs) < 2:
+        return
+    first = rs[0]
+    p("| memory: live records | slot tables | one random read there, ns | that read ÷ the fewest's p50 | measured, the median of the rounds' ratios |")
+    p("|---:|---:|---:|---:|---:|")
+    for r in rs:
+        extra = (r["random_read_ns"] - first["random_read_ns"]) / 1000 / first["p50_us"]
+        p(f"| {r['records']:,} | {r['table_bytes'] / 2**20:,.2f} MiB | {r['random_read_ns']} "
+          f"| {extra:+.0%} | {r['vs_fewest'] - 1:+.0%} |")
+    p("")
+    p("A claim of a fresh key reads its home slot at a random place in its shard's table, and "
+      "everything after (the lookup, the transition, the insert) waits for that read; what a "
+      "read there costs beyond one in tables that fit the caches is the least the claim adds, "
+      "less whatever of the claim's own work before it (key checks, the token) could overlap "
+      "it.")
+    p("")
 
 
 # The Redis script's weight (bench/script_weight.sh): instructions, not time, so that the

@@ -29,11 +29,13 @@
 #include <hiredis/hiredis.h>
 #include <libpq-fe.h>
 #include <sqlite3.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <charconv>
 #include <chrono>
 #include <condition_variable>
@@ -45,6 +47,7 @@
 #include <latch>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -842,6 +845,49 @@ std::string scale_url(const std::string& base, std::size_t i) {
   return base;  // memory://: every open is a store of its own
 }
 
+// Reads at random places in `bytes` of memory: a chase through a random cycle of its cache
+// lines (each read's address is the one before's value, so reads cannot overlap), on huge
+// pages as the memory store's big tables are. A claim of a fresh key reads its home slot at
+// such a random place, so what one read here adds over one in a table that fits the caches is
+// the least that claim can add.
+class RandomReads {
+ public:
+  explicit RandomReads(std::size_t bytes)
+      : lines_(std::max<std::size_t>(bytes / sizeof(Line), 2)),
+        a_(static_cast<Line*>(std::aligned_alloc(kHugePage, rounded(lines_ * sizeof(Line)))),
+           &std::free) {
+    if (!a_) throw std::bad_alloc();
+    (void)::madvise(a_.get(), rounded(lines_ * sizeof(Line)), MADV_HUGEPAGE);
+    std::vector<std::uint64_t> order(lines_);
+    std::iota(order.begin(), order.end(), 0);
+    std::mt19937_64 rng(7);
+    for (std::size_t i = lines_ - 1; i > 0; --i) {  // Sattolo: one cycle through every line
+      std::swap(order[i], order[std::uniform_int_distribution<std::size_t>(0, i - 1)(rng)]);
+    }
+    for (std::size_t i = 0; i < lines_; ++i) a_.get()[order[i]].next = order[(i + 1) % lines_];
+  }
+
+  // The mean time of one read over `steps` of them, after as many untimed: the TLB and the
+  // caches as a store in use has them.
+  double ns(int steps) {
+    for (int i = 0; i < steps; ++i) at_ = a_.get()[at_].next;
+    const auto t0 = Clock::now();
+    for (int i = 0; i < steps; ++i) at_ = a_.get()[at_].next;
+    return std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / steps;
+  }
+
+ private:
+  struct alignas(64) Line {
+    std::uint64_t next;
+  };
+  static constexpr std::size_t kHugePage = std::size_t{2} << 20;
+  static std::size_t rounded(std::size_t n) { return (n + kHugePage - 1) / kHugePage * kHugePage; }
+
+  std::size_t lines_;
+  std::unique_ptr<Line, decltype(&std::free)> a_;
+  std::uint64_t at_ = 0;  // where the chase stands; a member, so the reads are not dead code
+};
+
 // One store at one count: its backend, its records' filler, and its timed claims.
 struct ScaleStore {
   int records = 0;
@@ -852,6 +898,9 @@ struct ScaleStore {
   std::vector<std::int64_t> call_ns;  // every round's
   std::vector<double> round_p50_us;
   std::uint64_t unexpected = 0;
+  // The memory store's: reads at random places in as much memory as its slot tables.
+  std::unique_ptr<RandomReads> reads;
+  std::vector<double> round_read_ns;
 };
 
 // `calls` claims of fresh keys in `store` (each completed, untimed, so the store keeps its
@@ -871,6 +920,15 @@ double claim_round(ScaleStore& store, const std::string& prefix, int warmup, int
   store.call_ns.insert(store.call_ns.end(), t.call_ns.begin(), t.call_ns.end());
   std::sort(t.call_ns.begin(), t.call_ns.end());
   return pct_us(t.call_ns, 0.5);
+}
+
+// The slot tables' bytes of a memory store holding `records`: its 32 shards' open-addressing
+// tables of 16-byte slots, each a power of two at most 3/4 full (src/backends/memory/).
+std::size_t memory_table_bytes(std::int64_t records) {
+  constexpr std::int64_t kShards = 32;
+  const auto per_shard = static_cast<std::uint64_t>((records / kShards) * 4 / 3 + 1);
+  return static_cast<std::size_t>(kShards) * 16 *
+         std::bit_ceil(std::max<std::uint64_t>(per_shard, 16));
 }
 
 double median_of(std::vector<double> v) {
@@ -902,6 +960,7 @@ int cmd_scale(const std::string& name, const std::string& url, const std::vector
     s.pop->add(0, s.records, false);
     s.fill_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     s.bytes_per_record = (s.pop->bytes() - before) / s.records;
+    if (name == "memory") s.reads = std::make_unique<RandomReads>(memory_table_bytes(s.records));
   }
   const std::string run = nonce();
   std::vector<std::vector<double>> ratios(stores.size());
@@ -912,21 +971,28 @@ int cmd_scale(const std::string& name, const std::string& url, const std::vector
       p50[i] =
           claim_round(stores[i], "scale-" + run + "-" + std::to_string(round) + "-", warmup, calls);
       stores[i].round_p50_us.push_back(p50[i]);
+      if (stores[i].reads) stores[i].round_read_ns.push_back(stores[i].reads->ns(200'000));
     }
     for (std::size_t i = 0; i < stores.size(); ++i) ratios[i].push_back(p50[i] / p50[0]);
   }
   for (std::size_t i = 0; i < stores.size(); ++i) {
     ScaleStore& s = stores[i];
     std::sort(s.call_ns.begin(), s.call_ns.end());
+    std::string read;
+    if (s.reads) {
+      read = ",\"table_bytes\":" + std::to_string(memory_table_bytes(s.records)) +
+             ",\"random_read_ns\":" + fmt(median_of(s.round_read_ns));
+    }
     std::string rounds;
     for (double v : s.round_p50_us) rounds += (rounds.empty() ? "" : ",") + fmt(v);
     std::printf(
         "{\"kind\":\"scale\",\"backend\":\"%s\",\"records\":%d,\"claims\":%d,\"p50_us\":%s,"
         "\"p99_us\":%s,\"round_p50_us\":[%s],\"vs_fewest\":%.3f,\"unexpected\":%llu,"
-        "\"bytes_per_record\":%.1f,\"fill_seconds\":%.2f}\n",
+        "\"bytes_per_record\":%.1f,\"fill_seconds\":%.2f%s}\n",
         name.c_str(), s.records, kRounds * calls, fmt(median_of(s.round_p50_us)).c_str(),
         fmt(pct_us(s.call_ns, 0.99)).c_str(), rounds.c_str(), median_of(ratios[i]),
-        static_cast<unsigned long long>(s.unexpected), s.bytes_per_record, s.fill_seconds);
+        static_cast<unsigned long long>(s.unexpected), s.bytes_per_record, s.fill_seconds,
+        read.c_str());
   }
   std::fflush(stdout);
   return 0;
