@@ -6,6 +6,7 @@
 #include <openssl/evp.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -50,19 +51,25 @@ class WorkerTest : public ::testing::Test {
     return r ? r->status : -1;
   }
 
-  // Waits (bounded) until a worker has claimed `id`: the first delivery is inside its handler.
+  // Waits until a worker has claimed `id`: the first delivery is inside its handler. The bound
+  // is a hang guard only, generous for a loaded CI box (ASan, two cores, fsync on every claim).
   void wait_until_claimed(const std::string& id) {
     SqliteLock store(dir_.file("idem.db"));
-    for (int i = 0; i < 3000 && !store.inspect(id); ++i) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!store.inspect(id) && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     ASSERT_TRUE(store.inspect(id).has_value());
   }
 
+  // How long a racing delivery's handler runs: far longer than the second delivery can take
+  // to arrive after the first was claimed, even on a loaded CI box, so it meets a live holder.
+  static constexpr const char* kInFlightMs = "3000";
+
   // Delivers message `id` (a slow one) to `first_port`, and again to `second_port` once the
   // first delivery is inside its handler; returns both statuses.
   std::pair<int, int> race(int first_port, int second_port, const std::string& id) {
-    const std::string body = envelope(id, {{"demo_sleep_ms", "400"}});
+    const std::string body = envelope(id, {{"demo_sleep_ms", kInFlightMs}});
     int a = 0;
     int b = 0;
     std::jthread first([&] { a = post(first_port, body); });
@@ -104,7 +111,7 @@ TEST_F(WorkerTest, TwoInstancesOnOneBackendRunTheMessageOnceAndNackTheLoser) {
   const auto [a, b] = race(one->port(), two->port(), "m-3");
   EXPECT_EQ(a, 200);
   EXPECT_EQ(b, 503) << "live holder on the other instance: nack, Pub/Sub retries";
-  EXPECT_EQ(post(two->port(), envelope("m-3", {{"demo_sleep_ms", "400"}})), 204)
+  EXPECT_EQ(post(two->port(), envelope("m-3", {{"demo_sleep_ms", kInFlightMs}})), 204)
       << "the retry finds it done";
   EXPECT_EQ(ledger_lines("m-3"), 1);
 }
