@@ -306,14 +306,21 @@ class PubsubModeMetrics : public ::testing::TestWithParam<bool> {
   Upstream upstream_;
   std::map<std::string, int> before_ = counters(*metrics_);
 
-  http::Handler handler(const std::string& upstream_url, KeySpec key = {}) {
+  // The upstream's deadline. Exchanges that must succeed (connect, answer) get a long one,
+  // whatever the machine's load; only those where the upstream hangs, which end at it, get
+  // kHang.
+  static constexpr std::chrono::milliseconds kAnswered = 10s;
+  static constexpr std::chrono::milliseconds kHang = 1s;
+
+  http::Handler handler(const std::string& upstream_url, KeySpec key = {},
+                        std::chrono::milliseconds timeout = kAnswered) {
     Config config;
     config.key = std::move(key);
     config.lease = 60s;
     GatewayDeps deps{.backend = backend_,
                      .upstream = std::make_shared<const UpstreamPool>(
                          parse_upstream_url(upstream_url),
-                         UpstreamOptions{.connect_timeout = 1s, .timeout = 300ms}),
+                         UpstreamOptions{.connect_timeout = timeout, .timeout = timeout}),
                      .metrics = metrics_,
                      .loop = loop_,
                      .run_blocking = [this](std::function<void()> work) {
@@ -334,7 +341,9 @@ class PubsubModeMetrics : public ::testing::TestWithParam<bool> {
       return future.get();
     };
   }
-  http::Handler handler(KeySpec key = {}) { return handler(upstream_.url(), std::move(key)); }
+  http::Handler handler(KeySpec key = {}, std::chrono::milliseconds timeout = kAnswered) {
+    return handler(upstream_.url(), std::move(key), timeout);
+  }
 
   // What moved since the last call: outcome -> how many more.
   std::map<std::string, int> counted() {
@@ -371,7 +380,7 @@ TEST_P(PubsubModeMetrics, EveryPathIsCountedOnceUnderItsOwnOutcome) {
   upstream_.status = 200;
 
   upstream_.hang = true;
-  EXPECT_EQ(handle(push("m-5")).status, 503);
+  EXPECT_EQ(handler({}, kHang)(push("m-5")).status, 503);
   EXPECT_EQ(counted(), (Moved{{"nack_upstream_no_answer", 1}}));
   upstream_.hang = false;
 
@@ -398,7 +407,7 @@ TEST_P(PubsubModeMetrics, EveryPathIsCountedOnceUnderItsOwnOutcome) {
 // delivery that joined one whose upstream went silent gets exactly that answer, yet the store
 // never failed: counted from its typed outcome, it is what it is.
 TEST_P(PubsubModeMetrics, ADeliveryJoinedToASilentUpstreamIsCountedAsNoAnswerNotAStoreError) {
-  auto handle = handler();
+  auto handle = handler({}, kHang);
   upstream_.hang = true;
   std::jthread owner([&] { EXPECT_EQ(handle(push("m-10")).status, 503); });
   while (upstream_.requests.load() == 0) std::this_thread::sleep_for(1ms);
