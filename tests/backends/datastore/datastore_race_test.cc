@@ -29,7 +29,10 @@ class DatastoreRaceTest : public ::testing::Test {
                             .endpoint = server_.endpoint(),
                             .initial_backoff = milliseconds(1),
                             .max_backoff = milliseconds(5),
-                            .request_timeout = milliseconds(300)};
+                            // Generous: `after_next` runs the other client's whole operation
+                            // inside this one's request, which must outlive it; a spurious
+                            // timeout would add a retry and break the call counts.
+                            .request_timeout = std::chrono::seconds(10)};
   }
 
   // A DONE record already past its expires_at: what purge_expired lists and a claim reclaims.
@@ -44,11 +47,15 @@ class DatastoreRaceTest : public ::testing::Test {
 };
 
 TEST_F(DatastoreRaceTest, ALostReleaseReplyIsRetriedAndAdvancesTheFenceOnce) {
-  DatastoreLock backend(options());
+  // A request timeout short enough to give up on the held reply, still far above what an
+  // answered request takes; the reply is held three times as long.
+  DatastoreOptions short_timeout = options();
+  short_timeout.request_timeout = milliseconds(1000);
+  DatastoreLock backend(short_timeout);
   // The release is applied, then its reply fails (503) or never comes (past the timeout).
   for (const Fault& lost :
        {Fault{.method = "commit", .after_apply = true},
-        Fault{.method = "commit", .after_apply = true, .delay = milliseconds(1500)}}) {
+        Fault{.method = "commit", .after_apply = true, .delay = milliseconds(3000)}}) {
     const std::string key = "orders:" + std::to_string(lost.delay.count());
     SCOPED_TRACE(key);
     const Claim claim = won(backend.claim(key, kLease));

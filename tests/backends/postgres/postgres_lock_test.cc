@@ -141,14 +141,16 @@ std::optional<Claim> poll_until_won(LockBackend& backend, const std::string& key
 // Real expiry, judged by the server clock
 
 TEST_F(PostgresLockTest, LeaseLapsesByServerClock) {
+  // Long enough that the second claim, one call later, still finds it live on a slow box.
+  constexpr milliseconds kLease(1000);
   auto backend = make();
   const auto start = std::chrono::steady_clock::now();
-  const Claim first = won(backend->claim("lease-key", milliseconds(200)));
-  const HeldByOther h = held(backend->claim("lease-key", milliseconds(200)));
+  const Claim first = won(backend->claim("lease-key", kLease));
+  const HeldByOther h = held(backend->claim("lease-key", kLease));
   EXPECT_EQ(h.lease_expiry, first.lease_expiry);
-  const auto second = poll_until_won(*backend, "lease-key", milliseconds(200), milliseconds(5000));
+  const auto second = poll_until_won(*backend, "lease-key", kLease, milliseconds(10'000));
   ASSERT_TRUE(second.has_value()) << "the lease never lapsed";
-  EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(150));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, kLease - milliseconds(50));
   EXPECT_EQ(second->fence, first.fence + 1);
   // The lapsed holder was fenced out by the reclaim.
   EXPECT_FALSE(backend->complete(first, "late"));
@@ -156,14 +158,17 @@ TEST_F(PostgresLockTest, LeaseLapsesByServerClock) {
 }
 
 TEST_F(PostgresLockTest, TtlEndsByServerClock) {
-  auto backend = make(PostgresOptions{.backend = {.ttl = milliseconds(300)}});
+  // Long enough that the duplicate, one call after the complete, still finds it done.
+  constexpr milliseconds kTtl(1000);
+  auto backend = make(PostgresOptions{.backend = {.ttl = kTtl}});
   const Claim first = won(backend->claim("ttl-key", milliseconds(10'000)));
   const auto completed = std::chrono::steady_clock::now();
   ASSERT_TRUE(backend->complete(first, "stored"));
   EXPECT_EQ(done(backend->claim("ttl-key", milliseconds(10'000))).result, "stored");
-  const auto again = poll_until_won(*backend, "ttl-key", milliseconds(10'000), milliseconds(5000));
+  const auto again =
+      poll_until_won(*backend, "ttl-key", milliseconds(10'000), milliseconds(10'000));
   ASSERT_TRUE(again.has_value()) << "the ttl never ended";
-  EXPECT_GE(std::chrono::steady_clock::now() - completed, milliseconds(250));
+  EXPECT_GE(std::chrono::steady_clock::now() - completed, kTtl - milliseconds(50));
   EXPECT_EQ(again->fence, first.fence + 1);
 }
 
@@ -461,8 +466,15 @@ TEST_F(PostgresLockTest, TerminationsMidRunNeverGiveFalseOutcomes) {
       }
     });
   }
+  // Each termination waits (bounded) until a call has succeeded since the last one, so that a
+  // slow reconnect on a loaded box is not mistaken for a pool that never recovers.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   for (int round = 0; round < 10; ++round) {
+    const int before = ok.load();
     std::this_thread::sleep_for(milliseconds(60));
+    while (ok.load() == before && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(5));
+    }
     admin.terminate(app_);
   }
   stop = true;
@@ -650,7 +662,8 @@ TEST_F(PostgresLockTest, AClaimWhoseAnswerWritesNothingLeavesTheRowAsItWas) {
 }
 
 TEST_F(PostgresLockTest, StatementTimeoutIsStoreError) {
-  auto backend = make(PostgresOptions{.statement_timeout = milliseconds(300)});
+  // Not shorter: the claim after the ROLLBACK runs under it too, and must not time out.
+  auto backend = make(PostgresOptions{.statement_timeout = milliseconds(2000)});
   Admin admin(postgres_url());
   admin.exec("BEGIN");
   admin.exec("LOCK TABLE \"" + table_ + "\" IN ACCESS EXCLUSIVE MODE");
@@ -706,8 +719,16 @@ TEST_F(PostgresLockTest, PoolSizeInTheUrlBoundsTheConnections) {
       }
     });
   }
+  // Sample until both connections are open (however slowly a loaded box opens them), then a
+  // while longer: never a third.
   int max_seen = 0;
-  for (int i = 0; i < 20; ++i) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (max_seen < 2 && std::chrono::steady_clock::now() < deadline) {
+    max_seen = std::max(max_seen, admin.connections(app_));
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  const auto after = std::chrono::steady_clock::now() + milliseconds(200);
+  while (std::chrono::steady_clock::now() < after) {
     max_seen = std::max(max_seen, admin.connections(app_));
     std::this_thread::sleep_for(milliseconds(10));
   }

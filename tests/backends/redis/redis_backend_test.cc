@@ -681,10 +681,13 @@ long long server_time_ms(RawRedis& raw) {
 }
 
 TEST(RedisServerClock, ALeaseLapsesForRealAndIsReclaimedWithFencePlusOne) {
-  auto lock = fixture_lock(BackendOptions{.ttl = milliseconds(300)});
-  const milliseconds lease(200);
-  Claim first = won(lock->claim("k", lease));
+  // The lease outlasts the next call on a slow box (HeldByOther); the ttl keeps the record
+  // well past the lease, so the reclaim finds it (fence + 1).
+  auto lock = fixture_lock(BackendOptions{.ttl = milliseconds(5000)});
+  const milliseconds lease(1000);
+  // Before the claim: the lease runs from when the server ran it, not from its reply.
   const auto started = std::chrono::steady_clock::now();
+  Claim first = won(lock->claim("k", lease));
   EXPECT_EQ(outcome(lock->claim("k", lease)), std::string("HeldByOther"));
   std::optional<Claim> second;
   ASSERT_TRUE(eventually([&] {
@@ -693,7 +696,7 @@ TEST(RedisServerClock, ALeaseLapsesForRealAndIsReclaimedWithFencePlusOne) {
     return second.has_value();
   }));
   const auto waited = std::chrono::steady_clock::now() - started;
-  EXPECT_GE(waited, milliseconds(150)) << "reclaimed long before the lease lapsed";
+  EXPECT_GE(waited, lease - milliseconds(50)) << "reclaimed before the lease lapsed";
   EXPECT_EQ(second->fence, first.fence + 1) << "the record outlives its lease by the ttl";
   EXPECT_GE(second->lease_expiry, first.lease_expiry + lease);
   EXPECT_FALSE(lock->complete(first)) << "the lapsed holder is fenced out";
@@ -701,7 +704,8 @@ TEST(RedisServerClock, ALeaseLapsesForRealAndIsReclaimedWithFencePlusOne) {
 }
 
 TEST(RedisServerClock, TheTtlEndsForRealAndRedisReapsTheRecord) {
-  auto lock = fixture_lock(BackendOptions{.ttl = milliseconds(300)});
+  // Long enough that the duplicate, one call after the complete, still finds it done.
+  auto lock = fixture_lock(BackendOptions{.ttl = milliseconds(1000)});
   RawRedis raw(fixture_redis_url());
   Claim c = won(lock->claim("k", milliseconds(200)));
   ASSERT_TRUE(lock->complete(c, "r"));
