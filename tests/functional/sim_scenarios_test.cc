@@ -264,13 +264,15 @@ TEST_F(SimThroughGateway, APoisonMessageIsDeadLetteredAfterTheMaximumAttempts) {
   EXPECT_EQ(dead_ids, ids);
 }
 
-// Ack deadline: the upstream takes 1.5 s, the deadline is 500 ms. The simulator counts the
+// Ack deadline: the upstream takes 3 s, the deadline is 500 ms. The simulator counts the
 // deadline as a nack and redelivers while the first call still runs (its request stays open);
-// the redelivery meets the live holder, and the effect still happens once.
+// the redelivery meets the live holder, and the effect still happens once. The redelivery is
+// due at about 1 s (the deadline, then a 500 ms back-off): the slow call outlasts it by 2 s, so
+// a loaded machine cannot make the redelivery come after the call has ended.
 TEST_F(SimThroughGateway, AnExpiredAckDeadlineRedeliversDuringTheSlowCallAndTheEffectIsOnce) {
   const auto run =
       sim({"--endpoint", push_url(), "--messages", "2", "--attribute", "test_behavior=slow",
-           "--attribute", "test_sleep_ms=1500", "--time-scale", "0.05", "--ack-deadline", "10s"});
+           "--attribute", "test_sleep_ms=3000", "--time-scale", "0.05", "--ack-deadline", "10s"});
   ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
   const auto summary = summary_of(run);
   EXPECT_EQ(summary["acked"], 2);
@@ -354,8 +356,10 @@ TEST(SimOidc, SignedTokensPassTheGatewaysVerifierAndMissingOnesAreRefused) {
       dir.path().string());
   ASSERT_EQ(signed_run.exit_code, 0) << signed_run.out << signed_run.err;
   EXPECT_EQ(summary_of(signed_run)["acked"], 3);
+  // Never acked, so the run lasts its --run-timeout: long enough for an answer to arrive on a
+  // loaded machine, with a 3 s ack deadline (also the connect timeout) rather than 100 ms.
   const auto unsigned_run = run_sim({"--endpoint", url, "--messages", "1", "--time-scale", "0.01",
-                                     "--json", "--run-timeout", "1s"},
+                                     "--ack-deadline", "300s", "--json", "--run-timeout", "5s"},
                                     dir.path().string());
   EXPECT_EQ(unsigned_run.exit_code, 1) << unsigned_run.out << unsigned_run.err;
   EXPECT_GT(summary_of(unsigned_run)["answers"]["401"], 0);
@@ -545,12 +549,14 @@ TEST(SimSelfTest, OrderingKeysDeliverOneAtATimeInPublishOrder) {
 }
 
 // A message that is never acked (the endpoint answers 203, a 2xx that is not an ack code) keeps
-// the simulator from succeeding: exit 1 with the count once --run-timeout passes.
+// the simulator from succeeding: exit 1 with the count once --run-timeout passes. The run lasts
+// that long whatever happens, so it is long enough for answers to arrive on a loaded machine,
+// with a 3 s ack deadline (also the connect timeout) rather than 100 ms.
 TEST(SimSelfTest, AMessageNeverAckedExitsNonZeroWithTheCount) {
   TempDir dir;
   Endpoint endpoint([](const pubsub::PushRequest&) { return pubsub::PushResponse{.status = 203}; });
   const auto run = run_sim({"--endpoint", endpoint.url(), "--messages", "2", "--time-scale", "0.01",
-                            "--run-timeout", "1s", "--json"},
+                            "--ack-deadline", "300s", "--run-timeout", "5s", "--json"},
                            dir.path().string());
   EXPECT_EQ(run.exit_code, 1) << run.out << run.err;
   EXPECT_NE(run.err.find("2 message(s) neither acked nor dead-lettered"), std::string::npos)

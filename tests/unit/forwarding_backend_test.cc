@@ -20,6 +20,10 @@ namespace {
 
 using std::chrono::milliseconds;
 
+// No claim here is meant to lapse: a lease far longer than any pause between two calls
+// (real time, TSan), so that "held" and "completed" never depend on how quickly they follow.
+constexpr milliseconds kLease = std::chrono::minutes(1);
+
 // A memory store that says when it is asked to wait, instead of sleeping as the default does:
 // the stand-in for a Redis or PostgreSQL backend that wakes on a notification.
 class NotifyingStore final : public ForwardingBackend {
@@ -43,16 +47,16 @@ TEST(ForwardingBackend, ADecoratorThatOverridesNothingForwardsEveryOperation) {
   NotifyingStore store;
   Plain decorated(store);
   EXPECT_EQ(decorated.ttl(), store.ttl());
-  Claim c = won(decorated.claim("k", milliseconds(100)));
-  held(store.claim("k", milliseconds(100)));
+  Claim c = won(decorated.claim("k", kLease));
+  held(store.claim("k", kLease));
   EXPECT_TRUE(decorated.complete(c, std::string("r")));
-  EXPECT_EQ(done(store.claim("k", milliseconds(100))).result, std::optional<std::string>("r"));
-  Claim other = won(decorated.claim("other", milliseconds(100)));
+  EXPECT_EQ(done(store.claim("k", kLease)).result, std::optional<std::string>("r"));
+  Claim other = won(decorated.claim("other", kLease));
   const auto extended = decorated.extend(other, std::chrono::hours(1));
   ASSERT_TRUE(extended.has_value());
-  EXPECT_EQ(held(store.claim("other", milliseconds(100))).lease_expiry, *extended);
+  EXPECT_EQ(held(store.claim("other", kLease)).lease_expiry, *extended);
   decorated.release(other);
-  EXPECT_EQ(won(store.claim("other", milliseconds(100))).fence, other.fence + 2);
+  EXPECT_EQ(won(store.claim("other", kLease)).fence, other.fence + 2);
   EXPECT_EQ(decorated.stored_records(), std::optional<std::size_t>(2));
   EXPECT_EQ(decorated.inspect("k"), store.inspect("k"));
   EXPECT_EQ(decorated.inspect("k")->state, RecordState::kDone);
@@ -91,7 +95,7 @@ TEST(ForwardingBackend, AnOwnedBackendLivesAsLongAsItsDecorator) {
   std::weak_ptr<InMemoryLock> watch = inner;
   auto decorated = std::make_unique<Plain>(std::move(inner));
   EXPECT_FALSE(watch.expired());
-  Claim c = won(decorated->claim("k", milliseconds(100)));
+  Claim c = won(decorated->claim("k", kLease));
   EXPECT_TRUE(decorated->complete(c));
   decorated.reset();
   EXPECT_TRUE(watch.expired());

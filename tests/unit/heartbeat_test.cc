@@ -48,16 +48,23 @@ TEST(Heartbeat, ARefusedRenewalIsALostClaimToldOnce) {
 }
 
 TEST(Heartbeat, FailuresAreRetriedUntilTheLeaseWouldLapseThenTheClaimIsLost) {
+  // A lease long enough that the shared scheduler thread, however late its first call (TSan, a
+  // loaded machine), still has time to retry (every interval, at most 5 ms apart) before it
+  // lapses; the loss is then due only once the lease has run out, never sooner.
+  constexpr auto kLease = 1s;
   std::atomic<int> calls{0};
   std::atomic<int> lost{0};
+  const auto started = std::chrono::steady_clock::now();
   auto beat = start_heartbeat({.interval = 5ms,
-                               .lease = 60ms,
+                               .lease = kLease,
                                .renew = [&]() -> bool {
                                  ++calls;
                                  throw std::runtime_error("store unavailable");
                                },
                                .on_lost = [&] { ++lost; }});
   ASSERT_TRUE(eventually([&] { return beat->lost(); }));
+  EXPECT_GE(std::chrono::steady_clock::now() - started, kLease)
+      << "declared lost before the lease could have lapsed";
   EXPECT_GE(calls.load(), 2) << "a failure is retried while the lease lasts";
   EXPECT_TRUE(eventually([&] { return lost.load() == 1; }));
 }
