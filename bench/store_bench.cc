@@ -35,7 +35,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <bit>
 #include <charconv>
 #include <chrono>
 #include <condition_variable>
@@ -47,7 +46,6 @@
 #include <latch>
 #include <memory>
 #include <mutex>
-#include <numeric>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -845,52 +843,63 @@ std::string scale_url(const std::string& base, std::size_t i) {
   return base;  // memory://: every open is a store of its own
 }
 
-// Reads at random places in `bytes` of memory: a chase through a random cycle of its cache
-// lines (each read's address is the one before's value, so reads cannot overlap), on huge
-// pages as the memory store's big tables are. A claim of a fresh key reads its home slot at
-// such a random place, so what one read here adds over one in a table that fits the caches is
-// the least that claim can add.
+// Reads at random places in memory laid out as the memory store's slot tables: `arrays`
+// arrays of `bytes` each, on 2 MiB boundaries with transparent huge pages asked for where an
+// array is 2 MiB or more, as RecordTable::allocate_slots does. A chase through a random cycle of
+// all their cache lines: each read's address is the one before's value, so reads cannot
+// overlap. A claim of a fresh key reads its home slot at such a random place, so what one read
+// here costs beyond one in tables that fit the caches is about what that claim must add.
 class RandomReads {
  public:
-  explicit RandomReads(std::size_t bytes)
-      : lines_(std::max<std::size_t>(bytes / sizeof(Line), 2)),
-        a_(static_cast<Line*>(std::aligned_alloc(kHugePage, rounded(lines_ * sizeof(Line)))),
-           &std::free) {
-    if (!a_) throw std::bad_alloc();
-    (void)::madvise(a_.get(), rounded(lines_ * sizeof(Line)), MADV_HUGEPAGE);
-    std::vector<std::uint64_t> order(lines_);
-    std::iota(order.begin(), order.end(), 0);
-    std::mt19937_64 rng(7);
-    for (std::size_t i = lines_ - 1; i > 0; --i) {  // Sattolo: one cycle through every line
-      std::swap(order[i], order[std::uniform_int_distribution<std::size_t>(0, i - 1)(rng)]);
+  RandomReads(std::size_t arrays, std::size_t bytes) {
+    const bool huge = bytes >= kHugePage;
+    std::vector<Line*> order;
+    for (std::size_t a = 0; a < arrays; ++a) {
+      void* raw = std::aligned_alloc(huge ? kHugePage : sizeof(Line), bytes);
+      if (raw == nullptr) throw std::bad_alloc();
+      if (huge) (void)::madvise(raw, bytes, MADV_HUGEPAGE);
+      arrays_.emplace_back(static_cast<Line*>(raw), &std::free);
+      for (std::size_t i = 0; i < bytes / sizeof(Line); ++i)
+        order.push_back(arrays_.back().get() + i);
     }
-    for (std::size_t i = 0; i < lines_; ++i) a_.get()[order[i]].next = order[(i + 1) % lines_];
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(7));
+    for (std::size_t i = 0; i < order.size(); ++i) order[i]->next = order[(i + 1) % order.size()];
+    at_ = order.front();
   }
 
   // The mean time of one read over `steps` of them, after as many untimed: the TLB and the
   // caches as a store in use has them.
   double ns(int steps) {
-    for (int i = 0; i < steps; ++i) at_ = a_.get()[at_].next;
+    for (int i = 0; i < steps; ++i) at_ = at_->next;
     const auto t0 = Clock::now();
-    for (int i = 0; i < steps; ++i) at_ = a_.get()[at_].next;
+    for (int i = 0; i < steps; ++i) at_ = at_->next;
     return std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / steps;
   }
 
  private:
   struct alignas(64) Line {
-    std::uint64_t next;
+    Line* next;
   };
   static constexpr std::size_t kHugePage = std::size_t{2} << 20;
-  static std::size_t rounded(std::size_t n) { return (n + kHugePage - 1) / kHugePage * kHugePage; }
 
-  std::size_t lines_;
-  std::unique_ptr<Line, decltype(&std::free)> a_;
-  std::uint64_t at_ = 0;  // where the chase stands; a member, so the reads are not dead code
+  std::vector<std::unique_ptr<Line, decltype(&std::free)>> arrays_;
+  Line* at_ = nullptr;  // where the chase stands; a member, so the reads are not dead code
 };
+
+// The memory store's slot tables holding `records` (src/backends/memory/): 32 shards, each an
+// open-addressing table of 16-byte slots, a power of two from 16 up, grown past 3/4 full.
+constexpr std::size_t kMemoryShards = 32;
+std::size_t memory_shard_table_bytes(std::int64_t records) {
+  const auto per_shard = static_cast<std::uint64_t>(records) / kMemoryShards;
+  std::uint64_t capacity = 16;
+  while ((per_shard + 1) * 4 > capacity * 3) capacity *= 2;
+  return static_cast<std::size_t>(capacity) * 16;
+}
 
 // One store at one count: its backend, its records' filler, and its timed claims.
 struct ScaleStore {
-  int records = 0;
+  int records = 0;      // filled
+  int records_end = 0;  // filled, and the rounds' claims on top
   std::unique_ptr<LockBackend> backend;
   std::unique_ptr<Populator> pop;
   double bytes_per_record = 0;
@@ -898,14 +907,49 @@ struct ScaleStore {
   std::vector<std::int64_t> call_ns;  // every round's
   std::vector<double> round_p50_us;
   std::uint64_t unexpected = 0;
-  // The memory store's: reads at random places in as much memory as its slot tables.
-  std::unique_ptr<RandomReads> reads;
-  std::vector<double> round_read_ns;
+  std::vector<double> round_read_ns;  // the memory store's: see RandomReads
+  // Redis's: the server's own SET NX PX GET of fresh keys (what a fresh claim sends), on a
+  // connection of our own to the store's database.
+  std::unique_ptr<redisContext, RedisDeleter> raw;
+  std::vector<double> round_raw_us;
 };
 
-// `calls` claims of fresh keys in `store` (each completed, untimed, so the store keeps its
-// count of live records plus these few), after `warmup` such claims untimed; returns their
-// p50 in µs.
+// A connection to `url`'s server and database, for commands the library does not send.
+std::unique_ptr<redisContext, RedisDeleter> raw_redis(const std::string& url) {
+  const idempotency::RedisEndpoint ep = idempotency::parse_redis_url(url);
+  std::unique_ptr<redisContext, RedisDeleter> c(redisConnect(ep.host.c_str(), ep.port));
+  if (!c || c->err != 0) throw std::runtime_error("redis connect failed");
+  auto* r = static_cast<redisReply*>(redisCommand(c.get(), "SELECT %d", ep.db));
+  const bool ok = r != nullptr && r->type != REDIS_REPLY_ERROR;
+  freeReplyObject(r);
+  if (!ok) throw std::runtime_error("redis: SELECT failed");
+  return c;
+}
+
+// `calls` SET NX PX GET of fresh keys on `store`'s own connection after `warmup` untimed, with
+// a value the size of a claim's record; returns their p50 in µs.
+double raw_set_round(ScaleStore& store, const std::string& prefix, int warmup, int calls) {
+  const std::string value(60, 'v');
+  std::vector<std::int64_t> ns;
+  for (int i = -warmup; i < calls; ++i) {
+    const std::string key = prefix + std::to_string(i);
+    const auto t0 = Clock::now();
+    auto* r =
+        static_cast<redisReply*>(redisCommand(store.raw.get(), "SET %b %b NX PX 3600000 GET",
+                                              key.data(), key.size(), value.data(), value.size()));
+    const auto took = (Clock::now() - t0).count();
+    const bool ok = r != nullptr && r->type == REDIS_REPLY_NIL;
+    freeReplyObject(r);
+    if (!ok) ++store.unexpected;
+    if (i >= 0) ns.push_back(took);
+  }
+  store.records_end += warmup + calls;
+  std::sort(ns.begin(), ns.end());
+  return pct_us(ns, 0.5);
+}
+
+// `calls` claims of fresh keys in `store` (each then completed, untimed: every claim adds a
+// live record), after `warmup` such claims untimed; returns their p50 in µs.
 double claim_round(ScaleStore& store, const std::string& prefix, int warmup, int calls) {
   Tally t;
   for (int i = -warmup; i < calls; ++i) {
@@ -913,6 +957,7 @@ double claim_round(ScaleStore& store, const std::string& prefix, int warmup, int
     ClaimResult r = timed(t, i >= 0, [&] { return store.backend->claim(key, kLease); });
     if (const Won* w = std::get_if<Won>(&r)) {
       (void)store.backend->complete(w->claim);
+      ++store.records_end;
     } else {
       ++store.unexpected;
     }
@@ -920,15 +965,6 @@ double claim_round(ScaleStore& store, const std::string& prefix, int warmup, int
   store.call_ns.insert(store.call_ns.end(), t.call_ns.begin(), t.call_ns.end());
   std::sort(t.call_ns.begin(), t.call_ns.end());
   return pct_us(t.call_ns, 0.5);
-}
-
-// The slot tables' bytes of a memory store holding `records`: its 32 shards' open-addressing
-// tables of 16-byte slots, each a power of two at most 3/4 full (src/backends/memory/).
-std::size_t memory_table_bytes(std::int64_t records) {
-  constexpr std::int64_t kShards = 32;
-  const auto per_shard = static_cast<std::uint64_t>((records / kShards) * 4 / 3 + 1);
-  return static_cast<std::size_t>(kShards) * 16 *
-         std::bit_ceil(std::max<std::uint64_t>(per_shard, 16));
 }
 
 double median_of(std::vector<double> v) {
@@ -942,28 +978,34 @@ double median_of(std::vector<double> v) {
 // turn (starting one store later each round). A round's batches sit seconds apart at most,
 // so what a shared machine does meanwhile falls on every count alike, and each count is
 // compared with the fewest by the median of the rounds' own ratios. One store measured
-// after another, minutes apart, read the same store 20 % apart on this VM.
-int cmd_scale(const std::string& name, const std::string& url, const std::vector<int>& counts) {
+// after another, minutes apart, read the same store 20 % apart on this VM. For the memory
+// store, reads at random places in memory laid out as its tables are timed after the rounds
+// (between the batches they would evict the other stores' caches).
+int cmd_scale(const std::string& name, const std::string& url, std::vector<int> counts) {
   constexpr int kRounds = 5;
   const bool fast = name == "memory" || name == "redis";
   const int calls = fast ? 1000 : 100;  // a round's, a store
   const int warmup = calls / 5;
+  std::sort(counts.begin(), counts.end());  // the fewest first: the one the others are held to
   std::vector<ScaleStore> stores(counts.size());
   for (std::size_t i = 0; i < counts.size(); ++i) {
     ScaleStore& s = stores[i];
     const std::string at = scale_url(url, i);
-    s.records = counts[i];
+    s.records = s.records_end = counts[i];
     s.backend = idempotency::open_backend(at);
     s.pop = populator(at, *s.backend);
+    if (name == "redis") s.raw = raw_redis(at);
     const double before = s.pop->bytes();
     const auto t0 = Clock::now();
     s.pop->add(0, s.records, false);
     s.fill_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     s.bytes_per_record = (s.pop->bytes() - before) / s.records;
-    if (name == "memory") s.reads = std::make_unique<RandomReads>(memory_table_bytes(s.records));
+    std::fprintf(stderr, "scale: %s filled with %d records in %.1f s\n", name.c_str(), s.records,
+                 s.fill_seconds);
   }
   const std::string run = nonce();
   std::vector<std::vector<double>> ratios(stores.size());
+  std::vector<std::vector<double>> raw_ratios(stores.size());
   for (int round = 0; round < kRounds; ++round) {
     std::vector<double> p50(stores.size());
     for (std::size_t k = 0; k < stores.size(); ++k) {
@@ -971,28 +1013,51 @@ int cmd_scale(const std::string& name, const std::string& url, const std::vector
       p50[i] =
           claim_round(stores[i], "scale-" + run + "-" + std::to_string(round) + "-", warmup, calls);
       stores[i].round_p50_us.push_back(p50[i]);
-      if (stores[i].reads) stores[i].round_read_ns.push_back(stores[i].reads->ns(200'000));
+      if (stores[i].raw) {
+        stores[i].round_raw_us.push_back(raw_set_round(
+            stores[i], "scale-raw-" + run + "-" + std::to_string(round) + "-", warmup, calls));
+      }
     }
-    for (std::size_t i = 0; i < stores.size(); ++i) ratios[i].push_back(p50[i] / p50[0]);
+    for (std::size_t i = 0; i < stores.size(); ++i) {
+      ratios[i].push_back(p50[i] / p50[0]);
+      if (!stores[i].round_raw_us.empty()) {
+        raw_ratios[i].push_back(stores[i].round_raw_us.back() / stores[0].round_raw_us.back());
+      }
+    }
+  }
+  if (name == "memory") {
+    for (ScaleStore& s : stores) s.backend.reset();  // their memory back for the reads
+    for (ScaleStore& s : stores) {
+      // Tables as large as the store's after the rounds: the most its claims met.
+      RandomReads reads(kMemoryShards, memory_shard_table_bytes(s.records_end));
+      for (int round = 0; round < kRounds; ++round) s.round_read_ns.push_back(reads.ns(200'000));
+    }
   }
   for (std::size_t i = 0; i < stores.size(); ++i) {
     ScaleStore& s = stores[i];
     std::sort(s.call_ns.begin(), s.call_ns.end());
     std::string read;
-    if (s.reads) {
-      read = ",\"table_bytes\":" + std::to_string(memory_table_bytes(s.records)) +
+    if (!s.round_read_ns.empty()) {
+      read = ",\"table_bytes\":" +
+             std::to_string(kMemoryShards * memory_shard_table_bytes(s.records_end)) +
              ",\"random_read_ns\":" + fmt(median_of(s.round_read_ns));
+    }
+    if (!s.round_raw_us.empty()) {
+      char ratio[32];
+      std::snprintf(ratio, sizeof ratio, "%.3f", median_of(raw_ratios[i]));
+      read = ",\"raw_set_p50_us\":" + fmt(median_of(s.round_raw_us)) +
+             ",\"raw_set_vs_fewest\":" + ratio;
     }
     std::string rounds;
     for (double v : s.round_p50_us) rounds += (rounds.empty() ? "" : ",") + fmt(v);
     std::printf(
-        "{\"kind\":\"scale\",\"backend\":\"%s\",\"records\":%d,\"claims\":%d,\"p50_us\":%s,"
-        "\"p99_us\":%s,\"round_p50_us\":[%s],\"vs_fewest\":%.3f,\"unexpected\":%llu,"
+        "{\"kind\":\"scale\",\"backend\":\"%s\",\"records\":%d,\"records_end\":%d,\"claims\":%d,"
+        "\"p50_us\":%s,\"p99_us\":%s,\"round_p50_us\":[%s],\"vs_fewest\":%.3f,\"unexpected\":%llu,"
         "\"bytes_per_record\":%.1f,\"fill_seconds\":%.2f%s}\n",
-        name.c_str(), s.records, kRounds * calls, fmt(median_of(s.round_p50_us)).c_str(),
-        fmt(pct_us(s.call_ns, 0.99)).c_str(), rounds.c_str(), median_of(ratios[i]),
-        static_cast<unsigned long long>(s.unexpected), s.bytes_per_record, s.fill_seconds,
-        read.c_str());
+        name.c_str(), s.records, s.records_end, kRounds * calls,
+        fmt(median_of(s.round_p50_us)).c_str(), fmt(pct_us(s.call_ns, 0.99)).c_str(),
+        rounds.c_str(), median_of(ratios[i]), static_cast<unsigned long long>(s.unexpected),
+        s.bytes_per_record, s.fill_seconds, read.c_str());
   }
   std::fflush(stdout);
   return 0;
