@@ -47,8 +47,17 @@ TEST(OnceJoiners, AStoreErrorBeforeTheWorkReachesTheOwnerAndEveryJoiner) {
   backend.claim_entered.wait();  // the owner's flight exists; its claim hangs in the store
   std::vector<std::jthread> joiners;
   joiners.reserve(kJoiners);
-  for (int i = 0; i < kJoiners; ++i) joiners.emplace_back(call);
-  std::this_thread::sleep_for(milliseconds(100));  // let them join (not a timing assertion)
+  std::latch calling(kJoiners);
+  for (int i = 0; i < kJoiners; ++i) {
+    joiners.emplace_back([&] {
+      calling.count_down();
+      call();
+    });
+  }
+  calling.wait();
+  // From here to joining the flight a joiner does no I/O; the margin is for a busy box (not a
+  // timing assertion).
+  std::this_thread::sleep_for(milliseconds(200));
   backend.fail_claim.count_down();
   owner.join();
   joiners.clear();
@@ -92,8 +101,17 @@ TEST(OnceJoiners, JoinedAndReplayedCallsEmitNoExecutionEvents) {
   started.wait();
   std::vector<std::jthread> joiners;
   joiners.reserve(kJoiners);
-  for (int i = 0; i < kJoiners; ++i) joiners.emplace_back(call);
-  std::this_thread::sleep_for(milliseconds(100));  // let them join (not a timing assertion)
+  std::latch calling(kJoiners);
+  for (int i = 0; i < kJoiners; ++i) {
+    joiners.emplace_back([&] {
+      calling.count_down();
+      call();
+    });
+  }
+  calling.wait();
+  // From here to joining the flight a joiner does no I/O; the margin is for a busy box (not a
+  // timing assertion).
+  std::this_thread::sleep_for(milliseconds(200));
   finish.count_down();
   owner.join();
   joiners.clear();
