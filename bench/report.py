@@ -345,49 +345,60 @@ def scale_verdicts(scale, p):
         p("")
 
 
-# What the memory store's flat scale is up against: one read at a random place in its slot
-# tables, timed by store_bench at each count's table size (a dependent chase, no overlap).
-def memory_read_floor(scale, p):
-    rs = sorted((r for r in scale if r["backend"] == "memory" and "random_read_ns" in r),
+# A table beside a backend's flat scale, one row per count of records that carries `field`
+# (store_bench's measure of what the store itself does at that count), then a note.
+def scale_side_table(scale, p, backend, field, header, row, note):
+    rs = sorted((r for r in scale if r["backend"] == backend and field in r),
                 key=lambda r: r["records"])
     if len(rs) < 2:
         return
-    first = rs[0]
-    p("| memory: live records | slot tables | one random read there, ns | that read beyond the fewest's, ÷ the fewest's p50 | measured, the median of the rounds' ratios |")
-    p("|---:|---:|---:|---:|---:|")
+    p(header)
+    p("|" + "---:|" * header.count("|", 1))
     for r in rs:
+        held = f"{r['records']:,} → {r.get('records_end', r['records']):,}"
+        p(f"| {held} | " + " | ".join(row(r, rs[0])) + " |")
+    p("")
+    p(note)
+    p("")
+
+
+# What the memory store's flat scale is up against: one read at a random place in its slot
+# tables, timed by store_bench at each count's table size (a dependent chase, no overlap).
+def memory_read_floor(scale, p):
+    def row(r, first):
         extra = (r["random_read_ns"] - first["random_read_ns"]) / 1000 / first["p50_us"]
-        p(f"| {r['records']:,} → {r.get('records_end', r['records']):,} "
-          f"| {r['table_bytes'] / 2**20:,.2f} MiB | {r['random_read_ns']} "
-          f"| {extra:+.0%} | {r['vs_fewest'] - 1:+.0%} |")
-    p("")
-    p("A claim of a fresh key reads its home slot at a random place in its shard's table "
-      "(the reads here: a dependent chase through 32 arrays laid out as the store's tables at "
-      "the size they reach in the rounds, huge pages where the store asks for them, timed "
-      "after the rounds). Everything after that read (the lookup, the transition, the insert) "
-      "waits for it; the store prefetches the slot once the key is hashed, so only the clock "
-      "read (tens of ns) overlaps it. What a read there costs beyond one in tables that fit "
-      "the caches is about what the claim must add at that count.")
-    p("")
+        return [f"{r['table_bytes'] / 2**20:,.2f} MiB", str(r["random_read_ns"]), f"{extra:+.0%}",
+                f"{r['vs_fewest'] - 1:+.0%}"]
+
+    scale_side_table(
+        scale, p, "memory", "random_read_ns",
+        "| memory: live records | slot tables | one random read there, ns | that read beyond the "
+        "fewest's, ÷ the fewest's p50 | measured, the median of the rounds' ratios |",
+        row,
+        "A claim of a fresh key reads its home slot at a random place in its shard's table "
+        "(the reads here: a dependent chase through 32 arrays laid out as the store's tables at "
+        "the size they reach in the rounds, huge pages where the store asks for them, timed "
+        "after the rounds). Everything after that read (the lookup, the transition, the insert) "
+        "waits for it; the store prefetches the slot once the key is hashed, so only the clock "
+        "read (tens of ns) overlaps it. What a read there costs beyond one in tables that fit "
+        "the caches is about what the claim must add at that count.")
 
 
 # What Redis's own SET NX PX GET (a fresh claim's one command) does at the same counts, on the
 # same databases, in the same rounds: the server's part of the claim's flat scale.
 def redis_server_scale(scale, p):
-    rs = sorted((r for r in scale if r["backend"] == "redis" and "raw_set_p50_us" in r),
-                key=lambda r: r["records"])
-    if len(rs) < 2:
-        return
-    p("| redis: live records | our claim p50 µs | from the fewest's | the server's own `SET NX PX GET` p50 µs | from the fewest's |")
-    p("|---:|---:|---:|---:|---:|")
-    for r in rs:
-        p(f"| {r['records']:,} → {r.get('records_end', r['records']):,} | {r['p50_us']} "
-          f"| {r['vs_fewest'] - 1:+.0%} | {r['raw_set_p50_us']} | {r['raw_set_vs_fewest'] - 1:+.0%} |")
-    p("")
-    p("The raw command runs on a connection of the bench's own to the same database, right after "
-      "each round's claims there, with a value the size of a claim's record: what the server "
-      "alone does with a fresh key at that count.")
-    p("")
+    def row(r, _first):
+        return [str(r["p50_us"]), f"{r['vs_fewest'] - 1:+.0%}", str(r["raw_set_p50_us"]),
+                f"{r['raw_set_vs_fewest'] - 1:+.0%}"]
+
+    scale_side_table(
+        scale, p, "redis", "raw_set_p50_us",
+        "| redis: live records | our claim p50 µs | from the fewest's | the server's own "
+        "`SET NX PX GET` p50 µs | from the fewest's |",
+        row,
+        "The raw command runs on a connection of the bench's own to the same database, right "
+        "after each round's claims there, with a value the size of a claim's record: what the "
+        "server alone does with a fresh key at that count.")
 
 
 # The Redis script's weight (bench/script_weight.sh): instructions, not time, so that the
