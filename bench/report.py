@@ -272,10 +272,7 @@ def store_report(recs, p):
                 bad = f" ({r['unexpected']} unexpected)" if r["unexpected"] else ""
                 rounds = " / ".join(str(v) for v in r.get("round_p50_us", []))
                 rounds = f" ({rounds})" if rounds else ""
-                held = f"{r['records']:,}"
-                if r.get("records_end", r["records"]) != r["records"]:
-                    held += f" → {r['records_end']:,}"
-                p(f"| {b} | {held} | {r['p50_us']}{bad}{rounds} | {r['p99_us']} "
+                p(f"| {b} | {held(r)} | {r['p50_us']}{bad}{rounds} | {r['p99_us']} "
                   f"| {r['bytes_per_record']:,.0f} | {r['fill_seconds']} |")
         p("")
         p("Each count of records is a store of its own (another memory store, SQLite file, Redis "
@@ -302,6 +299,13 @@ def store_report(recs, p):
         p("Redis has no row: it deletes each record itself at its `expires_at` (PEXPIREAT), and "
           "`purge_expired()` returns 0 without a call.")
         p("")
+
+
+# The live records of a scale record: at the first round, and after the last when the rounds'
+# claims added to them (records before the rounds carry no records_end).
+def held(r):
+    end = r.get("records_end", r["records"])
+    return f"{r['records']:,}" + (f" → {end:,}" if end != r["records"] else "")
 
 
 # Flat scale (issue 15): each backend's claim p50 at every count against its p50 at the fewest
@@ -355,8 +359,7 @@ def scale_side_table(scale, p, backend, field, header, row, note):
     p(header)
     p("|" + "---:|" * header.count("|", 1))
     for r in rs:
-        held = f"{r['records']:,} → {r.get('records_end', r['records']):,}"
-        p(f"| {held} | " + " | ".join(row(r, rs[0])) + " |")
+        p(f"| {held(r)} | " + " | ".join(row(r, rs[0])) + " |")
     p("")
     p(note)
     p("")

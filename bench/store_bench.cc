@@ -57,6 +57,7 @@
 #include <vector>
 
 #include "idempotency/backend.h"
+#include "idempotency/backend_url.h"
 #include "idempotency/clock.h"
 #include "idempotency/done_cache.h"
 #include "idempotency/memory_lock.h"
@@ -738,19 +739,22 @@ class PgPopulator final : public Populator {
   std::unique_ptr<PGconn, PgConnDeleter> conn_;
 };
 
+// A connection to `url`'s server and database, for what the library does not send: the
+// populator's bulk writes, the scale step's raw commands.
+std::unique_ptr<redisContext, RedisDeleter> raw_redis(const std::string& url) {
+  const idempotency::RedisEndpoint ep = idempotency::parse_redis_url(url);
+  std::unique_ptr<redisContext, RedisDeleter> c(redisConnect(ep.host.c_str(), ep.port));
+  if (!c || c->err != 0) throw std::runtime_error("redis connect failed");
+  auto* r = static_cast<redisReply*>(redisCommand(c.get(), "SELECT %d", ep.db));
+  const bool ok = r != nullptr && r->type != REDIS_REPLY_ERROR;
+  freeReplyObject(r);
+  if (!ok) throw std::runtime_error("redis: SELECT failed");
+  return c;
+}
+
 class RedisPopulator final : public Populator {
  public:
-  explicit RedisPopulator(const std::string& url) {
-    const idempotency::RedisEndpoint ep = idempotency::parse_redis_url(url);
-    ctx_.reset(redisConnect(ep.host.c_str(), ep.port));
-    if (!ctx_ || ctx_->err != 0) throw std::runtime_error("redis connect failed");
-    if (ep.db != 0) {
-      auto* r = static_cast<redisReply*>(redisCommand(ctx_.get(), "SELECT %d", ep.db));
-      const bool ok = r != nullptr && r->type != REDIS_REPLY_ERROR;
-      freeReplyObject(r);
-      if (!ok) throw std::runtime_error("redis populate: SELECT failed");
-    }
-  }
+  explicit RedisPopulator(const std::string& url) : ctx_(raw_redis(url)) {}
   void add(std::int64_t from, std::int64_t n, bool expired) override {
     // DONE records as the script writes them (src/backends/redis/redis_script.lua: the
     // string form, a 32-byte token, no fingerprint or result), each expiring at its expires_at
@@ -823,9 +827,9 @@ std::unique_ptr<Populator> populator(const std::string& url, LockBackend& backen
   }
   if (url.starts_with("postgres")) {
     // The library's `table=` is not libpq's: the populator connects without it.
-    const auto at = url.find("?table=");
-    if (at == std::string::npos) return std::make_unique<PgPopulator>(url, "idempotency_records");
-    return std::make_unique<PgPopulator>(url.substr(0, at), url.substr(at + 7));
+    idempotency::BackendUrl parsed = idempotency::BackendUrl::parse(url);
+    std::string table = parsed.take("table").value_or("idempotency_records");
+    return std::make_unique<PgPopulator>(parsed.str(), std::move(table));
   }
   if (url.starts_with("redis://")) return std::make_unique<RedisPopulator>(url);
   return std::make_unique<MemoryPopulator>(backend);
@@ -914,38 +918,27 @@ struct ScaleStore {
   std::vector<double> round_raw_us;
 };
 
-// A connection to `url`'s server and database, for commands the library does not send.
-std::unique_ptr<redisContext, RedisDeleter> raw_redis(const std::string& url) {
-  const idempotency::RedisEndpoint ep = idempotency::parse_redis_url(url);
-  std::unique_ptr<redisContext, RedisDeleter> c(redisConnect(ep.host.c_str(), ep.port));
-  if (!c || c->err != 0) throw std::runtime_error("redis connect failed");
-  auto* r = static_cast<redisReply*>(redisCommand(c.get(), "SELECT %d", ep.db));
-  const bool ok = r != nullptr && r->type != REDIS_REPLY_ERROR;
-  freeReplyObject(r);
-  if (!ok) throw std::runtime_error("redis: SELECT failed");
-  return c;
-}
-
 // `calls` SET NX PX GET of fresh keys on `store`'s own connection after `warmup` untimed, with
 // a value the size of a claim's record; returns their p50 in µs.
 double raw_set_round(ScaleStore& store, const std::string& prefix, int warmup, int calls) {
   const std::string value(60, 'v');
-  std::vector<std::int64_t> ns;
+  Tally t;
   for (int i = -warmup; i < calls; ++i) {
     const std::string key = prefix + std::to_string(i);
-    const auto t0 = Clock::now();
-    auto* r =
-        static_cast<redisReply*>(redisCommand(store.raw.get(), "SET %b %b NX PX 3600000 GET",
-                                              key.data(), key.size(), value.data(), value.size()));
-    const auto took = (Clock::now() - t0).count();
-    const bool ok = r != nullptr && r->type == REDIS_REPLY_NIL;
+    auto* r = timed(t, i >= 0, [&] {
+      return static_cast<redisReply*>(redisCommand(store.raw.get(), "SET %b %b NX PX 3600000 GET",
+                                                   key.data(), key.size(), value.data(),
+                                                   value.size()));
+    });
+    if (r != nullptr && r->type == REDIS_REPLY_NIL) {
+      ++store.records_end;
+    } else {
+      ++store.unexpected;
+    }
     freeReplyObject(r);
-    if (!ok) ++store.unexpected;
-    if (i >= 0) ns.push_back(took);
   }
-  store.records_end += warmup + calls;
-  std::sort(ns.begin(), ns.end());
-  return pct_us(ns, 0.5);
+  std::sort(t.call_ns.begin(), t.call_ns.end());
+  return pct_us(t.call_ns, 0.5);
 }
 
 // `calls` claims of fresh keys in `store` (each then completed, untimed: every claim adds a
@@ -971,6 +964,13 @@ double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
   return n == 0 ? 0 : n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// The median over rounds of `mine[round] / fewest[round]`: each round's own ratio.
+double median_ratio(const std::vector<double>& mine, const std::vector<double>& fewest) {
+  std::vector<double> ratios;
+  for (std::size_t r = 0; r < mine.size(); ++r) ratios.push_back(mine[r] / fewest[r]);
+  return median_of(ratios);
 }
 
 // Claim latency against the count of live records. Each count has a store of its own, all
@@ -1004,25 +1004,12 @@ int cmd_scale(const std::string& name, const std::string& url, std::vector<int> 
                  s.fill_seconds);
   }
   const std::string run = nonce();
-  std::vector<std::vector<double>> ratios(stores.size());
-  std::vector<std::vector<double>> raw_ratios(stores.size());
   for (int round = 0; round < kRounds; ++round) {
-    std::vector<double> p50(stores.size());
+    const std::string tag = run + "-" + std::to_string(round) + "-";
     for (std::size_t k = 0; k < stores.size(); ++k) {
-      const std::size_t i = (k + static_cast<std::size_t>(round)) % stores.size();
-      p50[i] =
-          claim_round(stores[i], "scale-" + run + "-" + std::to_string(round) + "-", warmup, calls);
-      stores[i].round_p50_us.push_back(p50[i]);
-      if (stores[i].raw) {
-        stores[i].round_raw_us.push_back(raw_set_round(
-            stores[i], "scale-raw-" + run + "-" + std::to_string(round) + "-", warmup, calls));
-      }
-    }
-    for (std::size_t i = 0; i < stores.size(); ++i) {
-      ratios[i].push_back(p50[i] / p50[0]);
-      if (!stores[i].round_raw_us.empty()) {
-        raw_ratios[i].push_back(stores[i].round_raw_us.back() / stores[0].round_raw_us.back());
-      }
+      ScaleStore& s = stores[(k + static_cast<std::size_t>(round)) % stores.size()];
+      s.round_p50_us.push_back(claim_round(s, "scale-" + tag, warmup, calls));
+      if (s.raw) s.round_raw_us.push_back(raw_set_round(s, "scale-raw-" + tag, warmup, calls));
     }
   }
   if (name == "memory") {
@@ -1033,20 +1020,21 @@ int cmd_scale(const std::string& name, const std::string& url, std::vector<int> 
       for (int round = 0; round < kRounds; ++round) s.round_read_ns.push_back(reads.ns(200'000));
     }
   }
-  for (std::size_t i = 0; i < stores.size(); ++i) {
-    ScaleStore& s = stores[i];
+  for (ScaleStore& s : stores) {
     std::sort(s.call_ns.begin(), s.call_ns.end());
-    std::string read;
+    // What the store itself does at this count, beside the claims (memory: reads; Redis: SET).
+    std::string own;
     if (!s.round_read_ns.empty()) {
-      read = ",\"table_bytes\":" +
-             std::to_string(kMemoryShards * memory_shard_table_bytes(s.records_end)) +
-             ",\"random_read_ns\":" + fmt(median_of(s.round_read_ns));
+      own = ",\"table_bytes\":" +
+            std::to_string(kMemoryShards * memory_shard_table_bytes(s.records_end)) +
+            ",\"random_read_ns\":" + fmt(median_of(s.round_read_ns));
     }
     if (!s.round_raw_us.empty()) {
       char ratio[32];
-      std::snprintf(ratio, sizeof ratio, "%.3f", median_of(raw_ratios[i]));
-      read = ",\"raw_set_p50_us\":" + fmt(median_of(s.round_raw_us)) +
-             ",\"raw_set_vs_fewest\":" + ratio;
+      std::snprintf(ratio, sizeof ratio, "%.3f",
+                    median_ratio(s.round_raw_us, stores[0].round_raw_us));
+      own = ",\"raw_set_p50_us\":" + fmt(median_of(s.round_raw_us)) +
+            ",\"raw_set_vs_fewest\":" + ratio;
     }
     std::string rounds;
     for (double v : s.round_p50_us) rounds += (rounds.empty() ? "" : ",") + fmt(v);
@@ -1056,8 +1044,9 @@ int cmd_scale(const std::string& name, const std::string& url, std::vector<int> 
         "\"bytes_per_record\":%.1f,\"fill_seconds\":%.2f%s}\n",
         name.c_str(), s.records, s.records_end, kRounds * calls,
         fmt(median_of(s.round_p50_us)).c_str(), fmt(pct_us(s.call_ns, 0.99)).c_str(),
-        rounds.c_str(), median_of(ratios[i]), static_cast<unsigned long long>(s.unexpected),
-        s.bytes_per_record, s.fill_seconds, read.c_str());
+        rounds.c_str(), median_ratio(s.round_p50_us, stores[0].round_p50_us),
+        static_cast<unsigned long long>(s.unexpected), s.bytes_per_record, s.fill_seconds,
+        own.c_str());
   }
   std::fflush(stdout);
   return 0;

@@ -15,6 +15,7 @@
 #include "idempotency/sqlite_lock.h"
 #include "support/base64.h"
 #include "support/child_process.h"
+#include "support/eventually.h"
 #include "support/temp_dir.h"
 
 namespace idempotency::testing {
@@ -55,11 +56,8 @@ class WorkerTest : public ::testing::Test {
   // is a hang guard only, generous for a loaded CI box (ASan, two cores, fsync on every claim).
   void wait_until_claimed(const std::string& id) {
     SqliteLock store(dir_.file("idem.db"));
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (!store.inspect(id) && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    ASSERT_TRUE(store.inspect(id).has_value());
+    ASSERT_TRUE(
+        eventually([&] { return store.inspect(id).has_value(); }, std::chrono::seconds(20)));
   }
 
   // How long a racing delivery's handler runs: far longer than the second delivery can take

@@ -24,6 +24,7 @@
 
 #include "gateway_client.h"
 #include "support/child_process.h"
+#include "support/eventually.h"
 #include "support/temp_dir.h"
 #include "support/test_servers.h"
 
@@ -66,10 +67,7 @@ class GatewayTest : public ::testing::Test {
   // Waits until the upstream has seen `n` calls for `id`: the request is in flight. The bound
   // is a hang guard only, generous for a loaded CI box (ASan, two cores).
   void wait_for_calls(const std::string& id, int n) const {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (calls(id) < n && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    (void)eventually([&] { return calls(id) >= n; }, std::chrono::seconds(20));
     ASSERT_GE(calls(id), n);
   }
 

@@ -31,6 +31,7 @@
 #include "idempotency/open_backend.h"
 #include "postgres_admin.h"
 #include "support/claim_matchers.h"
+#include "support/eventually.h"
 #include "support/server_clock_checks.h"
 #include "support/test_servers.h"
 
@@ -466,15 +467,13 @@ TEST_F(PostgresLockTest, TerminationsMidRunNeverGiveFalseOutcomes) {
       }
     });
   }
-  // Each termination waits (bounded) until a call has succeeded since the last one, so that a
-  // slow reconnect on a loaded box is not mistaken for a pool that never recovers.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  // Each termination waits (bounded: 2 s a round) until a call has succeeded since the last
+  // one, so that a slow reconnect on a loaded box is not mistaken for a pool that never
+  // recovers.
   for (int round = 0; round < 10; ++round) {
     const int before = ok.load();
     std::this_thread::sleep_for(milliseconds(60));
-    while (ok.load() == before && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(milliseconds(5));
-    }
+    (void)eventually([&] { return ok.load() != before; }, std::chrono::seconds(2));
     admin.terminate(app_);
   }
   stop = true;
@@ -722,11 +721,10 @@ TEST_F(PostgresLockTest, PoolSizeInTheUrlBoundsTheConnections) {
   // Sample until both connections are open (however slowly a loaded box opens them), then a
   // while longer: never a third.
   int max_seen = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (max_seen < 2 && std::chrono::steady_clock::now() < deadline) {
+  (void)eventually([&] {
     max_seen = std::max(max_seen, admin.connections(app_));
-    std::this_thread::sleep_for(milliseconds(10));
-  }
+    return max_seen >= 2;
+  });
   const auto after = std::chrono::steady_clock::now() + milliseconds(200);
   while (std::chrono::steady_clock::now() < after) {
     max_seen = std::max(max_seen, admin.connections(app_));

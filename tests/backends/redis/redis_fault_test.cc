@@ -34,17 +34,16 @@ std::thread block_server(const std::string& url, const char* seconds) {
     RawRedis raw(url);
     raw.command({"DEBUG", "SLEEP", seconds});
   });
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (std::chrono::steady_clock::now() < give_up) {
+  const bool asleep = eventually([&] {
     RawRedis probe(url, milliseconds(50));
     try {
       (void)probe.command({"PING"});
+      return false;
     } catch (const std::runtime_error&) {
-      return sleeper;  // no answer within 50 ms: asleep
+      return true;  // no answer within 50 ms
     }
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  ADD_FAILURE() << "the server never went to sleep";
+  });
+  if (!asleep) ADD_FAILURE() << "the server never went to sleep";
   return sleeper;
 }
 
