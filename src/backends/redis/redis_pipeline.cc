@@ -34,6 +34,18 @@ void futex_wake(std::atomic<std::uint32_t>& word) {
                   FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
 }
 
+// Counts a call in Pipelines::reopen() for as long as it is there.
+class Counted {
+ public:
+  explicit Counted(std::atomic<std::size_t>& count) : count_(count) { count_.fetch_add(1); }
+  ~Counted() { count_.fetch_sub(1); }
+  Counted(const Counted&) = delete;
+  Counted& operator=(const Counted&) = delete;
+
+ private:
+  std::atomic<std::size_t>& count_;
+};
+
 }  // namespace
 
 // One call in a pipeline, on its caller's stack. Whoever ends it (with its reply, a failure,
@@ -255,6 +267,7 @@ PipelineOutcome Pipelines::call(const std::vector<std::string_view>& args, bool&
 std::shared_ptr<Pipeline> Pipelines::reopen(Slot& slot, bool& fresh) {
   // Read before waiting: a failure counted after this is the connect this call waited for.
   const std::uint64_t failed_before = slot.failed_connects.load(std::memory_order_acquire);
+  const Counted counted(slot.reopening);
   const std::lock_guard connecting(slot.connecting);
   {
     const std::shared_lock lock(slot.mutex);
@@ -282,6 +295,8 @@ std::shared_ptr<Pipeline> Pipelines::reopen(Slot& slot, bool& fresh) {
   fresh = true;
   return opened;
 }
+
+std::size_t Pipelines::reopening(std::size_t slot) const { return slots_[slot].reopening.load(); }
 
 ReplyPtr call_pipelined(Pipelines& pipelines, const std::vector<std::string_view>& args,
                         const Script* script, PipelinedCall& call) {

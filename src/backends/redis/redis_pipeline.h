@@ -182,6 +182,10 @@ class Pipelines {
   [[nodiscard]] PipelineOutcome call(const std::vector<std::string_view>& args, bool& fresh,
                                      std::size_t& slot, Preceding* before = nullptr);
 
+  /// reopening() is how many calls are replacing pipeline `slot` now, the one connecting and
+  /// those waiting for its connect, each counted once it has decided to wait: for tests.
+  [[nodiscard]] std::size_t reopening(std::size_t slot) const;
+
  private:
   struct Slot {
     // Shared to use the pipeline (no contention between callers), exclusive to replace it.
@@ -193,6 +197,7 @@ class Pipelines {
     // `connecting`): a caller that waited for a connect tells from the count whether it failed.
     std::atomic<std::uint64_t> failed_connects{0};
     std::string connect_error;
+    std::atomic<std::size_t> reopening{0};  // calls in reopen(), for reopening()
   };
 
   // Replaces the slot's missing or broken pipeline (single flight, see above) and returns it.

@@ -268,17 +268,17 @@ TEST(RedisPipeline, PipelinesReplaceABrokenConnectionAndTellAFreshOneFromAStaleO
 TEST(RedisPipeline, CallersThatFindASlotBrokenTogetherShareOneConnect) {
   PrivateRedis server;
   constexpr int kThreads = 8;
-  std::atomic<int> arrived{0};
   std::atomic<int> opened{0};
+  Pipelines* pipelines_ref = nullptr;  // connects only once callers came, after it is set
   Pipelines pipelines(1, [&] {
     ++opened;
-    // Every caller has found the slot empty before this connect ends: `arrived` counts a
-    // caller just before its call, so wait for all of them, then long enough for the last to
-    // be inside it (without the pause, one caller in ~6 runs came after the connect).
-    while (arrived.load() < kThreads) std::this_thread::yield();
-    std::this_thread::sleep_for(milliseconds(300));
+    // Every caller has found the slot empty before this connect ends: all of them are
+    // replacing it, this one connecting and the others waiting for it. (Bounded: were one
+    // never to come, `fresh` below says so.)
+    (void)eventually([&] { return pipelines_ref->reopening(0) == kThreads; });
     return open_to(server);
   });
+  pipelines_ref = &pipelines;
   std::vector<std::string> replies(kThreads);
   std::vector<char> fresh(kThreads, 0);
   {
@@ -288,7 +288,6 @@ TEST(RedisPipeline, CallersThatFindASlotBrokenTogetherShareOneConnect) {
       callers.emplace_back([&, t] {
         bool f = false;
         std::size_t slot = Pipelines::kAny;
-        ++arrived;
         replies[t] = text_of(pipelines.call({"ECHO", std::to_string(t)}, f, slot));
         fresh[t] = f ? 1 : 0;
       });
@@ -307,15 +306,16 @@ TEST(RedisPipeline, CallersWaitingForAFailedConnectShareItsFailure) {
   PrivateRedis server;
   server.kill(SIGKILL);
   constexpr int kThreads = 8;
-  std::atomic<int> arrived{0};
   std::atomic<int> attempts{0};
+  Pipelines* pipelines_ref = nullptr;  // connects only once callers came, after it is set
   Pipelines pipelines(1, [&] {
-    ++attempts;
-    while (arrived.load() < kThreads) std::this_thread::yield();
-    // Long enough for every caller that arrived to be queued behind this connect.
-    std::this_thread::sleep_for(milliseconds(300));
+    // Every caller is queued behind the first connect before it fails.
+    if (++attempts == 1) {
+      (void)eventually([&] { return pipelines_ref->reopening(0) == kThreads; });
+    }
     return open_to(server);
   });
+  pipelines_ref = &pipelines;
   std::atomic<int> refused{0};
   {
     std::vector<std::jthread> callers;
@@ -324,7 +324,6 @@ TEST(RedisPipeline, CallersWaitingForAFailedConnectShareItsFailure) {
       callers.emplace_back([&] {
         bool f = false;
         std::size_t slot = Pipelines::kAny;
-        ++arrived;
         try {
           (void)pipelines.call({"PING"}, f, slot);
         } catch (const StoreError&) {
