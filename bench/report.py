@@ -146,10 +146,16 @@ def store_report(recs, p):
     setup = next((r for r in recs if r["kind"] == "store_setup"), None)
     ours = [r for r in recs if r["kind"] == "store"]
     limits = [r for r in recs if r["kind"] == "limit"]
-    if not setup and not ours:
+    failed = [r for r in recs if r["kind"] == "store_failed"]
+    if not setup and not ours and not failed:
         return
     p("#### Stores: the library against each store's own limit")
     p("")
+    for r in failed:
+        p(f"- **store_bench failed** (round {r['round']}, exit status {r['status']}): "
+          f"`store_bench {r['command']}`; what it printed before is in the tables below")
+    if failed:
+        p("")
     if setup:
         servers = []
         if "redis" in setup:

@@ -435,12 +435,19 @@ start_redis() {
 
 # store_run ROUND ARGS...: one store_bench invocation, its JSON lines recorded with the round.
 store_run() {
-  local round=$1 line
+  local round=$1 line status=0
   shift
   while IFS= read -r line; do
     record "${line%\}},\"round\":$round}"
     say "round $round $line"
   done < <("$STORE_BENCH" "$@")
+  # A run that stopped early (a store error, an unexpected answer) may have printed some lines or
+  # none: the report names it instead of reading the rest as the whole measurement.
+  wait $! || status=$?
+  if [ "$status" -ne 0 ]; then
+    say "round $round: store_bench $* exited with status $status"
+    record "{\"kind\":\"store_failed\",\"round\":$round,\"command\":\"$*\",\"status\":$status}"
+  fi
 }
 
 us() { awk -v v="$1" 'BEGIN { print v * 1000 }'; } # ms → µs
