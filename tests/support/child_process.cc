@@ -8,9 +8,9 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <stdexcept>
+
+#include "support/file_tail.h"
 
 namespace idempotency::testing {
 namespace {
@@ -18,11 +18,7 @@ namespace {
 // The last lines a failed start wrote to its stderr file, so that the failure explains itself.
 std::string stderr_tail(const std::string& stderr_file) {
   if (stderr_file.empty()) return "";
-  std::ifstream in(stderr_file);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  constexpr std::size_t kTail = 2000;
-  if (text.size() > kTail) text.erase(0, text.size() - kTail);
-  return "; the end of its stderr (" + stderr_file + "): " + text;
+  return "; the end of its stderr (" + stderr_file + "): " + file_tail(stderr_file);
 }
 
 }  // namespace

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <chrono>
 #include <latch>
 #include <mutex>
 #include <stdexcept>
@@ -16,34 +15,14 @@
 #include "idempotency/memory_lock.h"
 #include "idempotency/once.h"
 #include "support/faulty_backend.h"
+#include "support/joiners.h"
 #include "support/log_capture.h"
 #include "support/stalling_claim_backend.h"
 
 namespace idempotency::testing {
 namespace {
 
-using std::chrono::milliseconds;
-
 constexpr int kJoiners = 4;
-
-// Starts kJoiners threads running `call` and returns once all are calling, and a while more:
-// from their call to joining the owner's flight they do no I/O, and 200 ms is for a busy box
-// (not a timing assertion).
-template <typename Call>
-std::vector<std::jthread> start_joiners(Call& call) {
-  std::vector<std::jthread> joiners;
-  joiners.reserve(kJoiners);
-  std::latch calling(kJoiners);
-  for (int i = 0; i < kJoiners; ++i) {
-    joiners.emplace_back([&calling, &call] {
-      calling.count_down();
-      call();
-    });
-  }
-  calling.wait();
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  return joiners;
-}
 
 TEST(OnceJoiners, AStoreErrorBeforeTheWorkReachesTheOwnerAndEveryJoiner) {
   InMemoryLock store;
@@ -65,7 +44,7 @@ TEST(OnceJoiners, AStoreErrorBeforeTheWorkReachesTheOwnerAndEveryJoiner) {
   };
   std::jthread owner(call);
   backend.claim_entered.wait();  // the owner's flight exists; its claim hangs in the store
-  std::vector<std::jthread> joiners = start_joiners(call);
+  std::vector<std::jthread> joiners = start_joiners(call, kJoiners);
   backend.fail_claim.count_down();
   owner.join();
   joiners.clear();
@@ -107,7 +86,7 @@ TEST(OnceJoiners, JoinedAndReplayedCallsEmitNoExecutionEvents) {
   };
   std::jthread owner(call);
   started.wait();
-  std::vector<std::jthread> joiners = start_joiners(call);
+  std::vector<std::jthread> joiners = start_joiners(call, kJoiners);
   finish.count_down();
   owner.join();
   joiners.clear();

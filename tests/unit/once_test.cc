@@ -22,6 +22,7 @@
 #include "idempotency/memory_lock.h"
 #include "support/eventually.h"
 #include "support/faulty_backend.h"
+#include "support/joiners.h"
 
 namespace idempotency::testing {
 namespace {
@@ -148,21 +149,17 @@ TEST_F(OnceTest, FailuresAreNotStoredAndJoinedCallersReceiveTheSameException) {
     }
   });
   started.wait();
-  std::latch calling(1);
-  std::jthread joiner([&] {
-    calling.count_down();
+  auto join = [&] {
     try {
       (void)once("k", backend_, failing);
     } catch (const PaymentDeclined& e) {
       joiner_error = &e;
     }
-  });
-  calling.wait();
-  // From here to joining the flight the joiner does no I/O; the margin is for a busy box.
-  std::this_thread::sleep_for(milliseconds(200));
+  };
+  std::vector<std::jthread> joiner = start_joiners(join, 1);
   release_owner.count_down();
   owner.join();
-  joiner.join();
+  joiner.clear();
   ASSERT_NE(owner_error.load(), nullptr);
   ASSERT_NE(joiner_error.load(), nullptr);
   EXPECT_EQ(runs, 1) << "the joined caller received the owner's failure, it did not re-run";

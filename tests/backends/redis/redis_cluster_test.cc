@@ -33,6 +33,7 @@
 #include "redis_connection.h"
 #include "redis_test_util.h"
 #include "support/eventually.h"
+#include "support/file_tail.h"
 #include "support/temp_dir.h"
 #include "support/test_servers.h"
 
@@ -333,18 +334,6 @@ TEST(RedisCluster, AReplicaWaitThatFallsShortIsAnErrorNeverAWin) {
   EXPECT_EQ(parse_redis_url("rediss+cluster://h?replicas=1&ca=/c").replicas, 1);
 }
 
-// The last `count` lines of the file at `path`, for a failure message.
-std::string last_lines(const std::string& path, std::size_t count) {
-  std::ifstream in(path);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  std::string out;
-  for (std::size_t i = lines.size() > count ? lines.size() - count : 0; i < lines.size(); ++i) {
-    out += lines[i] + "\n";
-  }
-  return out;
-}
-
 // Two instances race for every key while `redis-cli --cluster reshard` moves the keys' slots
 // to another master. Each key must be won exactly once (never by both: doubled; never by
 // neither: lost) and end completed with its winner's result, wherever its slot went.
@@ -428,7 +417,7 @@ void reshard_under_load(const std::string& url) {
   resharded = true;
   ta.join();
   tb.join();
-  EXPECT_EQ(status, 0) << command << "\n" << last_lines(dir.file("reshard.log"), 20);
+  EXPECT_EQ(status, 0) << command << "\n" << file_tail(dir.file("reshard.log"));
   for (const std::uint16_t slot : moving) EXPECT_EQ(admin.master_of(slot).id, to.id);
 
   int lost = 0;
