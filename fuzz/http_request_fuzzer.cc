@@ -7,7 +7,9 @@
 // asserts the promise the gateway's fence depends on: a request whose header both checks
 // accept carries no field name that is not a token and no field value with a CR, LF, NUL or
 // other control byte (so nothing a lenient parser downstream could read as another header),
-// and no obs-fold line.
+// and no obs-fold line. And it holds simple_request.h's fast reading to the strict one: a
+// request the fast reading accepts, the strict reading accepts whole and reads the same way
+// (method, target, HTTP/1.1, every field in order, body, keep-alive, the bytes used).
 #include <boost/beast/http/error.hpp>
 #include <cstddef>
 #include <cstdint>
@@ -18,6 +20,7 @@
 #include "idempotency/detail/field_syntax.h"
 #include "request_guard.h"
 #include "request_parser.h"
+#include "simple_request.h"
 
 namespace {
 
@@ -30,20 +33,28 @@ void check(bool ok) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  constexpr std::size_t kHeaderLimit = 64 * 1024;
+  constexpr std::size_t kBodyLimit = 1 << 20;
   const std::string_view input(reinterpret_cast<const char*>(data), size);  // NOLINT
+  // Whatever the fast reading accepts, every step below must accept too.
+  const auto simple = idempotency::http::detail::simple_request(input, kHeaderLimit, kBodyLimit);
+  const auto refused = [&simple] {
+    check(!simple);
+    return 0;
+  };
   const std::size_t split = size == 0 ? 0 : data[0] % (size + 1);
   HeaderScan scan;
   auto verdict = scan.scan(input.substr(0, split));
   if (verdict == HeaderScan::Verdict::kNeedMore) verdict = scan.scan(input);
-  if (verdict != HeaderScan::Verdict::kComplete) return 0;
+  if (verdict != HeaderScan::Verdict::kComplete) return refused();
 
   idempotency::http::detail::RequestParser parser;
-  parser.header_limit(64 * 1024);
-  parser.body_limit(1 << 20);
+  parser.header_limit(kHeaderLimit);
+  parser.body_limit(kBodyLimit);
   parser.eager(false);
   boost::beast::error_code ec;
   const std::size_t used = parser.put(boost::asio::buffer(input.data(), input.size()), ec);
-  if (ec || !parser.is_header_done()) return 0;
+  if (ec || !parser.is_header_done()) return refused();
 
   for (const auto& field : parser.request().headers) {
     check(idempotency::detail::is_field_name(field.name));
@@ -53,11 +64,26 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   parser.eager(true);
   const auto rest = input.substr(used);
   // As the server: a request already complete (no body) is not fed again.
+  std::size_t body_used = 0;
   if (!parser.is_done() && !rest.empty()) {
-    (void)parser.put(boost::asio::buffer(rest.data(), rest.size()), ec);
+    body_used = parser.put(boost::asio::buffer(rest.data(), rest.size()), ec);
   }
   check(parser.request().body.size() <= rest.size());
-  check(parser.request().body.size() <= std::size_t{1} << 20);
+  check(parser.request().body.size() <= kBodyLimit);
+  if (simple) {
+    const auto& ours = simple->request;
+    const auto& strict = parser.request();
+    check(!ec || ec == boost::beast::http::error::need_more);
+    check(parser.is_done() && parser.version() == 11 && parser.expect().empty());
+    check(ours.method == strict.method && ours.path == strict.path && ours.body == strict.body);
+    check(ours.headers.size() == strict.headers.size());
+    for (std::size_t i = 0; i < ours.headers.size(); ++i) {
+      check(ours.headers[i].name == strict.headers[i].name);
+      check(ours.headers[i].value == strict.headers[i].value);
+    }
+    check(simple->keep_alive == parser.keep_alive());
+    check(simple->size == used + body_used);
+  }
   // No accepted header block holds a line that starts with whitespace.
   const auto end = input.find("\r\n\r\n");
   check(end != std::string_view::npos);

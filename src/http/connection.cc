@@ -38,6 +38,9 @@ constexpr std::size_t kReadChunk = std::size_t{64} * 1024;
 constexpr std::chrono::milliseconds kLingerTime{1'000};
 constexpr std::size_t kLingerBytes = std::size_t{1} << 20;
 
+// Beast's number for HTTP/1.1, the version the fast reading accepts.
+constexpr unsigned kHttp11 = 11;
+
 void log_refused(int status, std::string_view reason) {
   log({.severity = Severity::kWarning,
        .event = "http_request_refused",
@@ -72,10 +75,6 @@ void Connection::close_if_idle() {
 
 void Connection::start_request() {
   phase_ = Phase::kReading;
-  parser_.emplace();
-  parser_->header_limit(static_cast<std::uint32_t>(
-      std::min<std::size_t>(state_->options.max_header_bytes, UINT32_MAX)));
-  parser_->body_limit(state_->options.max_body_bytes);
   scan_.reset();
   first_byte_seen_ = buffer_.size() > 0;
   // A new connection must start its request promptly; a kept-alive one may idle longer.
@@ -126,6 +125,17 @@ void Connection::on_header_bytes(beast::error_code ec, std::size_t bytes) {
     case HeaderScan::Verdict::kComplete:
       break;
   }
+  const auto& options = state_->options;
+  if (auto simple = simple_request(received, options.max_header_bytes, options.max_body_bytes)) {
+    buffer_.consume(simple->size);
+    dispatch(std::move(simple->request), kHttp11, simple->keep_alive);
+    return;
+  }
+  // Built only for a request the fast reading left to it.
+  parser_.emplace();
+  parser_->header_limit(
+      static_cast<std::uint32_t>(std::min<std::size_t>(options.max_header_bytes, UINT32_MAX)));
+  parser_->body_limit(options.max_body_bytes);
   parser_->eager(false);
   const std::size_t used = parser_->put(buffer_.data(), ec);
   buffer_.consume(used);
@@ -154,7 +164,7 @@ void Connection::on_header() {
   // An HTTP/1.0 client knows no 100 Continue; the expectation is ignored (RFC 9110 §10.1.1).
   const bool continue_expected = wants_continue && parser_->version() >= 11;
   if (parser_->is_done()) {
-    dispatch();
+    dispatch_parsed();
     return;
   }
   if (!continue_expected) {
@@ -197,7 +207,7 @@ void Connection::take_buffered_body() {
     return;
   }
   if (parser_->is_done()) {
-    dispatch();
+    dispatch_parsed();
     return;
   }
   read_body();
@@ -226,19 +236,25 @@ void Connection::on_body(beast::error_code ec) {
     refuse(400, "malformed request body: " + ec.message());
     return;
   }
-  dispatch();
+  dispatch_parsed();
 }
 
-void Connection::dispatch() {
+void Connection::dispatch_parsed() {
+  const unsigned version = parser_->version();
+  const bool keep_alive = parser_->keep_alive();
+  pubsub::PushRequest request = std::move(parser_->request());
+  parser_.reset();
+  dispatch(std::move(request), version, keep_alive);
+}
+
+void Connection::dispatch(pubsub::PushRequest&& request, unsigned version, bool keep_alive) {
   phase_ = Phase::kHandling;
   // The handler may take as long as it needs; the client is not being read meanwhile.
   expire_never();
-  pubsub::PushRequest request = std::move(parser_->request());
-  const Framing framing{.version = parser_->version(),
+  const Framing framing{.version = version,
                         .head = request.method == "HEAD",
-                        .keep_alive = parser_->keep_alive() && !state_->stopping.load() &&
+                        .keep_alive = keep_alive && !state_->stopping.load() &&
                                       served_ + 1 < state_->options.keep_alive_max_requests};
-  parser_.reset();
   if (state_->async_handler) {
     dispatch_async(std::move(request), framing);
     return;

@@ -2,7 +2,8 @@
 //
 // The life of a request: wait for its first byte (the keep-alive deadline), read the header
 // within `header_timeout` through a strict parser (request_guard.h adds the obs-fold check
-// Beast lacks), refuse a bad or oversized one at once, read the body within `body_timeout`,
+// Beast lacks; simple_request.h reads the plainest whole requests the same way, faster),
+// refuse a bad or oversized one at once, read the body within `body_timeout`,
 // hand the request to the worker pool, and write the handler's response back within
 // `write_timeout`. Only the handler call leaves the event loop, so a client that trickles
 // bytes holds a socket and a buffer, never a thread.
@@ -32,6 +33,7 @@
 #include "request_guard.h"
 #include "request_parser.h"
 #include "server_state.h"
+#include "simple_request.h"
 
 namespace idempotency::http::detail {
 
@@ -66,7 +68,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_body(boost::beast::error_code ec);
   enum class InlineWrite { kDone, kPending, kFailed };
 
-  void dispatch();
+  // Hands the request the parser read on (dispatch_parsed), or any request, to the handler.
+  void dispatch_parsed();
+  void dispatch(pubsub::PushRequest&& request, unsigned version, bool keep_alive);
   void dispatch_async(pubsub::PushRequest&& request, Framing framing);
   InlineWrite write_inline();
   // The part of response_ not sent yet.
@@ -94,7 +98,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool timer_waiting_ = false;
   std::shared_ptr<ServerState> state_;
   boost::beast::flat_buffer buffer_;
-  std::optional<RequestParser> parser_;
+  std::optional<RequestParser> parser_;  // only for a request simple_request() left to it
   HeaderScan scan_;
   EncodedResponse response_;  // the answer being sent, kept (with its capacity) until written
   std::size_t response_sent_ = 0;

@@ -1,14 +1,22 @@
 // HTTP field syntax (RFC 9110 §5.1, §5.5): what may appear in a header name and value. Used to
 // check what the server and the upstream client are asked to send (what the server receives is
-// checked by Beast's parser and request_guard.h), and by the upstream client's reading of the
-// plainest responses, which accepts the bytes Beast's parser accepts and no others.
+// checked by Beast's parser and request_guard.h), and by the fast readings of the plainest
+// requests (the server) and responses (the upstream client), which accept the bytes Beast's
+// parser accepts and no others.
 //
 // Thread safety: pure functions.
 #pragma once
 
 #include <array>
+#include <charconv>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
 #include <string_view>
+#include <system_error>
+
+#include "idempotency/detail/ascii.h"
 
 namespace idempotency::detail {
 
@@ -65,4 +73,127 @@ inline constexpr std::array<bool, 256> kValueChars = [] {
   return s;
 }
 
+/// skip_field_value() returns the first index from `i` of a byte that a field value cannot
+/// hold (the CR ending its line, when the line is sound), or text.size(). Eight bytes a step
+/// while none is a control byte; then byte by byte, where HTAB, which a value may hold, is told
+/// apart.
+[[nodiscard]] inline std::size_t skip_field_value(std::string_view text, std::size_t i) noexcept {
+  // Whether one of the 8 bytes in `w` is below 0x20 or is DEL (exact as a yes or no: the
+  // classic "has a byte less than n" and "has a zero byte" tests, Hacker's Delight 6-1).
+  constexpr auto may_end_value = [](std::uint64_t w) {
+    constexpr std::uint64_t kOnes = 0x0101010101010101;
+    constexpr std::uint64_t kHighs = 0x8080808080808080;
+    const std::uint64_t below_space = (w - kOnes * 0x20) & ~w & kHighs;
+    const std::uint64_t del = w ^ (kOnes * 0x7f);
+    return (below_space | ((del - kOnes) & ~del & kHighs)) != 0;
+  };
+  while (i + sizeof(std::uint64_t) <= text.size()) {
+    std::uint64_t w = 0;
+    std::memcpy(&w, text.data() + i, sizeof w);
+    if (may_end_value(w)) break;
+    i += sizeof w;
+  }
+  while (i < text.size() && kValueChars[static_cast<unsigned char>(text[i])]) ++i;
+  return i;
+}
+
+/// The most digits plain_content_length() reads: a longer Content-Length is left to Beast's
+/// parser, which checks it for overflow.
+inline constexpr std::size_t kMaxPlainLengthDigits = 18;
+
+/// plain_content_length() reads a Content-Length of digits alone, at most
+/// kMaxPlainLengthDigits of them; nullopt for any other form (Beast also takes a list of equal
+/// values, a sign is refused by both).
+[[nodiscard]] inline std::optional<std::uint64_t> plain_content_length(
+    std::string_view value) noexcept {
+  if (value.empty() || value.size() > kMaxPlainLengthDigits) return std::nullopt;
+  std::uint64_t length = 0;
+  const char* end = value.data() + value.size();
+  const auto [stop, ec] = std::from_chars(value.data(), end, length);  // digits only: no sign
+  if (ec != std::errc() || stop != end) return std::nullopt;
+  return length;
+}
+
+/// connection_closes() says whether a Connection value, a list of tokens with no empty element,
+/// holds `close`; nullopt for any other form, or an `upgrade` (which Beast's parser acts on).
+[[nodiscard]] constexpr std::optional<bool> connection_closes(std::string_view value) noexcept {
+  bool close = false;
+  for (;;) {
+    const auto comma = value.find(',');
+    const std::string_view token = trim_ows(value.substr(0, comma));
+    if (!is_field_name(token) || iequals_ascii(token, "upgrade")) return std::nullopt;
+    close = close || iequals_ascii(token, "close");
+    if (comma == std::string_view::npos) return close;
+    value.remove_prefix(comma + 1);
+  }
+}
+
+/// What read_plain_fields() found in the fields that frame a message.
+struct PlainFraming {
+  std::optional<std::uint64_t> content_length;  ///< Its one Content-Length, if any.
+  bool close = false;                           ///< A Connection field lists `close`.
+};
+
+/// read_plain_fields() reads `text` from index `i` as field lines, `name ":" OWS value OWS
+/// CRLF`, up to the empty line, calling `each(name, value)` (the value without its OWS) for
+/// every field in order and gathering `framing`. It returns the index after the empty line, or
+/// nullopt for anything a plain message does not hold, to be left to Beast's parser: an
+/// obs-fold, a byte a name or value cannot hold, no end within `text`, two Content-Lengths or
+/// one that is not plain digits, a Connection value that is not a plain list or lists
+/// `upgrade`, and the fields whose meaning Beast's parser or the server acts on otherwise
+/// (Transfer-Encoding, Upgrade, Proxy-Connection, Expect). What it accepts, Beast's parser
+/// reads as the same fields and the same framing.
+template <class Each>
+[[nodiscard]] std::optional<std::size_t> read_plain_fields(std::string_view text, std::size_t i,
+                                                           PlainFraming& framing, Each&& each) {
+  const auto at_crlf = [&text](std::size_t at) {
+    return at + 1 < text.size() && text[at] == '\r' && text[at + 1] == '\n';
+  };
+  // A line starting with SP or HTAB (an obs-fold) has no name, and is refused like any other
+  // odd byte.
+  while (!at_crlf(i)) {
+    const std::size_t name_start = i;
+    while (i < text.size() && kTokenChars[static_cast<unsigned char>(text[i])]) ++i;
+    if (i == name_start || i == text.size() || text[i] != ':') return std::nullopt;
+    const std::string_view name = text.substr(name_start, i - name_start);
+    const std::size_t value_start = i + 1;
+    i = skip_field_value(text, value_start);
+    if (!at_crlf(i)) return std::nullopt;
+    const std::string_view value = trim_ows(text.substr(value_start, i - value_start));
+    i += 2;
+    // Told apart by length first: most fields are none of these, and cost one switch.
+    switch (name.size()) {
+      case 6:
+        if (iequals_ascii(name, "Expect")) return std::nullopt;
+        break;
+      case 7:
+        if (iequals_ascii(name, "Upgrade")) return std::nullopt;
+        break;
+      case 10:
+        if (iequals_ascii(name, "Connection")) {
+          const std::optional<bool> close = connection_closes(value);
+          if (!close) return std::nullopt;
+          framing.close = framing.close || *close;
+        }
+        break;
+      case 14:
+        if (iequals_ascii(name, "Content-Length")) {
+          if (framing.content_length) return std::nullopt;
+          framing.content_length = plain_content_length(value);
+          if (!framing.content_length) return std::nullopt;
+        }
+        break;
+      case 16:
+        if (iequals_ascii(name, "Proxy-Connection")) return std::nullopt;
+        break;
+      case 17:
+        if (iequals_ascii(name, "Transfer-Encoding")) return std::nullopt;
+        break;
+      default:
+        break;
+    }
+    each(name, value);
+  }
+  return i + 2;
+}
 }  // namespace idempotency::detail

@@ -1,0 +1,82 @@
+#include "simple_request.h"
+
+#include <array>
+#include <utility>
+
+#include "idempotency/detail/field_syntax.h"
+
+namespace idempotency::http::detail {
+namespace {
+
+using idempotency::detail::kTokenChars;
+
+// More fields than this go to Beast's parser: the fast reading keeps its views on the stack.
+constexpr std::size_t kMaxFields = 32;
+
+constexpr std::string_view kVersionLineEnd = " HTTP/1.1\r\n";
+
+// A request target's bytes as Beast reads them (basic_parser_base::is_pathchar): any byte
+// above SP but DEL.
+constexpr std::array<bool, 256> kTargetChars = [] {
+  std::array<bool, 256> table{};
+  for (int c = 0x21; c <= 0xff; ++c) table[static_cast<std::size_t>(c)] = c != 0x7f;
+  return table;
+}();
+
+std::size_t byte(char c) { return static_cast<unsigned char>(c); }
+
+}  // namespace
+
+std::optional<SimpleRequest> simple_request(std::string_view bytes, std::size_t header_limit,
+                                            std::uint64_t body_limit) {
+  const std::string_view text = bytes.substr(0, header_limit);
+
+  // `METHOD SP target SP HTTP/1.1 CRLF`
+  std::size_t i = 0;
+  while (i < text.size() && kTokenChars[byte(text[i])]) ++i;
+  if (i == 0 || i == text.size() || text[i] != ' ') return std::nullopt;
+  const std::string_view method = text.substr(0, i);
+  const std::size_t target_start = ++i;
+  while (i < text.size() && kTargetChars[byte(text[i])]) ++i;
+  if (i == target_start || text.substr(i, kVersionLineEnd.size()) != kVersionLineEnd) {
+    return std::nullopt;
+  }
+  const std::string_view target = text.substr(target_start, i - target_start);
+  i += kVersionLineEnd.size();
+
+  struct Field {
+    std::string_view name;
+    std::string_view value;
+  };
+  std::array<Field, kMaxFields> fields;
+  std::size_t count = 0;
+  bool too_many = false;
+  idempotency::detail::PlainFraming framing;
+  const auto header_end =
+      read_plain_fields(text, i, framing, [&](std::string_view name, std::string_view value) {
+        if (count == kMaxFields) {
+          too_many = true;
+          return;
+        }
+        fields[count++] = Field{name, value};
+      });
+  if (!header_end || too_many) return std::nullopt;
+  // A request without Content-Length (and without Transfer-Encoding) has no body.
+  const std::uint64_t length = framing.content_length.value_or(0);
+  if (length > body_limit || bytes.size() - *header_end < length) return std::nullopt;
+
+  SimpleRequest out;
+  out.request.method.assign(method);
+  out.request.path.assign(target);
+  out.request.headers.reserve(count);
+  for (std::size_t f = 0; f < count; ++f) {
+    out.request.headers.push_back({std::string(fields[f].name), std::string(fields[f].value)});
+  }
+  const auto body_length = static_cast<std::size_t>(length);
+  out.request.body.assign(bytes.substr(*header_end, body_length));
+  out.size = *header_end + body_length;
+  out.keep_alive = !framing.close;
+  return out;
+}
+
+}  // namespace idempotency::http::detail
