@@ -33,6 +33,9 @@ constexpr std::string_view kMessageIdHeader = "x-goog-pubsub-message-id";
 constexpr std::string_view kPublishTimeHeader = "x-goog-pubsub-publish-time";
 constexpr std::string_view kSubscriptionHeader = "x-goog-pubsub-subscription-name";
 constexpr std::string_view kOrderingKeyHeader = "x-goog-pubsub-ordering-key";
+constexpr std::string_view kContentType = "content-type";
+constexpr std::string_view kCeSpecVersion = "ce-specversion";
+constexpr std::string_view kCeId = "ce-id";
 
 ParseError fail(ParseErrorKind kind, std::string reason) { return {kind, std::move(reason)}; }
 
@@ -42,19 +45,53 @@ std::optional<std::string> header_value(const PushRequest& request, std::string_
   return std::string(idempotency::detail::trim_ows(*value));
 }
 
-// Whether the media type of Content-Type (without parameters) is `type`, in any case.
-bool has_media_type(const PushRequest& request, std::string_view type) {
-  auto value = request.header("content-type");
-  return value && idempotency::detail::iequals_ascii(
-                      idempotency::detail::trim_ows(value->substr(0, value->find(';'))), type);
+// Whether the media type of a Content-Type value (without parameters) is `type`, in any case.
+bool is_media_type(std::string_view value, std::string_view type) {
+  return idempotency::detail::iequals_ascii(
+      idempotency::detail::trim_ows(value.substr(0, value.find(';'))), type);
 }
 
-bool has_write_metadata(const PushRequest& request) {
-  for (std::string_view name :
-       {kMessageIdHeader, kPublishTimeHeader, kSubscriptionHeader, kOrderingKeyHeader}) {
-    if (request.header(name)) return true;
+// What the headers say of the delivery form, in one pass over them rather than one a name:
+// seven names are asked about on every push.
+struct FormHeaders {
+  bool write_metadata = false;                   // an x-goog-pubsub-* metadata header
+  std::optional<std::string_view> content_type;  // the first Content-Type
+  bool cloud_event = false;                      // ce-specversion or ce-id
+};
+
+FormHeaders form_headers(const PushRequest& request) {
+  using idempotency::detail::iequals_ascii;
+  static_assert(kPublishTimeHeader.size() == kOrderingKeyHeader.size());
+  FormHeaders found;
+  for (const Header& header : request.headers) {
+    const std::string_view name = header.name;
+    // Told apart by length first: most headers are none of these, and cost one switch.
+    switch (name.size()) {
+      case kMessageIdHeader.size():
+        found.write_metadata = found.write_metadata || iequals_ascii(name, kMessageIdHeader);
+        break;
+      case kPublishTimeHeader.size():
+        found.write_metadata = found.write_metadata || iequals_ascii(name, kPublishTimeHeader) ||
+                               iequals_ascii(name, kOrderingKeyHeader);
+        break;
+      case kSubscriptionHeader.size():
+        found.write_metadata = found.write_metadata || iequals_ascii(name, kSubscriptionHeader);
+        break;
+      case kContentType.size():
+        if (!found.content_type && iequals_ascii(name, kContentType)) {
+          found.content_type = header.value;
+        }
+        break;
+      case kCeSpecVersion.size():
+      case kCeId.size():
+        found.cloud_event =
+            found.cloud_event || iequals_ascii(name, kCeSpecVersion) || iequals_ascii(name, kCeId);
+        break;
+      default:
+        break;
+    }
   }
-  return false;
+  return found;
 }
 
 // Only a body that starts like an object can be an envelope; skip parsing anything else.
@@ -263,13 +300,12 @@ DeliveryForm detect(const PushRequest& request, internal::JsonDocument& json,
   // First: Eventarc never sends x-goog-pubsub-* headers, while an unwrapped delivery carries
   // its message's attributes as bare headers, which may look like CloudEvents (ce-id, or a
   // Content-Type attribute of application/cloudevents+json).
-  if (has_write_metadata(request)) return DeliveryForm::kUnwrapped;
-  if (has_media_type(request, kStructuredContentType)) {
+  const FormHeaders headers = form_headers(request);
+  if (headers.write_metadata) return DeliveryForm::kUnwrapped;
+  if (headers.content_type && is_media_type(*headers.content_type, kStructuredContentType)) {
     return DeliveryForm::kCloudEventStructured;
   }
-  if (request.header("ce-specversion") || request.header("ce-id")) {
-    return DeliveryForm::kCloudEventBinary;
-  }
+  if (headers.cloud_event) return DeliveryForm::kCloudEventBinary;
   if (may_be_json_object(request.body)) {
     auto parsed = json.parse(request.body);
     object root;
@@ -341,7 +377,7 @@ std::variant<Message, ParseError> parse_push(const PushRequest& request,
         error = read_structured(*doc, options, out);
         break;
       case DeliveryForm::kCloudEventBinary:
-        out.cloud_event_id = header_value(request, "ce-id");
+        out.cloud_event_id = header_value(request, kCeId);
         error = read_message_published_data(*doc, "", options, out);
         break;
       default:

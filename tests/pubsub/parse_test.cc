@@ -327,6 +327,18 @@ TEST(ParseUnwrapped, MetadataHeadersWinOverAnEnvelopeLookingBody) {
   EXPECT_EQ(m.data, r.body);
 }
 
+// Each write-metadata header alone, in any case, makes the delivery unwrapped: the envelope-like
+// body is the data, and the ce-id beside it is an attribute, not a CloudEvent.
+TEST(ParseUnwrapped, EachMetadataHeaderAloneMeansUnwrapped) {
+  for (const char* name : {"X-Goog-PubSub-Message-Id", "x-goog-pubsub-publish-time",
+                           "X-GOOG-PUBSUB-SUBSCRIPTION-NAME", "x-Goog-Pubsub-Ordering-Key"}) {
+    PushRequest r = json_post(R"({"message": {"messageId": "inner"}})");
+    r.headers.push_back({"ce-id", "looks-like-an-event"});
+    r.headers.push_back({name, "v"});
+    EXPECT_EQ(parsed(r).form, DeliveryForm::kUnwrapped) << name;
+  }
+}
+
 TEST(ParseUnwrapped, JsonBodyWithoutAnObjectMessageIsData) {
   for (const char* body : {R"({"message": "hi"})", R"({"order": 1})", "[1, 2]", "{}"}) {
     Message m = parsed(json_post(body));
@@ -398,6 +410,14 @@ TEST(ParseCloudEvent, SpecVersionHeaderAloneMeansBinaryMode) {
   EXPECT_EQ(default_key(m), "1");
 }
 
+TEST(ParseCloudEvent, CeIdHeaderAloneMeansBinaryMode) {
+  PushRequest r = json_post(R"({"message": {"messageId": "1"}})");
+  r.headers.push_back({"CE-ID", "e7"});
+  Message m = parsed(r);
+  EXPECT_EQ(m.form, DeliveryForm::kCloudEventBinary);
+  EXPECT_EQ(m.cloud_event_id, "e7");
+}
+
 TEST(ParseCloudEvent, StructuredMode) {
   Message m = parsed(fixture("cloudevent_structured.http"));
   EXPECT_EQ(m.form, DeliveryForm::kCloudEventStructured);
@@ -414,6 +434,16 @@ TEST(ParseCloudEvent, StructuredContentTypeIsCaseInsensitive) {
   Message m = parsed(r);
   EXPECT_EQ(m.form, DeliveryForm::kCloudEventStructured);
   EXPECT_EQ(default_key(m), "e1");
+}
+
+// As every header lookup: the first Content-Type is the one read.
+TEST(ParseCloudEvent, TheFirstContentTypeDecidesStructuredMode) {
+  PushRequest first = structured_event(R"({"id": "e1", "data": {"message": {}}})");
+  first.headers.push_back({"Content-Type", "application/json"});
+  EXPECT_EQ(parsed(first).form, DeliveryForm::kCloudEventStructured);
+  PushRequest second = json_post(R"({"message": {"messageId": "1"}})");
+  second.headers.push_back({"Content-Type", "application/cloudevents+json"});
+  EXPECT_EQ(parsed(second).form, DeliveryForm::kWrapped);
 }
 
 // ---- Headers -----------------------------------------------------------------------------
