@@ -229,8 +229,9 @@ def store_report(recs, p):
 
     floors = [r for r in recs if r["kind"] == "floor"]
     if floors or limits:
-        p("| store's own rate, same run | threads | statements/s | p50 µs | p99 µs |")
-        p("|---|---:|---:|---:|---:|")
+        p("| store's own rate, same run | threads | statements/s | p50 µs | p99 µs "
+          "| its client's CPU µs/call |")
+        p("|---|---:|---:|---:|---:|---:|")
         rows = {}
         for r in limits + floors:
             label = r.get("tool", r["kind"])
@@ -243,7 +244,8 @@ def store_report(recs, p):
                 p50txt = f"avg {median([r['latency_avg_ms'] for r in rs]) * 1000:,.0f} (per pair)"
             else:
                 p50txt = num(p50, 1)
-            p(f"| {b}: {label} | {t} | {num(rate)} | {p50txt} | {num(p99, 1)} |")
+            client = median([r["client_cpu_us_per_call"] for r in rs if "client_cpu_us_per_call" in r])
+            p(f"| {b}: {label} | {t} | {num(rate)} | {p50txt} | {num(p99, 1)} | {num(client, 1)} |")
         p("")
 
     script_weight_report(recs, p)
@@ -545,6 +547,13 @@ def peer_report(recs, groups, p):
         return median([r[field] / theirs_by_round[r["round"]] for r in ours
                        if field in r and theirs_by_round.get(r["round"])])
 
+    # What Redis's own C client spends on two calls at the same count (redis-benchmark's SET NX
+    # PX, run with the limits): the floor of a client that sends one call at a time.
+    def rb_two_calls(t):
+        return median([2 * r["client_cpu_us_per_call"] for r in recs
+                       if r["kind"] == "floor" and r["backend"] == "redis" and r["threads"] == t
+                       and "client_cpu_us_per_call" in r])
+
     rate_rows, cpu_rows = [], []
     # Ours two ways: N blocking threads (pair), and N pairs in flight from one thread by
     # claim_async / complete_async (async), which is how the peer keeps N calls in flight.
@@ -577,6 +586,7 @@ def peer_report(recs, groups, p):
             crv = invalid or ("" if cpu_ratio is None else verdict(cpu_ratio <= CPU_RATIO_MAX))
             cpu_rows.append(
                 f"| ours: {t} {how} | {num(our_cpu, 1)} | ≤ {CPU_US_MAX:.0f} µs | {cv} "
+                f"| {num(rb_two_calls(t), 1)} "
                 f"| {num(median([r['cpu_us_per_op'] for r in theirs]), 1)} "
                 f"| {'—' if cpu_ratio is None else f'{cpu_ratio:.2f}×'} | ≤ {CPU_RATIO_MAX:.2f}× | {crv} |")
     if rate_rows:
@@ -587,10 +597,16 @@ def peer_report(recs, groups, p):
             p(row)
         p("")
         p("| ours (peer: as many calls in flight) | ours client CPU µs/pair | target | "
-          "| peer client CPU µs/message | ours ÷ peer | target | |")
-        p("|---:|---:|---|---|---:|---:|---|---|")
+          "| redis-benchmark's client, CPU µs per 2 calls | peer client CPU µs/message "
+          "| ours ÷ peer | target | |")
+        p("|---:|---:|---|---|---:|---:|---:|---|---|")
         for row in cpu_rows:
             p(row)
+        p("")
+        p("redis-benchmark's client: the CPU Redis's own C client (an event loop, as many "
+          "connections as ours has threads or calls in flight) spent on two `SET NX PX` round "
+          "trips in the same run, a pair's two calls: with one connection, the least any client "
+          "that sends one call at a time can spend here.")
         p("")
         p("Peer latency is per message (its two round trips, SET NX EX then SET EX, and the "
           "wrapper); ours in the table above is per store call.")

@@ -459,9 +459,11 @@ us() { awk -v v="$1" 'BEGIN { print v * 1000 }'; } # ms → µs
 # 2026-12-02) overflowed to a keyspace of one key, so every "fresh" claim met the first
 # one's live record and the limit measured a read-only re-affirm at about twice the rate.
 # Each run checks that it did write about one key per call (DBSIZE before and after; every key
-# the store part writes lives an hour, so none expires meanwhile).
+# the store part writes lives an hour, so none expires meanwhile). redis-benchmark's own CPU
+# (bash's `time`) ÷ its calls is recorded too: what Redis's own C client spends on one round
+# trip here, the floor of any client that sends one call at a time.
 redis_limit() {
-  local round=$1 c=$2 port=$3 sha=$4 rate=$5 n csv rps p50 p99 what args keys
+  local round=$1 c=$2 port=$3 sha=$4 rate=$5 n csv rps p50 p99 what args keys rb_cpu cpu
   n=$(awk -v r="$rate" -v s="$STORE_SECONDS" 'BEGIN { n = int(r * s * 1.5); print (n < 20000 ? 20000 : n) }')
   for what in evalsha setnx; do
     if [ "$what" = evalsha ]; then
@@ -471,8 +473,10 @@ redis_limit() {
       args=(SET "idempotency:rs-$round-$c-__rand_int__" 0123456789abcdef0123456789abcdef NX PX 3600000)
     fi
     keys=$(redis-cli -p "$port" DBSIZE)
-    csv=$(redis-benchmark -h 127.0.0.1 -p "$port" -c "$c" -n "$n" -r 2000000000 --csv \
-      --precision 3 "${args[@]}" | tail -n 1)
+    rb_cpu=$( { TIMEFORMAT='%U %S'; time redis-benchmark -h 127.0.0.1 -p "$port" -c "$c" -n "$n" \
+      -r 2000000000 --csv --precision 3 "${args[@]}" >"$TMP/rb.out" 2>"$TMP/rb.err"; } 2>&1)
+    csv=$(tail -n 1 "$TMP/rb.out")
+    cpu=$(awk -v t="$rb_cpu" -v n="$n" 'BEGIN { split(t, v, " "); printf "%.2f", (v[1] + v[2]) * 1e6 / n }')
     keys=$(($(redis-cli -p "$port" DBSIZE) - keys))
     [ $((keys * 100)) -ge $((n * 99)) ] ||
       die "redis-benchmark $what wrote $keys keys in $n calls: its keys were not fresh"
@@ -481,11 +485,11 @@ redis_limit() {
     p99=$(cut -d, -f7 <<<"$csv" | tr -d '"')
     [ -n "$rps" ] || die "redis-benchmark printed no result"
     if [ "$what" = evalsha ]; then
-      record "{\"kind\":\"limit\",\"backend\":\"redis\",\"path\":\"pair\",\"threads\":$c,\"rate\":$(awk -v r="$rps" 'BEGIN { print r / 2 }'),\"statement_rate\":$rps,\"p50_us\":$(us "$p50"),\"p99_us\":$(us "$p99"),\"requests\":$n,\"round\":$round,\"tool\":\"redis-benchmark EVALSHA claim; pairs/s = claims/s / 2\"}"
+      record "{\"kind\":\"limit\",\"backend\":\"redis\",\"path\":\"pair\",\"threads\":$c,\"rate\":$(awk -v r="$rps" 'BEGIN { print r / 2 }'),\"statement_rate\":$rps,\"p50_us\":$(us "$p50"),\"p99_us\":$(us "$p99"),\"requests\":$n,\"client_cpu_us_per_call\":$cpu,\"round\":$round,\"tool\":\"redis-benchmark EVALSHA claim; pairs/s = claims/s / 2\"}"
     else
-      record "{\"kind\":\"floor\",\"backend\":\"redis\",\"path\":\"set-nx\",\"threads\":$c,\"statement_rate\":$rps,\"p50_us\":$(us "$p50"),\"p99_us\":$(us "$p99"),\"round\":$round,\"tool\":\"redis-benchmark SET NX PX\"}"
+      record "{\"kind\":\"floor\",\"backend\":\"redis\",\"path\":\"set-nx\",\"threads\":$c,\"statement_rate\":$rps,\"p50_us\":$(us "$p50"),\"p99_us\":$(us "$p99"),\"client_cpu_us_per_call\":$cpu,\"round\":$round,\"tool\":\"redis-benchmark SET NX PX\"}"
     fi
-    say "round $round redis-benchmark $what -c $c: $rps/s"
+    say "round $round redis-benchmark $what -c $c: $rps/s, its client ${cpu} µs of CPU a call"
   done
 }
 
