@@ -6,15 +6,12 @@ namespace idempotency::gateway::upstream_detail {
 
 namespace {
 
+using idempotency::detail::at_crlf;
 using idempotency::detail::read_plain_fields;
 using idempotency::detail::skip_field_value;
 
 constexpr std::string_view kStatusLineStart = "HTTP/1.1 ";
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
-
-bool at_crlf(std::string_view text, std::size_t i) {
-  return i + 1 < text.size() && text[i] == '\r' && text[i + 1] == '\n';
-}
 
 }  // namespace
 
@@ -40,7 +37,7 @@ std::optional<SimpleResponse> simple_response(std::string_view bytes,
   i += 2;
 
   idempotency::detail::PlainFraming framing;
-  const auto header_end = read_plain_fields(text, i, framing, [](auto, auto) {});
+  const auto header_end = read_plain_fields(text, i, framing, [](auto, auto) { return true; });
   if (!header_end) return std::nullopt;
   const auto& length = framing.content_length;
   if (!length || *length > body_limit || bytes.size() - *header_end != *length) {

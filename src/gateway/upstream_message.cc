@@ -22,6 +22,8 @@ constexpr std::size_t kMaxFieldBytes = 65'000;
 using idempotency::detail::iequals_ascii;
 using idempotency::detail::is_field_name;
 using idempotency::detail::is_field_value;
+// A request target is sent as is; it must not end the request line early.
+using idempotency::detail::is_request_target;
 using idempotency::detail::trim_ows;
 
 // The header names a `Connection` header lists are hop-by-hop for this message too. Views into
@@ -44,14 +46,6 @@ void add_connection_tokens(std::string_view name, std::string_view value, Tokens
 bool is_listed(const Tokens& tokens, std::string_view name) {
   return std::any_of(tokens.begin(), tokens.end(),
                      [&](std::string_view token) { return iequals_ascii(token, name); });
-}
-
-// A request target is sent as is; it must not end the request line early.
-bool is_request_target(std::string_view s) {
-  return !s.empty() && std::none_of(s.begin(), s.end(), [](char c) {
-    const auto u = static_cast<unsigned char>(c);
-    return u <= 0x20 || u == 0x7f;
-  });
 }
 
 }  // namespace

@@ -126,15 +126,21 @@ void Connection::on_header_bytes(beast::error_code ec, std::size_t bytes) {
       break;
   }
   const auto& options = state_->options;
-  if (auto simple = simple_request(received, options.max_header_bytes, options.max_body_bytes)) {
+  // Beast's parser counts its limit for the request line and the fields apart (up to twice it
+  // in all, when the header came in one read), and in 32 bits: the limit is held here, whole.
+  const std::size_t header_limit = std::min<std::size_t>(options.max_header_bytes, UINT32_MAX);
+  if (scan_.header_size() > header_limit) {
+    refuse(431, "the request header is larger than the limit");
+    return;
+  }
+  if (auto simple = simple_request(received, header_limit, options.max_body_bytes)) {
     buffer_.consume(simple->size);
     dispatch(std::move(simple->request), kHttp11, simple->keep_alive);
     return;
   }
   // Built only for a request the fast reading left to it.
   parser_.emplace();
-  parser_->header_limit(
-      static_cast<std::uint32_t>(std::min<std::size_t>(options.max_header_bytes, UINT32_MAX)));
+  parser_->header_limit(static_cast<std::uint32_t>(header_limit));
   parser_->body_limit(options.max_body_bytes);
   parser_->eager(false);
   const std::size_t used = parser_->put(buffer_.data(), ec);

@@ -68,7 +68,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_body(boost::beast::error_code ec);
   enum class InlineWrite { kDone, kPending, kFailed };
 
-  // Hands the request the parser read on (dispatch_parsed), or any request, to the handler.
+  // dispatch_parsed() hands on what parser_ read and releases the parser; dispatch() hands any
+  // request to the handler.
   void dispatch_parsed();
   void dispatch(pubsub::PushRequest&& request, unsigned version, bool keep_alive);
   void dispatch_async(pubsub::PushRequest&& request, Framing framing);

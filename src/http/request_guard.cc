@@ -55,6 +55,7 @@ HeaderScan::Verdict HeaderScan::scan(std::string_view buffer) noexcept {
   }
   if (has_bare_lf(data, from, end)) return Verdict::kBareLineEnding;
   if (verdict == Verdict::kNeedMore) scanned_ = end;
+  if (verdict == Verdict::kComplete) header_size_ = end + 4;  // `end` is its final CRLF CRLF's CR
   return verdict;
 }
 

@@ -25,11 +25,19 @@ class HeaderScan {
   /// LFs would otherwise never be seen to end, and wait for its deadline).
   [[nodiscard]] Verdict scan(std::string_view buffer) noexcept;
 
+  /// header_size() is the header block's bytes, its final CRLF CRLF included, once scan()
+  /// said kComplete.
+  [[nodiscard]] std::size_t header_size() const noexcept { return header_size_; }
+
   /// reset() forgets what was scanned, for the connection's next request.
-  void reset() noexcept { scanned_ = 0; }
+  void reset() noexcept {
+    scanned_ = 0;
+    header_size_ = 0;
+  }
 
  private:
   std::size_t scanned_ = 0;
+  std::size_t header_size_ = 0;
 };
 
 }  // namespace idempotency::http::detail

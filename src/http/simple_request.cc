@@ -8,20 +8,14 @@
 namespace idempotency::http::detail {
 namespace {
 
+using idempotency::detail::kTargetChars;
 using idempotency::detail::kTokenChars;
+using idempotency::detail::read_plain_fields;
 
 // More fields than this go to Beast's parser: the fast reading keeps its views on the stack.
 constexpr std::size_t kMaxFields = 32;
 
 constexpr std::string_view kVersionLineEnd = " HTTP/1.1\r\n";
-
-// A request target's bytes as Beast reads them (basic_parser_base::is_pathchar): any byte
-// above SP but DEL.
-constexpr std::array<bool, 256> kTargetChars = [] {
-  std::array<bool, 256> table{};
-  for (int c = 0x21; c <= 0xff; ++c) table[static_cast<std::size_t>(c)] = c != 0x7f;
-  return table;
-}();
 
 std::size_t byte(char c) { return static_cast<unsigned char>(c); }
 
@@ -50,17 +44,14 @@ std::optional<SimpleRequest> simple_request(std::string_view bytes, std::size_t 
   };
   std::array<Field, kMaxFields> fields;
   std::size_t count = 0;
-  bool too_many = false;
   idempotency::detail::PlainFraming framing;
   const auto header_end =
       read_plain_fields(text, i, framing, [&](std::string_view name, std::string_view value) {
-        if (count == kMaxFields) {
-          too_many = true;
-          return;
-        }
+        if (count == kMaxFields) return false;  // declined at once, not after the whole header
         fields[count++] = Field{name, value};
+        return true;
       });
-  if (!header_end || too_many) return std::nullopt;
+  if (!header_end) return std::nullopt;
   // A request without Content-Length (and without Transfer-Encoding) has no body.
   const std::uint64_t length = framing.content_length.value_or(0);
   if (length > body_limit || bytes.size() - *header_end < length) return std::nullopt;

@@ -31,13 +31,16 @@ TEST(HeaderScan, FindsTheEndOfTheHeaderHoweverItArrives) {
   const std::string request = header + "a\nb\r";  // the body's bytes are not the header's
 
   EXPECT_EQ(byte_by_byte(request), std::make_pair(Verdict::kComplete, header.size()));
-  EXPECT_EQ(at_once(request), Verdict::kComplete);
+  HeaderScan whole;
+  EXPECT_EQ(whole.scan(request), Verdict::kComplete);
+  EXPECT_EQ(whole.header_size(), header.size());
   EXPECT_EQ(at_once(header.substr(0, header.size() - 1)), Verdict::kNeedMore);
-  // Two reads split at every place: the end is found in the second.
+  // Two reads split at every place: the end is found in the second, and sized from the start.
   for (std::size_t split = 1; split < header.size(); ++split) {
     HeaderScan scan;
     EXPECT_EQ(scan.scan(std::string_view(request).substr(0, split)), Verdict::kNeedMore) << split;
     EXPECT_EQ(scan.scan(request), Verdict::kComplete) << split;
+    EXPECT_EQ(scan.header_size(), header.size()) << split;
   }
 }
 

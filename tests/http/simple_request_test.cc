@@ -42,6 +42,7 @@ StrictReading strict_reads(std::string_view bytes, std::size_t header_limit = kH
                            std::uint64_t body_limit = kBodyLimit) {
   HeaderScan scan;
   if (scan.scan(bytes) != HeaderScan::Verdict::kComplete) return {};
+  if (scan.header_size() > header_limit) return {};  // the connection's 431
   RequestParser parser;
   parser.header_limit(static_cast<std::uint32_t>(header_limit));
   parser.body_limit(body_limit);

@@ -42,6 +42,14 @@ inline constexpr std::array<bool, 256> kValueChars = [] {
   return table;
 }();
 
+/// kTargetChars[b] says whether byte `b` may appear in a request target as Beast's parser reads
+/// one (basic_parser_base::is_pathchar): any byte above SP but DEL, obs-text included.
+inline constexpr std::array<bool, 256> kTargetChars = [] {
+  std::array<bool, 256> table{};
+  for (int c = 0x21; c <= 0xff; ++c) table[static_cast<std::size_t>(c)] = c != 0x7f;
+  return table;
+}();
+
 /// is_token_char() says whether `c` may appear in a token (a field name, a method).
 [[nodiscard]] constexpr bool is_token_char(char c) noexcept {
   return kTokenChars[static_cast<unsigned char>(c)];
@@ -63,6 +71,21 @@ inline constexpr std::array<bool, 256> kValueChars = [] {
     if (!kValueChars[static_cast<unsigned char>(c)]) return false;
   }
   return true;
+}
+
+/// is_request_target() says whether `target` is non-empty and holds only kTargetChars: no
+/// space or control byte that could end the request line early.
+[[nodiscard]] constexpr bool is_request_target(std::string_view target) noexcept {
+  if (target.empty()) return false;
+  for (const char c : target) {
+    if (!kTargetChars[static_cast<unsigned char>(c)]) return false;
+  }
+  return true;
+}
+
+/// at_crlf() says whether `text` holds CR LF at index `i`.
+[[nodiscard]] constexpr bool at_crlf(std::string_view text, std::size_t i) noexcept {
+  return i + 1 < text.size() && text[i] == '\r' && text[i + 1] == '\n';
 }
 
 /// trim_ows() returns `s` without the optional whitespace (SP and HTAB, RFC 9110 §5.6.3) at
@@ -136,8 +159,9 @@ struct PlainFraming {
 
 /// read_plain_fields() reads `text` from index `i` as field lines, `name ":" OWS value OWS
 /// CRLF`, up to the empty line, calling `each(name, value)` (the value without its OWS) for
-/// every field in order and gathering `framing`. It returns the index after the empty line, or
-/// nullopt for anything a plain message does not hold, to be left to Beast's parser: an
+/// every field in order and gathering `framing`; `each` returns false to stop at once. It
+/// returns the index after the empty line, or nullopt when `each` stopped it or for anything a
+/// plain message does not hold, to be left to Beast's parser: an
 /// obs-fold, a byte a name or value cannot hold, no end within `text`, two Content-Lengths or
 /// one that is not plain digits, a Connection value that is not a plain list or lists
 /// `upgrade`, and the fields whose meaning Beast's parser or the server acts on otherwise
@@ -146,19 +170,16 @@ struct PlainFraming {
 template <class Each>
 [[nodiscard]] std::optional<std::size_t> read_plain_fields(std::string_view text, std::size_t i,
                                                            PlainFraming& framing, Each&& each) {
-  const auto at_crlf = [&text](std::size_t at) {
-    return at + 1 < text.size() && text[at] == '\r' && text[at + 1] == '\n';
-  };
   // A line starting with SP or HTAB (an obs-fold) has no name, and is refused like any other
   // odd byte.
-  while (!at_crlf(i)) {
+  while (!at_crlf(text, i)) {
     const std::size_t name_start = i;
     while (i < text.size() && kTokenChars[static_cast<unsigned char>(text[i])]) ++i;
     if (i == name_start || i == text.size() || text[i] != ':') return std::nullopt;
     const std::string_view name = text.substr(name_start, i - name_start);
     const std::size_t value_start = i + 1;
     i = skip_field_value(text, value_start);
-    if (!at_crlf(i)) return std::nullopt;
+    if (!at_crlf(text, i)) return std::nullopt;
     const std::string_view value = trim_ows(text.substr(value_start, i - value_start));
     i += 2;
     // Told apart by length first: most fields are none of these, and cost one switch.
@@ -192,7 +213,7 @@ template <class Each>
       default:
         break;
     }
-    each(name, value);
+    if (!each(name, value)) return std::nullopt;
   }
   return i + 2;
 }
