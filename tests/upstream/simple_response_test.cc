@@ -6,13 +6,13 @@
 
 #include <cstdint>
 #include <optional>
-#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "support/plain_http_cases.h"
 #include "upstream_internal.h"
 
 namespace idempotency::gateway::upstream_detail {
@@ -119,56 +119,19 @@ TEST(SimpleResponse, LeavesEveryOtherFormToBeast) {
       "HTTP/1.1 2000 OK\r\n" + ok_fields,
       "HTTP/1.1 200 O\x01K\r\n" + ok_fields,
       "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n",
-      "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nhi",
-      "HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\nhi",
-      "HTTP/1.1 200 OK\r\nContent-Length: +2\r\n\r\nhi",
-      "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nh",    // not all here
       "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi!",  // a byte after it
-      "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n",         // no end of header
       "HTTP/1.1 200 OK\r\n\r\n",                          // ends with the connection
-      "HTTP/1.1 200 OK\r\nX-A: a\r\n b\r\n" + ok_fields,  // obs-fold
-      "HTTP/1.1 200 OK\r\nX-A: a\n" + ok_fields,          // bare LF
-      "HTTP/1.1 200 OK\r\nX-A: a\rb\r\n" + ok_fields,     // bare CR
-      std::string("HTTP/1.1 200 OK\r\nX-A: a\0b\r\n", 27) + ok_fields,
-      "HTTP/1.1 200 OK\r\nX-A: a\x7f\r\n" + ok_fields,
-      "HTTP/1.1 200 OK\r\nX-A : a\r\n" + ok_fields,  // a space before the colon
-      "HTTP/1.1 200 OK\r\n: a\r\n" + ok_fields,      // no name
-      "HTTP/1.1 200 OK\r\nX(A): a\r\n" + ok_fields,  // not a token
-      "HTTP/1.1 200 OK\r\nUpgrade: h2c\r\n" + ok_fields,
-      "HTTP/1.1 200 OK\r\nProxy-Connection: close\r\n" + ok_fields,
-      "HTTP/1.1 200 OK\r\nConnection: upgrade\r\n" + ok_fields,
-      "HTTP/1.1 200 OK\r\nConnection: close,,x\r\n" + ok_fields,
-      "HTTP/1.1 200 OK\r\nConnection:\r\n" + ok_fields,
       "HTTP/1.1 200 OK\r\nX-A: " + std::string(kSimpleHeaderLimit, 'a') + "\r\n" + ok_fields,
   };
   for (const auto& bytes : others) {
     EXPECT_FALSE(simple_response(bytes, kBodyLimit)) << bytes;
   }
+  for (const auto& bytes :
+       idempotency::testing::declined_fields("HTTP/1.1 200 OK\r\n", ok_fields)) {
+    EXPECT_FALSE(simple_response(bytes, kBodyLimit)) << ::testing::PrintToString(bytes);
+  }
   EXPECT_FALSE(simple_response("HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc", 2));
   EXPECT_TRUE(simple_response("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nab", 2));
-}
-
-// Mutates `bytes` at random: a byte replaced by one that matters to HTTP's syntax, or removed,
-// or a run of them doubled.
-std::string mutate(std::string bytes, std::mt19937& rng) {
-  static const std::string kBytes = std::string("\r\n \t:,;0129aZuUpP-\x7f\x80\xff\"(", 24) + '\0';
-  const int edits = 1 + static_cast<int>(rng() % 3);
-  for (int e = 0; e < edits && !bytes.empty(); ++e) {
-    const std::size_t at = rng() % bytes.size();
-    switch (rng() % 4) {
-      case 0:
-      case 1:
-        bytes[at] = kBytes[rng() % kBytes.size()];
-        break;
-      case 2:
-        bytes.erase(at, 1);
-        break;
-      default:
-        bytes.insert(at, bytes.substr(at, 1 + rng() % 8));
-        break;
-    }
-  }
-  return bytes;
 }
 
 TEST(SimpleResponse, WhatItAcceptsBeastReadsAlikeUnderMutation) {
@@ -185,23 +148,18 @@ TEST(SimpleResponse, WhatItAcceptsBeastReadsAlikeUnderMutation) {
       "HTTP/1.1 201 Created\r\nConnection: Upgrade, Keep-Alive\r\nContent-Length: 1\r\n\r\n!",
       "HTTP/1.1 200 OK\r\nContent-Length: 000000000000000002\r\nConnection: CLOSE\r\n\r\nok",
   };
-  std::mt19937 rng(20261203);
-  int accepted = 0;
-  int checked = 0;
-  for (int i = 0; i < 200'000; ++i) {
-    const std::string bytes = mutate(seeds[static_cast<std::size_t>(i) % seeds.size()], rng);
-    const auto ours = simple_response(bytes, kBodyLimit);
-    ++checked;
-    if (!ours) continue;
-    ++accepted;
-    const BeastReading beast = beast_reads(bytes);
-    ASSERT_TRUE(beast.whole) << "accepted what Beast refuses: " << testing::PrintToString(bytes);
-    ASSERT_EQ(ours->status, beast.status) << testing::PrintToString(bytes);
-    ASSERT_EQ(ours->keep_alive, beast.keep_alive) << testing::PrintToString(bytes);
-    ASSERT_EQ(ours->size, bytes.size());
-  }
-  // Mutations that keep the response plain must be common, or this test checks nothing.
-  EXPECT_GT(accepted, checked / 20) << accepted << " of " << checked;
+  idempotency::testing::expect_agreement_under_mutation(
+      seeds, 20261203, 200'000, [](const std::string& bytes) {
+        const auto ours = simple_response(bytes, kBodyLimit);
+        if (!ours) return false;
+        const BeastReading beast = beast_reads(bytes);
+        const auto shown = ::testing::PrintToString(bytes);
+        EXPECT_TRUE(beast.whole) << "accepted what Beast refuses: " << shown;
+        EXPECT_EQ(ours->status, beast.status) << shown;
+        EXPECT_EQ(ours->keep_alive, beast.keep_alive) << shown;
+        EXPECT_EQ(ours->size, bytes.size()) << shown;
+        return true;
+      });
 }
 
 }  // namespace
