@@ -46,11 +46,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   };
   const std::size_t split = size == 0 ? 0 : data[0] % (size + 1);
   HeaderScan scan;
-  auto verdict = scan.scan(input.substr(0, split));
-  if (verdict == HeaderScan::Verdict::kNeedMore) verdict = scan.scan(input);
-  if (verdict != HeaderScan::Verdict::kComplete) return refused();
   // As the server: a header over the limit is refused whole, whichever parser would read it.
-  if (scan.header_size() > header_limit) return refused();
+  auto verdict = scan.scan(input.substr(0, split), header_limit);
+  if (verdict == HeaderScan::Verdict::kNeedMore) verdict = scan.scan(input, header_limit);
+  if (verdict != HeaderScan::Verdict::kComplete) return refused();
+  check(scan.header_size() <= header_limit);
   check(input.substr(scan.header_size() - 4, 4) == "\r\n\r\n");
 
   idempotency::http::detail::RequestParser parser;

@@ -108,7 +108,14 @@ void Connection::on_header_bytes(beast::error_code ec, std::size_t bytes) {
   }
   const auto* data = static_cast<const char*>(buffer_.data().data());
   const std::string_view received(data, buffer_.size());
-  switch (scan_.scan(received)) {
+  const auto& options = state_->options;
+  // Beast's parser counts its limit for the request line and the fields apart (up to twice it
+  // in all, when the header came in one read), and in 32 bits: HeaderScan holds it, whole.
+  const std::size_t header_limit = std::min<std::size_t>(options.max_header_bytes, UINT32_MAX);
+  switch (scan_.scan(received, header_limit)) {
+    case HeaderScan::Verdict::kTooLarge:
+      refuse(431, "the request header is larger than the limit");
+      return;
     case HeaderScan::Verdict::kObsFold:
       refuse(400, "obs-fold (a header line starting with whitespace) is not accepted");
       return;
@@ -116,22 +123,10 @@ void Connection::on_header_bytes(beast::error_code ec, std::size_t bytes) {
       refuse(400, "a header line ends in a bare CR or LF; only CRLF is accepted");
       return;
     case HeaderScan::Verdict::kNeedMore:
-      if (buffer_.size() > state_->options.max_header_bytes) {
-        refuse(431, "the request header is larger than the limit");
-        return;
-      }
       read_header();
       return;
     case HeaderScan::Verdict::kComplete:
       break;
-  }
-  const auto& options = state_->options;
-  // Beast's parser counts its limit for the request line and the fields apart (up to twice it
-  // in all, when the header came in one read), and in 32 bits: the limit is held here, whole.
-  const std::size_t header_limit = std::min<std::size_t>(options.max_header_bytes, UINT32_MAX);
-  if (scan_.header_size() > header_limit) {
-    refuse(431, "the request header is larger than the limit");
-    return;
   }
   if (auto simple = simple_request(received, header_limit, options.max_body_bytes)) {
     buffer_.consume(simple->size);
@@ -145,10 +140,6 @@ void Connection::on_header_bytes(beast::error_code ec, std::size_t bytes) {
   parser_->eager(false);
   const std::size_t used = parser_->put(buffer_.data(), ec);
   buffer_.consume(used);
-  if (ec == beast_http::error::header_limit) {
-    refuse(431, "the request header is larger than the limit");
-    return;
-  }
   if (ec == beast_http::error::body_limit) {
     refuse(413, "the request body is larger than the limit");
     return;

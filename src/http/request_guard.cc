@@ -20,7 +20,7 @@ bool has_bare_lf(const char* data, std::size_t from, std::size_t to) noexcept {
 
 }  // namespace
 
-HeaderScan::Verdict HeaderScan::scan(std::string_view buffer) noexcept {
+HeaderScan::Verdict HeaderScan::scan(std::string_view buffer, std::size_t limit) noexcept {
   // Resume a little back, so a CRLF CRLF or CRLF SP split across reads is still seen.
   const std::size_t from = scanned_ >= 3 ? scanned_ - 3 : 0;
   const char* const data = buffer.data();
@@ -54,8 +54,14 @@ HeaderScan::Verdict HeaderScan::scan(std::string_view buffer) noexcept {
     at = i + 2;
   }
   if (has_bare_lf(data, from, end)) return Verdict::kBareLineEnding;
-  if (verdict == Verdict::kNeedMore) scanned_ = end;
-  if (verdict == Verdict::kComplete) header_size_ = end + 4;  // `end` is its final CRLF CRLF's CR
+  if (verdict == Verdict::kNeedMore) {
+    scanned_ = end;
+    return size > limit ? Verdict::kTooLarge : verdict;
+  }
+  if (verdict == Verdict::kComplete) {
+    header_size_ = end + 4;  // `end` is its final CRLF CRLF's CR
+    if (header_size_ > limit) return Verdict::kTooLarge;
+  }
   return verdict;
 }
 

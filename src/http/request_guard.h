@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <limits>
 #include <string_view>
 
 namespace idempotency::http::detail {
@@ -17,13 +18,16 @@ namespace idempotency::http::detail {
 /// holds an obs-fold line, without rescanning bytes it has already seen.
 class HeaderScan {
  public:
-  enum class Verdict { kNeedMore, kComplete, kObsFold, kBareLineEnding };
+  enum class Verdict { kNeedMore, kComplete, kObsFold, kBareLineEnding, kTooLarge };
 
   /// scan() examines `buffer` (the bytes received so far for this request, from its first
   /// byte, growing between calls) and says whether the header block is complete, incomplete,
   /// or contains an obs-fold line or a bare CR or LF (refused at once: a header ended by bare
   /// LFs would otherwise never be seen to end, and wait for its deadline).
-  [[nodiscard]] Verdict scan(std::string_view buffer) noexcept;
+  /// A header block longer than `limit` bytes, complete or still arriving, is kTooLarge: the
+  /// limit is the whole header's, whichever parser then reads it.
+  [[nodiscard]] Verdict scan(std::string_view buffer,
+                             std::size_t limit = std::numeric_limits<std::size_t>::max()) noexcept;
 
   /// header_size() is the header block's bytes, its final CRLF CRLF included, once scan()
   /// said kComplete.

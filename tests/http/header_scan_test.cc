@@ -44,6 +44,16 @@ TEST(HeaderScan, FindsTheEndOfTheHeaderHoweverItArrives) {
   }
 }
 
+TEST(HeaderScan, AHeaderOverTheLimitIsTooLargeWhetherWholeOrStillArriving) {
+  const std::string header = "POST /push HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\n";
+  const std::string request = header + "{}";  // the body does not count
+  EXPECT_EQ(HeaderScan().scan(request, header.size()), Verdict::kComplete);
+  EXPECT_EQ(HeaderScan().scan(request, header.size() - 1), Verdict::kTooLarge);
+  const std::string_view part = std::string_view(header).substr(0, 20);
+  EXPECT_EQ(HeaderScan().scan(part, 20), Verdict::kNeedMore);
+  EXPECT_EQ(HeaderScan().scan(part, 19), Verdict::kTooLarge);
+}
+
 TEST(HeaderScan, RefusesABareCrOrLfAndObsFoldWhereverTheyAre) {
   const struct {
     std::string bytes;

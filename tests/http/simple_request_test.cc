@@ -42,8 +42,7 @@ struct StrictReading {
 StrictReading strict_reads(std::string_view bytes, std::size_t header_limit = kHeaderLimit,
                            std::uint64_t body_limit = kBodyLimit) {
   HeaderScan scan;
-  if (scan.scan(bytes) != HeaderScan::Verdict::kComplete) return {};
-  if (scan.header_size() > header_limit) return {};  // the connection's 431
+  if (scan.scan(bytes, header_limit) != HeaderScan::Verdict::kComplete) return {};
   RequestParser parser;
   parser.header_limit(static_cast<std::uint32_t>(header_limit));
   parser.body_limit(body_limit);
