@@ -54,6 +54,8 @@ struct Flight {
   std::size_t waiters = 0;
   // Joined callers without a thread to block (begin_async_flight()); told once when it ends.
   std::vector<JoinCallback> async_waiters;
+  // Set by AsyncFlight::decide(): what a caller joining from then on is answered at once.
+  std::optional<ErasedOutcome> decided;
   std::exception_ptr error;
   ErasedOutcome outcome;
 };
@@ -362,6 +364,20 @@ AsyncFlight::~AsyncFlight() {
   if (state_ && !state_->ended) hand_off(state_->key, state_->flight);
 }
 
+void AsyncFlight::decide(const ErasedOutcome& outcome, ErasedOutcome as_done) noexcept {
+  if (state_->ended) return;
+  const std::shared_ptr<Flight>& flight = state_->flight;
+  std::vector<JoinCallback> waiting;
+  {
+    std::lock_guard fl(flight->mutex);
+    flight->decided = std::move(as_done);
+    waiting.swap(flight->async_waiters);
+  }
+  // Outside the lock, as finish() tells them: a callback may start another flight.
+  const ErasedOutcome joined = as_joined(outcome);
+  for (auto& callback : waiting) callback(joined, nullptr);
+}
+
 void AsyncFlight::settle(ErasedOutcome outcome) noexcept {
   if (state_->ended) return;
   state_->ended = true;
@@ -379,14 +395,23 @@ std::unique_ptr<AsyncFlight> begin_async_flight(std::string_view key, const Lock
   validate_key(key);
   TableKey k{&backend, std::string(key)};
   Table& table = Table::for_key(k);
-  std::lock_guard lock(table.mutex);
+  std::unique_lock lock(table.mutex);
   Entry& entry = table.entries[k];
   if (entry.flight) {
-    std::lock_guard fl(entry.flight->mutex);
-    if (entry.flight->type != type) {
-      throw std::logic_error("once: one key used with two different result types");
+    std::optional<ErasedOutcome> decided;
+    {
+      std::lock_guard fl(entry.flight->mutex);
+      if (entry.flight->type != type) {
+        throw std::logic_error("once: one key used with two different result types");
+      }
+      if (!entry.flight->decided) {
+        entry.flight->async_waiters.push_back(std::move(on_joined));
+        return nullptr;
+      }
+      decided = entry.flight->decided;
     }
-    entry.flight->async_waiters.push_back(std::move(on_joined));
+    lock.unlock();  // the callback may begin another flight
+    on_joined(std::move(decided), nullptr);
     return nullptr;
   }
   entry.flight = std::make_shared<Flight>();

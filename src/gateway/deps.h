@@ -33,6 +33,9 @@ struct GatewayDeps {
   std::shared_ptr<boost::asio::io_context> loop;
   /// Runs work that may block (store calls, the idempotency-key mode) on the worker pool.
   pubsub::RunBlocking run_blocking;
+  /// Pushes acked before their completes (pubsub mode), waited for before the store and the
+  /// workers go.
+  std::shared_ptr<pubsub::PendingCompletes> pending_completes;
 };
 
 }  // namespace idempotency::gateway

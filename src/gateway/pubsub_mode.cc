@@ -126,7 +126,10 @@ pubsub::AsyncPushHandler make_pubsub_handler(const Config& config, const Gateway
       .parse = {.max_body_bytes = config.max_body, .decode_data = false},
       .authenticate = deps.authenticate,
   };
-  return pubsub::idempotent_async(std::move(options), std::move(forward), deps.run_blocking);
+  // Pub/Sub waits on the ack alone: it goes out as soon as the upstream has acted, and the
+  // complete follows it (DECISIONS.md, "The ack does not wait for the complete").
+  return pubsub::idempotent_async(std::move(options), std::move(forward), deps.run_blocking,
+                                  deps.pending_completes);
 }
 
 }  // namespace idempotency::gateway

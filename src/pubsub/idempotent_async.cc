@@ -1,6 +1,7 @@
 // idempotent_async(): the push wrapper's steps (wrapper.h) around an owner that runs the handler
 // asynchronously: admit -> begin this process's flight -> claim -> the handler, which answers
-// later -> complete or release -> settle the flight -> answer. A claim and a complete are sent
+// later -> complete or release -> settle the flight -> answer (or, with answer_before_complete
+// and an ack, answer -> complete -> settle). A claim and a complete are sent
 // asynchronously when the backend sends them so (Redis), and the next step runs on the thread
 // their outcome arrives on; every other store call runs inline when the backend cannot block,
 // else on `run_blocking`. Nothing here waits.
@@ -57,7 +58,8 @@ struct Shared {
   std::shared_ptr<const Wrapper> blocking;  // its handler awaits `handler`
   AsyncResponseHandler handler;
   RunBlocking run_blocking;
-  idempotency::detail::OnceHooks hooks;  // the PushResponse type and decoder, for replays
+  idempotency::detail::OnceHooks hooks;            // the PushResponse type and decoder, for replays
+  std::shared_ptr<PendingCompletes> answer_first;  // set: acks go out before their completes
 };
 
 // One guarded delivery in flight; every step holds it alive until it is answered.
@@ -224,6 +226,9 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
         handler_failed(std::current_exception());
         return;
       }
+      const ErasedOutcome executed{Status::kExecuted, std::move(value), claim_->fence,
+                                   std::nullopt};
+      if (shared_->answer_first) answer_early(executed);
       keeper_->stop();  // no renewal may race the completion
       // Whatever the store answers, the work ran and is acked: a failure is only logged.
       store(
@@ -245,10 +250,7 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
               noted(StoreFailure{"complete_async failed before sending"});
             }
           },
-          [value = std::move(value)](const std::shared_ptr<Delivering>& self, bool) {
-            self->settle(
-                ErasedOutcome{Status::kExecuted, value, self->claim_->fence, std::nullopt});
-          });
+          [executed](const std::shared_ptr<Delivering>& self, bool) { self->settle(executed); });
       return;
     }
     handler_failed(std::get<std::exception_ptr>(std::move(result)));
@@ -281,8 +283,23 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
         });
   }
 
+  // Answers the acked delivery before its complete: this delivery is counted until it ends,
+  // and until then this process answers the key's later deliveries as the store will once the
+  // complete lands (DONE, the response stored) instead of making them wait for it.
+  void answer_early(const ErasedOutcome& executed) {
+    ticket_ = PendingCompletes::Ticket(shared_->answer_first);
+    if (flight_) {
+      flight_->decide(executed, ErasedOutcome{Status::kReplayed, executed.value, 0, std::nullopt});
+    }
+    answer_with(executed);
+  }
+
   void settle(const ErasedOutcome& outcome) {
     if (flight_) flight_->settle(outcome);
+    if (!answered_) answer_with(outcome);
+  }
+
+  void answer_with(const ErasedOutcome& outcome) {
     const Outcome<PushResponse> typed(outcome.status,
                                       std::static_pointer_cast<const PushResponse>(outcome.value),
                                       outcome.fence, outcome.lease_expiry);
@@ -310,6 +327,8 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
     }
   }
 
+  // First, so last to go: an early answer's count ends once all else of it has.
+  PendingCompletes::Ticket ticket_;
   std::shared_ptr<const Shared> shared_;
   std::shared_ptr<const PushRequest> request_;
   Respond respond_;
@@ -345,13 +364,15 @@ void run_blocking_path(const std::shared_ptr<const Shared>& shared,
 }  // namespace
 
 AsyncPushHandler idempotent_async(IdempotentOptions options, AsyncResponseHandler handler,
-                                  RunBlocking run_blocking) {
+                                  RunBlocking run_blocking,
+                                  std::shared_ptr<PendingCompletes> answer_before_complete) {
   if (!handler) throw std::invalid_argument("idempotent_async: the handler is empty");
   if (!run_blocking) throw std::invalid_argument("idempotent_async: run_blocking is empty");
   auto shared = std::make_shared<Shared>();
   shared->blocking = detail::make_wrapper(std::move(options), awaited(handler));
   shared->handler = std::move(handler);
   shared->run_blocking = std::move(run_blocking);
+  shared->answer_first = std::move(answer_before_complete);
   shared->hooks.type = typeid(PushResponse);
   shared->hooks.decode = [](const std::string& bytes) -> std::shared_ptr<const void> {
     return std::make_shared<const PushResponse>(Codec<PushResponse>{}.decode(bytes));

@@ -22,6 +22,14 @@
 #include <thread>
 #include <vector>
 
+#ifdef GATEWAY_SQLITE_LOCK_TESTS
+#include <sqlite3.h>
+
+#include <fstream>
+
+#include "idempotency/open_backend.h"
+#endif
+
 #include "gateway_client.h"
 #include "support/child_process.h"
 #include "support/eventually.h"
@@ -370,6 +378,13 @@ TEST_F(GATEWAY_PUBSUB_SUITE, HealthReadinessAndMetricsAreServed) {
   EXPECT_EQ(send(gateway->port(), "GET", "/healthz").status, 200);
   EXPECT_EQ(send(gateway->port(), "GET", "/readyz").status, 200);
   ASSERT_EQ(post(gateway->port(), envelope("m-metrics")), 201);
+  // The ack goes out before the complete; once the complete has landed, the duplicate is
+  // answered from the store (a second claim) rather than from this process's flight.
+  const std::string completed =
+      R"(idempotency_gateway_backend_duration_seconds_bucket{operation="complete",le="+Inf"} 1)";
+  ASSERT_TRUE(eventually([&] {
+    return send(gateway->port(), "GET", "/metrics").body.find(completed) != std::string::npos;
+  }));
   ASSERT_EQ(post(gateway->port(), envelope("m-metrics")), 204);
   const auto metrics = send(gateway->port(), "GET", "/metrics");
   EXPECT_EQ(metrics.status, 200);
@@ -498,6 +513,46 @@ TEST_F(GATEWAY_KEY_SUITE, AnUnreachableUpstreamIs502AndTheKeyIsReleased) {
 }
 
 // --- start-up checks: backend-independent, built into the SQLite program only -----------
+
+#ifdef GATEWAY_SQLITE_LOCK_TESTS
+// Whether process `pid` runs still: exited, it is a zombie until reaped ('Z' in its stat).
+bool running(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
+}
+
+// The ack waits on no store write, and SIGTERM does not end the gateway before the completes
+// of the pushes it acked. The test holds SQLite's write lock from outside while the upstream
+// works, so the push's complete cannot land until the test lets go.
+TEST_F(GATEWAY_PUBSUB_SUITE, AnAckedPushsCompleteLandsBeforeTheGatewayExits) {
+  auto gateway = start_gateway();
+  ASSERT_EQ(post(gateway->port(), envelope("m-warm")), 201);  // the schema is in place
+  const auto body = envelope("m-drain", {{"test_behavior", "slow"}, {"test_sleep_ms", "300"}});
+  std::atomic<int> status = 0;
+  std::thread pusher([&] { status = post(gateway->port(), body); });
+  wait_for_calls("m-drain", 1);  // claimed, the upstream at work
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(dir_.file("idem.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  pusher.join();
+  EXPECT_EQ(status, 201) << "acked while no store write can land";
+
+  ASSERT_EQ(::kill(gateway->pid(), SIGTERM), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(running(gateway->pid())) << "it exited before the acked push's complete landed";
+  ASSERT_EQ(sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  EXPECT_EQ(gateway->terminate(), 0);
+
+  auto store = open_backend(backend_url_, {});
+  const auto record = store->inspect(prefix_ + "m-drain");
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->state, RecordState::kDone) << "the key would stay held for its lease";
+}
+#endif  // GATEWAY_SQLITE_LOCK_TESTS
 
 #ifdef GATEWAY_FLAG_TESTS
 // Runs a program to its exit (bounded), returning its exit code and what it wrote to stderr.

@@ -30,12 +30,14 @@
 #include "idempotency/forwarding_backend.h"
 #include "idempotency/memory_lock.h"
 #include "push_envelope.h"
+#include "support/eventually.h"
 #include "support/faulty_backend.h"
 #include "support/log_capture.h"
 
 namespace idempotency::pubsub {
 namespace {
 
+using idempotency::testing::eventually;
 using idempotency::testing::FaultyBackend;
 using idempotency::testing::LogCapture;
 using testing::push;
@@ -159,6 +161,7 @@ class IdempotentAsyncTest : public ::testing::TestWithParam<Mode> {
   std::vector<std::thread> answerers_;
 
   void TearDown() override {
+    faulty_->let_completes_go();
     release();
     sends_async_->join();
     threads_.join();  // every delivery has started its handler
@@ -178,7 +181,8 @@ class IdempotentAsyncTest : public ::testing::TestWithParam<Mode> {
     held_cv_.notify_all();
   }
 
-  AsyncPushHandler wrap(IdempotentOptions options = {}) {
+  AsyncPushHandler wrap(IdempotentOptions options = {},
+                        std::shared_ptr<PendingCompletes> answer_first = nullptr) {
     options.backend = store_;
     options.on_outcome = [this](const OutcomeEvent& e) {
       std::lock_guard lock(outcomes_mutex_);
@@ -201,7 +205,8 @@ class IdempotentAsyncTest : public ::testing::TestWithParam<Mode> {
             done(script_.answer(d));
           });
         },
-        [this](std::function<void()> work) { threads_.run(std::move(work)); });
+        [this](std::function<void()> work) { threads_.run(std::move(work)); },
+        std::move(answer_first));
   }
 
   // Sends one request and waits for its answer.
@@ -221,6 +226,12 @@ class IdempotentAsyncTest : public ::testing::TestWithParam<Mode> {
   std::vector<DeliveryOutcome> outcomes() {
     std::lock_guard lock(outcomes_mutex_);
     return outcomes_;
+  }
+
+  // The answer, if it comes within a hang guard (not a timing: generous for a loaded box).
+  static std::optional<PushResponse> answered(std::future<PushResponse>& answer) {
+    if (answer.wait_for(std::chrono::seconds(20)) != std::future_status::ready) return {};
+    return answer.get();
   }
 };
 
@@ -267,6 +278,83 @@ TEST_P(IdempotentAsyncTest, ADeferredAnswerIsStoredAndAConcurrentDuplicateJoinsI
   ASSERT_EQ(seen.size(), 2U);
   EXPECT_NE(std::find(seen.begin(), seen.end(), DeliveryOutcome::kHandled), seen.end());
   EXPECT_EQ(send(handle, push("m-join")).status, 204);
+}
+
+// answer_before_complete: the ack waits on no store write.
+TEST_P(IdempotentAsyncTest, AnsweredBeforeItsCompleteTheAckWaitsOnNoStoreWrite) {
+  script_.deferred = true;
+  auto pending = std::make_shared<PendingCompletes>();
+  auto handle = wrap({}, pending);
+  faulty_->hold_completes();
+  auto first = start(handle, push("m-early"));
+  release();
+  const auto acked = answered(first);
+  ASSERT_TRUE(acked) << "not answered while its complete is held";
+  EXPECT_EQ(acked->status, 200);
+  ASSERT_TRUE(eventually([&] { return faulty_->completes_held == 1; }));
+  EXPECT_EQ(pending->count(), 1U);
+  ASSERT_TRUE(memory_->inspect("m-early").has_value());
+  EXPECT_EQ(memory_->inspect("m-early")->state, RecordState::kClaimed);
+  // Redelivered meanwhile to this process: a duplicate at once, as the store will answer it.
+  auto redelivered = start(handle, push("m-early"));
+  const auto duplicate = answered(redelivered);
+  ASSERT_TRUE(duplicate) << "the redelivery waits for the complete";
+  EXPECT_EQ(duplicate->status, 204);
+  EXPECT_EQ(faulty_->claims, 1) << "answered without a claim";
+
+  faulty_->let_completes_go();
+  pending->wait();
+  EXPECT_EQ(pending->count(), 0U);
+  EXPECT_EQ(memory_->inspect("m-early")->state, RecordState::kDone);
+  EXPECT_EQ(send(handle, push("m-early")).status, 204) << "and by the store once it landed";
+  EXPECT_EQ(faulty_->claims, 2);
+  EXPECT_EQ(runs_, 1);
+  EXPECT_EQ(outcomes(), (std::vector{DeliveryOutcome::kHandled, DeliveryOutcome::kDuplicate,
+                                     DeliveryOutcome::kDuplicate}));
+}
+
+TEST_P(IdempotentAsyncTest, AnsweredBeforeItsCompleteAJoinedDeliveryIsAnsweredWithIt) {
+  script_.deferred = true;
+  auto pending = std::make_shared<PendingCompletes>();
+  auto handle = wrap({.replay_stored_response = true}, pending);
+  faulty_->hold_completes();
+  auto first = start(handle, push("m-early-join"));
+  auto second = start(handle, push("m-early-join"));  // joins the flight, registered at once
+  release();
+  const auto acked = answered(first);
+  const auto joined = answered(second);
+  ASSERT_TRUE(acked && joined) << "not answered while the complete is held";
+  EXPECT_EQ(acked->status, 200);
+  EXPECT_EQ(joined->status, 200) << "the owner's answer, before its complete lands";
+  ASSERT_TRUE(eventually([&] { return faulty_->completes_held == 1; }));
+  // A redelivery now gets the stored response replayed, as from the store.
+  auto redelivered = start(handle, push("m-early-join"));
+  const auto third = answered(redelivered);
+  ASSERT_TRUE(third) << "the redelivery waits for the complete";
+  EXPECT_EQ(third->status, 200);
+  EXPECT_EQ(faulty_->claims, 1);
+  faulty_->let_completes_go();
+  pending->wait();
+  EXPECT_EQ(runs_, 1);
+  auto seen = outcomes();
+  std::sort(seen.begin(), seen.end());
+  auto expected =
+      std::vector{DeliveryOutcome::kHandled, DeliveryOutcome::kJoined, DeliveryOutcome::kReplayed};
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(seen, expected);
+}
+
+TEST_P(IdempotentAsyncTest, ByDefaultTheAnswerWaitsForTheComplete) {
+  script_.deferred = true;
+  auto handle = wrap();
+  faulty_->hold_completes();
+  auto first = start(handle, push("m-in-order"));
+  release();
+  ASSERT_TRUE(eventually([&] { return faulty_->completes_held == 1; }));
+  EXPECT_EQ(first.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
+  faulty_->let_completes_go();
+  EXPECT_EQ(first.get().status, 200);
+  EXPECT_EQ(memory_->inspect("m-in-order")->state, RecordState::kDone);
 }
 
 TEST_P(IdempotentAsyncTest, ANackReleasesTheKeySoTheRedeliveryRunsAgain) {

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 
 #include "idempotency/errors.h"
 #include "idempotency/forwarding_backend.h"
@@ -33,6 +35,22 @@ class FaultyBackend final : public ForwardingBackend {
   std::atomic<int> claims{0};
   std::atomic<int> completes{0};
   std::atomic<int> releases{0};
+  /// How many complete() calls are waiting at the gate now.
+  std::atomic<int> completes_held{0};
+
+  /// hold_completes() makes every complete() wait, before reaching the store, until
+  /// let_completes_go().
+  void hold_completes() {
+    std::lock_guard lock(gate_mutex_);
+    gate_closed_ = true;
+  }
+  void let_completes_go() {
+    {
+      std::lock_guard lock(gate_mutex_);
+      gate_closed_ = false;
+    }
+    gate_.notify_all();
+  }
 
  protected:
   ClaimResult do_claim(std::string_view key, std::chrono::milliseconds lease,
@@ -44,6 +62,14 @@ class FaultyBackend final : public ForwardingBackend {
     return r;
   }
   bool do_complete(const Claim& claim, std::optional<std::string> result) override {
+    {
+      std::unique_lock lock(gate_mutex_);
+      if (gate_closed_) {
+        ++completes_held;
+        gate_.wait(lock, [this] { return !gate_closed_; });
+        --completes_held;
+      }
+    }
     ++completes;
     if (fail_complete) throw StoreError("injected: complete failed");
     if (fence_out_complete) return false;
@@ -57,6 +83,11 @@ class FaultyBackend final : public ForwardingBackend {
     if (fail_release_oddly) throw 42;  // NOLINT(hicpp-exception-baseclass): the point
     ForwardingBackend::do_release(claim);
   }
+
+ private:
+  std::mutex gate_mutex_;
+  std::condition_variable gate_;
+  bool gate_closed_ = false;
 };
 
 }  // namespace idempotency::testing

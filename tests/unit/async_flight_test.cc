@@ -117,6 +117,60 @@ TEST(AsyncFlight, AnAsynchronousCallerJoinsABlockingOwner) {
   EXPECT_EQ(*std::static_pointer_cast<const std::string>(got.outcome->value), "5");
 }
 
+// decide(): the owner's outcome is out before its store write ends (an early answer).
+TEST(AsyncFlight, ADecidedOutcomeReachesJoinersAtOnceAndLaterCallersAsDone) {
+  InMemoryLock backend;
+  auto owner = begin_async_flight("k-7", backend, typeid(int), unexpected());
+  ASSERT_NE(owner, nullptr);
+  std::promise<Told> early;
+  ASSERT_EQ(begin_async_flight("k-7", backend, typeid(int), into(early)), nullptr);
+  auto value = std::make_shared<const int>(8);
+  owner->decide(ErasedOutcome{Status::kExecuted, value, 4, std::nullopt},
+                ErasedOutcome{Status::kReplayed, value, 0, std::nullopt});
+  // Told now, not at settle(): as joined.
+  auto heard = early.get_future();
+  ASSERT_EQ(heard.wait_for(std::chrono::milliseconds(0)), std::future_status::ready);
+  const Told joined = heard.get();
+  ASSERT_TRUE(joined.outcome.has_value());
+  EXPECT_EQ(joined.outcome->status, Status::kJoined);
+  EXPECT_EQ(joined.outcome->fence, 4);
+  // A caller arriving now is answered on its own thread, before begin_async_flight() returns,
+  // as the store will answer it once the write lands.
+  std::promise<Told> late;
+  ASSERT_EQ(begin_async_flight("k-7", backend, typeid(int), into(late)), nullptr);
+  auto late_heard = late.get_future();
+  ASSERT_EQ(late_heard.wait_for(std::chrono::milliseconds(0)), std::future_status::ready);
+  const Told done = late_heard.get();
+  ASSERT_TRUE(done.outcome.has_value());
+  EXPECT_EQ(done.outcome->status, Status::kReplayed);
+  EXPECT_EQ(*std::static_pointer_cast<const int>(done.outcome->value), 8);
+  // The flight lasts until settle(): only then does the next caller own a new one.
+  owner->settle(ErasedOutcome{Status::kExecuted, value, 4, std::nullopt});
+  EXPECT_NE(begin_async_flight("k-7", backend, typeid(int), unexpected()), nullptr);
+}
+
+TEST(AsyncFlight, ABlockingCallerWaitsPastADecisionForTheSettlement) {
+  InMemoryLock backend;
+  auto owner = begin_async_flight("k-8", backend, typeid(std::string), unexpected());
+  auto value = std::make_shared<const std::string>("8");
+  owner->decide(ErasedOutcome{Status::kExecuted, value, 1, std::nullopt},
+                ErasedOutcome{Status::kReplayed, value, 0, std::nullopt});
+  int runs = 0;
+  std::promise<Status> status;
+  auto got = status.get_future();
+  std::jthread joiner([&] {
+    auto outcome = once("k-8", backend, [&runs] { return std::to_string(++runs); });
+    status.set_value(outcome.status());
+  });
+  EXPECT_EQ(got.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout)
+      << "a blocking caller does not take a decision for the store's answer";
+  owner->settle(ErasedOutcome{Status::kExecuted, value, 1, std::nullopt});
+  // Joined, or (had the thread started only after the settlement) the owner of a new flight.
+  const Status joined = got.get();
+  EXPECT_TRUE(joined == Status::kJoined || joined == Status::kExecuted);
+  EXPECT_EQ(runs, joined == Status::kJoined ? 0 : 1);
+}
+
 TEST(AsyncFlight, JoiningWithAnotherResultTypeIsALogicError) {
   InMemoryLock backend;
   auto owner = begin_async_flight("k-6", backend, typeid(int), unexpected());

@@ -102,6 +102,11 @@ class AsyncFlight {
   AsyncFlight(const AsyncFlight&) = delete;
   AsyncFlight& operator=(const AsyncFlight&) = delete;
 
+  /// decide() publishes the owner's outcome before its store write has ended: the callers
+  /// joined without blocking receive it now, and those that join from then on receive
+  /// `as_done` at once (what a claim finds once the write ends). Callers blocked in
+  /// run_once() still wait for settle() or fail(), which must follow.
+  void decide(const ErasedOutcome& outcome, ErasedOutcome as_done) noexcept;
   /// settle() publishes the owner's outcome to the joined callers and ends the flight.
   void settle(ErasedOutcome outcome) noexcept;
   /// fail() publishes the owner's exception to the joined callers and ends the flight.
@@ -119,8 +124,9 @@ using JoinCallback =
 
 /// begin_async_flight() makes the caller this process's owner of (backend, key); or, when a
 /// flight for it already runs, joins it without blocking: returns null, and `on_joined` is
-/// called when that flight ends. Throws `std::invalid_argument` for a bad key and
-/// `std::logic_error` when the running flight's result type is another.
+/// called when that flight ends (at once, on this thread, when its outcome is decided). Throws
+/// `std::invalid_argument` for a bad key and `std::logic_error` when the running flight's result
+/// type is another.
 [[nodiscard]] std::unique_ptr<AsyncFlight> begin_async_flight(std::string_view key,
                                                               const LockBackend& backend,
                                                               std::type_index type,

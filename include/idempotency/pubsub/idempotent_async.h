@@ -27,9 +27,12 @@
 // Thread safety: the returned callable may be called from any number of threads.
 #pragma once
 
+#include <condition_variable>
+#include <cstddef>
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <variant>
 
 #include "idempotency/pubsub/idempotent.h"
@@ -57,11 +60,54 @@ using Respond = std::function<void(PushResponse)>;
 /// An asynchronous push handler: request in, the answer through `respond`.
 using AsyncPushHandler = std::function<void(std::shared_ptr<const PushRequest>, Respond respond)>;
 
+/// PendingCompletes counts the completes that idempotent_async() still runs after answering
+/// (its `answer_before_complete`). Wait on it before the backend or `run_blocking`'s threads
+/// go, or a delivery already acked keeps its key held until its lease lapses.
+///
+/// Thread safety: every member may be called from any thread.
+class PendingCompletes {
+ public:
+  /// One complete running after its answer; counted until destroyed.
+  class Ticket {
+   public:
+    Ticket() = default;
+    /// Counts one more on `pending`.
+    explicit Ticket(std::shared_ptr<PendingCompletes> pending);
+    Ticket(Ticket&&) noexcept = default;
+    Ticket& operator=(Ticket&&) noexcept;
+    Ticket(const Ticket&) = delete;
+    Ticket& operator=(const Ticket&) = delete;
+    ~Ticket();
+
+   private:
+    std::shared_ptr<PendingCompletes> pending_;
+  };
+
+  /// wait() blocks until no complete is running after its answer.
+  void wait();
+  /// count() is how many are running now.
+  [[nodiscard]] std::size_t count() const;
+
+ private:
+  void end() noexcept;
+
+  mutable std::mutex mutex_;
+  std::condition_variable idle_;
+  std::size_t count_ = 0;
+};
+
 /// idempotent_async() wraps `handler`; claims and completes a backend sends asynchronously are
 /// sent, other store calls that may block, and the blocking path, run on `run_blocking`. Throws
 /// `std::invalid_argument` as idempotent() does, and when `handler` or `run_blocking` is empty.
-[[nodiscard]] AsyncPushHandler idempotent_async(IdempotentOptions options,
-                                                AsyncResponseHandler handler,
-                                                RunBlocking run_blocking);
+///
+/// With `answer_before_complete`, a delivery the handler acked is answered as soon as it has,
+/// on the asynchronous path: its complete, and the end of this process's flight for the key,
+/// run after the answer, and are counted there until they end. The ack then waits on no store
+/// write. Nothing else changes: a failed complete was acked anyway (it is logged), a delivery
+/// of the key arriving meanwhile in this process is answered as a duplicate at once, and one
+/// elsewhere finds the key held until the complete lands.
+[[nodiscard]] AsyncPushHandler idempotent_async(
+    IdempotentOptions options, AsyncResponseHandler handler, RunBlocking run_blocking,
+    std::shared_ptr<PendingCompletes> answer_before_complete = nullptr);
 
 }  // namespace idempotency::pubsub
