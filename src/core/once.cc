@@ -258,6 +258,8 @@ void hand_off(const TableKey& k, const std::shared_ptr<Flight>& flight) {
   {
     std::lock_guard tl(table.mutex);
     std::lock_guard fl(flight->mutex);
+    // A decision taken before the owner went is not the next owner's: arrivals join it.
+    flight->decided.reset();
     if (flight->waiters > 0) {
       flight->phase = Flight::Phase::kHandoff;
       flight->owner = std::thread::id();

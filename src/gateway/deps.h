@@ -35,7 +35,7 @@ struct GatewayDeps {
   pubsub::RunBlocking run_blocking;
   /// Pushes acked before their completes (pubsub mode), waited for before the store and the
   /// workers go.
-  std::shared_ptr<pubsub::PendingCompletes> pending_completes;
+  std::shared_ptr<pubsub::PendingDeliveries> pending_deliveries;
 };
 
 }  // namespace idempotency::gateway

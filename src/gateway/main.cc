@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
       .authenticate = std::move(authenticate),
       .loop = loop,
       .run_blocking = run_blocking,
-      .pending_completes = std::make_shared<idem::pubsub::PendingCompletes>(),
+      .pending_deliveries = std::make_shared<idem::pubsub::PendingDeliveries>(),
   };
   idem::pubsub::AsyncPushHandler handler =
       config.mode == gw::Mode::kPubsub
@@ -186,6 +186,6 @@ int main(int argc, char** argv) {
   // Every push is answered; those acked before their completes are not finished until the
   // completes land, or their keys would stay held until their leases lapse. The workers and
   // the store are still here for them.
-  deps.pending_completes->wait();
+  deps.pending_deliveries->wait();
   return exit_code;
 }

@@ -129,7 +129,7 @@ pubsub::AsyncPushHandler make_pubsub_handler(const Config& config, const Gateway
   // Pub/Sub waits on the ack alone: it goes out as soon as the upstream has acted, and the
   // complete follows it (DECISIONS.md, "The ack does not wait for the complete").
   return pubsub::idempotent_async(std::move(options), std::move(forward), deps.run_blocking,
-                                  deps.pending_completes);
+                                  deps.pending_deliveries);
 }
 
 }  // namespace idempotency::gateway

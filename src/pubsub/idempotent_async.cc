@@ -58,8 +58,8 @@ struct Shared {
   std::shared_ptr<const Wrapper> blocking;  // its handler awaits `handler`
   AsyncResponseHandler handler;
   RunBlocking run_blocking;
-  idempotency::detail::OnceHooks hooks;            // the PushResponse type and decoder, for replays
-  std::shared_ptr<PendingCompletes> answer_first;  // set: acks go out before their completes
+  idempotency::detail::OnceHooks hooks;  // the PushResponse type and decoder, for replays
+  std::shared_ptr<PendingDeliveries> answer_first;  // set: acks go out before their completes
 };
 
 // One guarded delivery in flight; every step holds it alive until it is answered.
@@ -67,7 +67,9 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
  public:
   Delivering(std::shared_ptr<const Shared> shared, std::shared_ptr<const PushRequest> request,
              Respond respond, detail::Admission admission, LockBackend& backend)
-      : shared_(std::move(shared)),
+      : ticket_(shared->answer_first ? PendingDeliveries::Ticket(shared->answer_first)
+                                     : PendingDeliveries::Ticket()),
+        shared_(std::move(shared)),
         request_(std::move(request)),
         respond_(std::move(respond)),
         message_(std::move(*admission.message)),
@@ -78,7 +80,17 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
   // dropped a step). Its work may have happened, so this is an unknown outcome: the key stays
   // held until its lease lapses, and the delivery is nacked.
   ~Delivering() {
-    if (answered_) return;
+    if (answered_) {
+      // Acked before its complete, whose step was then dropped: the key stays held until its
+      // lease lapses, and a redelivery after that may run the work again.
+      if (complete_pending_) {
+        log(LogRecord{Severity::kError, "complete_dropped",
+                      "an acked delivery's complete never ran; the key stays held until its "
+                      "lease lapses",
+                      detail::context(message_, key_)});
+      }
+      return;
+    }
     if (keeper_) keeper_->stop();
     if (claim_) idempotency::detail::keep_after_unknown_outcome(*claim_);
     fail(std::make_exception_ptr(
@@ -228,8 +240,15 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
       }
       const ErasedOutcome executed{Status::kExecuted, std::move(value), claim_->fence,
                                    std::nullopt};
-      if (shared_->answer_first) answer_early(executed);
+      const bool early = shared_->answer_first != nullptr;
+      // Answered before the complete only where the complete runs inline: elsewhere it is
+      // sent or queued first, which costs the answer nothing and shortens the time another
+      // instance finds the key held.
+      const bool inline_complete = !backend_.may_block() && !backend_.sends_async();
+      if (early) decide(executed);
+      if (early && inline_complete) answer_with(executed);
       keeper_->stop();  // no renewal may race the completion
+      complete_pending_ = early;
       // Whatever the store answers, the work ran and is acked: a failure is only logged.
       store(
           [self = shared_from_this()] {
@@ -250,7 +269,12 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
               noted(StoreFailure{"complete_async failed before sending"});
             }
           },
-          [executed](const std::shared_ptr<Delivering>& self, bool) { self->settle(executed); });
+          [executed](const std::shared_ptr<Delivering>& self, bool) {
+            self->complete_pending_ = false;
+            self->settle(executed);
+          });
+      // The complete's own thread may have answered already, after it: answer() tells.
+      if (early && !inline_complete) answer_with(executed);
       return;
     }
     handler_failed(std::get<std::exception_ptr>(std::move(result)));
@@ -283,15 +307,12 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
         });
   }
 
-  // Answers the acked delivery before its complete: this delivery is counted until it ends,
-  // and until then this process answers the key's later deliveries as the store will once the
-  // complete lands (DONE, the response stored) instead of making them wait for it.
-  void answer_early(const ErasedOutcome& executed) {
-    ticket_ = PendingCompletes::Ticket(shared_->answer_first);
+  // The outcome is decided before the complete lands: this process answers the key's later
+  // deliveries as the store will then (DONE, the response stored) instead of making them wait.
+  void decide(const ErasedOutcome& executed) {
     if (flight_) {
       flight_->decide(executed, ErasedOutcome{Status::kReplayed, executed.value, 0, std::nullopt});
     }
-    answer_with(executed);
   }
 
   void settle(const ErasedOutcome& outcome) {
@@ -311,24 +332,28 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
     answer([&] { return wrapper().failed(error, seen(), key_); });
   }
 
-  // Answers once; an answer that cannot be built (std::bad_alloc) is still answered, as a nack.
+  // Answers once, from whichever thread comes first; an answer that cannot be built
+  // (std::bad_alloc) is still answered, as a nack.
   template <class Build>
   void answer(Build build) noexcept {
-    answered_ = true;
+    if (answered_.exchange(true)) return;
     PushResponse response;
     try {
       response = build();
     } catch (...) {
       response = PushResponse{.status = 500};
     }
+    // Let go of with the answer: what it holds (the connection) is not kept until the
+    // complete that may follow.
+    Respond respond = std::move(respond_);
     try {
-      respond_(std::move(response));
+      respond(std::move(response));
     } catch (...) {  // NOLINT(bugprone-empty-catch): the caller's callback failed; nothing to add
     }
   }
 
-  // First, so last to go: an early answer's count ends once all else of it has.
-  PendingCompletes::Ticket ticket_;
+  // First, so last to go: the delivery is counted until all else of it has gone.
+  PendingDeliveries::Ticket ticket_;
   std::shared_ptr<const Shared> shared_;
   std::shared_ptr<const PushRequest> request_;
   Respond respond_;
@@ -340,7 +365,8 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
   std::optional<std::string> result_bytes_;  // the handler's answer encoded, until completed
   std::optional<LeaseKeeper> keeper_;
   std::atomic<bool> handler_called_{false};  // the handler's `done` (or its throw) was taken
-  bool answered_ = false;
+  std::atomic<bool> answered_{false};        // the complete's thread and the handler's may race
+  bool complete_pending_ = false;            // answered, and the complete not yet ended
 };
 
 // The blocking path, on run_blocking: everything idempotent() does, the handler awaited.
@@ -365,7 +391,7 @@ void run_blocking_path(const std::shared_ptr<const Shared>& shared,
 
 AsyncPushHandler idempotent_async(IdempotentOptions options, AsyncResponseHandler handler,
                                   RunBlocking run_blocking,
-                                  std::shared_ptr<PendingCompletes> answer_before_complete) {
+                                  std::shared_ptr<PendingDeliveries> answer_before_complete) {
   if (!handler) throw std::invalid_argument("idempotent_async: the handler is empty");
   if (!run_blocking) throw std::invalid_argument("idempotent_async: run_blocking is empty");
   auto shared = std::make_shared<Shared>();

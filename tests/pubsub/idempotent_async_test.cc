@@ -182,7 +182,7 @@ class IdempotentAsyncTest : public ::testing::TestWithParam<Mode> {
   }
 
   AsyncPushHandler wrap(IdempotentOptions options = {},
-                        std::shared_ptr<PendingCompletes> answer_first = nullptr) {
+                        std::shared_ptr<PendingDeliveries> answer_first = nullptr) {
     options.backend = store_;
     options.on_outcome = [this](const OutcomeEvent& e) {
       std::lock_guard lock(outcomes_mutex_);
@@ -283,7 +283,7 @@ TEST_P(IdempotentAsyncTest, ADeferredAnswerIsStoredAndAConcurrentDuplicateJoinsI
 // answer_before_complete: the ack waits on no store write.
 TEST_P(IdempotentAsyncTest, AnsweredBeforeItsCompleteTheAckWaitsOnNoStoreWrite) {
   script_.deferred = true;
-  auto pending = std::make_shared<PendingCompletes>();
+  auto pending = std::make_shared<PendingDeliveries>();
   auto handle = wrap({}, pending);
   faulty_->hold_completes();
   auto first = start(handle, push("m-early"));
@@ -315,7 +315,7 @@ TEST_P(IdempotentAsyncTest, AnsweredBeforeItsCompleteTheAckWaitsOnNoStoreWrite) 
 
 TEST_P(IdempotentAsyncTest, AnsweredBeforeItsCompleteAJoinedDeliveryIsAnsweredWithIt) {
   script_.deferred = true;
-  auto pending = std::make_shared<PendingCompletes>();
+  auto pending = std::make_shared<PendingDeliveries>();
   auto handle = wrap({.replay_stored_response = true}, pending);
   faulty_->hold_completes();
   auto first = start(handle, push("m-early-join"));
@@ -342,6 +342,25 @@ TEST_P(IdempotentAsyncTest, AnsweredBeforeItsCompleteAJoinedDeliveryIsAnsweredWi
       std::vector{DeliveryOutcome::kHandled, DeliveryOutcome::kJoined, DeliveryOutcome::kReplayed};
   std::sort(expected.begin(), expected.end());
   EXPECT_EQ(seen, expected);
+}
+
+// What the answer callback holds (the gateway's connection) goes with the answer, not with
+// the complete that follows it.
+TEST_P(IdempotentAsyncTest, AnsweredBeforeItsCompleteTheAnswerCallbackIsLetGo) {
+  script_.deferred = true;
+  auto handle = wrap({}, std::make_shared<PendingDeliveries>());
+  faulty_->hold_completes();
+  auto held = std::make_shared<int>(0);
+  const std::weak_ptr<int> watch = held;
+  auto answer = std::make_shared<std::promise<int>>();
+  auto status = answer->get_future();
+  handle(std::make_shared<const PushRequest>(push("m-let-go")),
+         [held = std::move(held), answer](PushResponse r) { answer->set_value(r.status); });
+  release();
+  ASSERT_EQ(status.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_EQ(status.get(), 200);
+  ASSERT_TRUE(eventually([&] { return faulty_->completes_held == 1; }));
+  EXPECT_TRUE(watch.expired()) << "kept until the complete lands";
 }
 
 TEST_P(IdempotentAsyncTest, ByDefaultTheAnswerWaitsForTheComplete) {

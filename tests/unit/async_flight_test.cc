@@ -171,6 +171,41 @@ TEST(AsyncFlight, ABlockingCallerWaitsPastADecisionForTheSettlement) {
   EXPECT_EQ(runs, joined == Status::kJoined ? 0 : 1);
 }
 
+TEST(AsyncFlight, AnOwnerDroppedAfterADecisionLeavesNoDecisionBehind) {
+  InMemoryLock backend;
+  auto owner = begin_async_flight("k-9", backend, typeid(std::string), unexpected());
+  auto decided = std::make_shared<const std::string>("9");
+  owner->decide(ErasedOutcome{Status::kExecuted, decided, 1, std::nullopt},
+                ErasedOutcome{Status::kReplayed, decided, 0, std::nullopt});
+  std::promise<void> running;
+  std::promise<void> finish;
+  std::promise<Status> status;
+  std::jthread blocking([&] {
+    auto outcome = once("k-9", backend, [&] {
+      running.set_value();
+      finish.get_future().wait();
+      return std::string("10");
+    });
+    status.set_value(outcome.status());
+  });
+  // Most often the blocking caller waits by now and takes the flight over; otherwise it
+  // starts a new one. Either way it runs as the owner once `running` is set.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  owner.reset();  // dropped without a settlement
+  running.get_future().wait();
+  std::promise<Told> told;
+  ASSERT_EQ(begin_async_flight("k-9", backend, typeid(std::string), into(told)), nullptr);
+  auto heard = told.get_future();
+  EXPECT_EQ(heard.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout)
+      << "answered with the dropped owner's decision";
+  finish.set_value();
+  const Told got = heard.get();
+  ASSERT_TRUE(got.outcome.has_value());
+  EXPECT_EQ(got.outcome->status, Status::kJoined);
+  EXPECT_EQ(*std::static_pointer_cast<const std::string>(got.outcome->value), "10");
+  EXPECT_EQ(status.get_future().get(), Status::kExecuted);
+}
+
 TEST(AsyncFlight, JoiningWithAnotherResultTypeIsALogicError) {
   InMemoryLock backend;
   auto owner = begin_async_flight("k-6", backend, typeid(int), unexpected());

@@ -60,19 +60,20 @@ using Respond = std::function<void(PushResponse)>;
 /// An asynchronous push handler: request in, the answer through `respond`.
 using AsyncPushHandler = std::function<void(std::shared_ptr<const PushRequest>, Respond respond)>;
 
-/// PendingCompletes counts the completes that idempotent_async() still runs after answering
-/// (its `answer_before_complete`). Wait on it before the backend or `run_blocking`'s threads
-/// go, or a delivery already acked keeps its key held until its lease lapses.
+/// PendingDeliveries counts the deliveries idempotent_async() has taken on the asynchronous
+/// path and not yet finished, answered or not: with `answer_before_complete`, an acked one is
+/// finished when its complete has ended. Wait on it before the backend or `run_blocking`'s
+/// threads go, or a delivery already acked keeps its key held until its lease lapses.
 ///
 /// Thread safety: every member may be called from any thread.
-class PendingCompletes {
+class PendingDeliveries {
  public:
-  /// One complete running after its answer; counted until destroyed.
+  /// One delivery not yet finished; counted until destroyed.
   class Ticket {
    public:
     Ticket() = default;
     /// Counts one more on `pending`.
-    explicit Ticket(std::shared_ptr<PendingCompletes> pending);
+    explicit Ticket(std::shared_ptr<PendingDeliveries> pending);
     Ticket(Ticket&&) noexcept = default;
     Ticket& operator=(Ticket&&) noexcept;
     Ticket(const Ticket&) = delete;
@@ -80,10 +81,11 @@ class PendingCompletes {
     ~Ticket();
 
    private:
-    std::shared_ptr<PendingCompletes> pending_;
+    std::shared_ptr<PendingDeliveries> pending_;
   };
 
-  /// wait() blocks until no complete is running after its answer.
+  /// wait() blocks until every delivery counted has finished: as long as the handler (the
+  /// gateway's upstream timeout) and the store calls (their own timeouts) may take.
   void wait();
   /// count() is how many are running now.
   [[nodiscard]] std::size_t count() const;
@@ -100,14 +102,16 @@ class PendingCompletes {
 /// sent, other store calls that may block, and the blocking path, run on `run_blocking`. Throws
 /// `std::invalid_argument` as idempotent() does, and when `handler` or `run_blocking` is empty.
 ///
-/// With `answer_before_complete`, a delivery the handler acked is answered as soon as it has,
-/// on the asynchronous path: its complete, and the end of this process's flight for the key,
-/// run after the answer, and are counted there until they end. The ack then waits on no store
-/// write. Nothing else changes: a failed complete was acked anyway (it is logged), a delivery
+/// With `answer_before_complete`, a delivery the handler acked is answered without waiting for
+/// its complete: where the store sends or queues the complete, it is started and the answer
+/// follows at once; where it runs inline (a store that cannot block), the answer goes first.
+/// This process's flight for the key ends with the complete, and every delivery on the
+/// asynchronous path is counted in `answer_before_complete` until it has finished. Nothing
+/// else changes: a failed complete was acked anyway (it is logged), a delivery
 /// of the key arriving meanwhile in this process is answered as a duplicate at once, and one
 /// elsewhere finds the key held until the complete lands.
 [[nodiscard]] AsyncPushHandler idempotent_async(
     IdempotentOptions options, AsyncResponseHandler handler, RunBlocking run_blocking,
-    std::shared_ptr<PendingCompletes> answer_before_complete = nullptr);
+    std::shared_ptr<PendingDeliveries> answer_before_complete = nullptr);
 
 }  // namespace idempotency::pubsub
