@@ -3,7 +3,9 @@
 // either) that they must start over.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <future>
 #include <memory>
@@ -36,12 +38,49 @@ JoinCallback unexpected() {
       [](std::optional<ErasedOutcome>, std::exception_ptr) { FAIL() << "no flight was running"; };
 }
 
+// An asynchronous owner of `key` (an int operation), with one asynchronous caller joined to it
+// that is told into `joined`.
+std::unique_ptr<AsyncFlight> owned_and_joined(InMemoryLock& backend, const std::string& key,
+                                              std::promise<Told>& joined) {
+  auto owner = begin_async_flight(key, backend, typeid(int), unexpected());
+  EXPECT_NE(owner, nullptr);
+  EXPECT_EQ(begin_async_flight(key, backend, typeid(int), into(joined)), nullptr) << "not joined";
+  return owner;
+}
+
+// A blocking once() caller of `key` on a thread of its own; `runs` counts its operation's runs.
+struct BlockingCaller {
+  BlockingCaller(const std::string& key, InMemoryLock& backend)
+      : thread([this, key, &backend] {
+          auto outcome = once(key, backend, [this] { return std::to_string(++runs); });
+          said.set_value(outcome.status());
+        }) {}
+  std::atomic<int> runs{0};
+  std::promise<Status> said;
+  std::future<Status> status = said.get_future();
+  std::jthread thread;  // last: it starts once the rest exists
+};
+
+// After the owner settled, the caller joined it; or, had its thread started only after the
+// settlement, it owned a new flight and ran.
+void expect_joined_or_ran_after(BlockingCaller& caller) {
+  const Status got = caller.status.get();
+  EXPECT_TRUE(got == Status::kJoined || got == Status::kExecuted);
+  EXPECT_EQ(caller.runs, got == Status::kJoined ? 0 : 1);
+}
+
+// The owner decides an execution of `value`: what a claim finds once the write lands is it,
+// replayed.
+void decide_executed(AsyncFlight& owner, std::shared_ptr<const void> value, std::int64_t fence) {
+  owner.decide(ErasedOutcome{Status::kExecuted, value, fence, std::nullopt},
+               ErasedOutcome{Status::kReplayed, value, 0, std::nullopt});
+}
+
 TEST(AsyncFlight, ASecondAsynchronousCallerJoinsAndHearsTheOutcomeAsJoined) {
   InMemoryLock backend;
-  auto owner = begin_async_flight("k-1", backend, typeid(int), unexpected());
-  ASSERT_NE(owner, nullptr);
   std::promise<Told> told;
-  EXPECT_EQ(begin_async_flight("k-1", backend, typeid(int), into(told)), nullptr);
+  auto owner = owned_and_joined(backend, "k-1", told);
+  ASSERT_NE(owner, nullptr);
   auto heard = told.get_future();
   EXPECT_EQ(heard.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
   owner->settle(ErasedOutcome{Status::kExecuted, std::make_shared<const int>(7), 3, std::nullopt});
@@ -56,9 +95,9 @@ TEST(AsyncFlight, ASecondAsynchronousCallerJoinsAndHearsTheOutcomeAsJoined) {
 
 TEST(AsyncFlight, AJoinedCallerHearsTheOwnersError) {
   InMemoryLock backend;
-  auto owner = begin_async_flight("k-2", backend, typeid(int), unexpected());
   std::promise<Told> told;
-  ASSERT_EQ(begin_async_flight("k-2", backend, typeid(int), into(told)), nullptr);
+  auto owner = owned_and_joined(backend, "k-2", told);
+  ASSERT_NE(owner, nullptr);
   owner->fail(std::make_exception_ptr(std::runtime_error("owner failed")));
   const Told got = told.get_future().get();
   EXPECT_FALSE(got.outcome.has_value());
@@ -68,9 +107,9 @@ TEST(AsyncFlight, AJoinedCallerHearsTheOwnersError) {
 
 TEST(AsyncFlight, AnOwnerDroppedWithoutAnOutcomeTellsItsJoinersToStartOver) {
   InMemoryLock backend;
-  auto owner = begin_async_flight("k-3", backend, typeid(int), unexpected());
   std::promise<Told> told;
-  ASSERT_EQ(begin_async_flight("k-3", backend, typeid(int), into(told)), nullptr);
+  auto owner = owned_and_joined(backend, "k-3", told);
+  ASSERT_NE(owner, nullptr);
   owner.reset();
   const Told got = told.get_future().get();
   EXPECT_FALSE(got.outcome.has_value());
@@ -81,19 +120,12 @@ TEST(AsyncFlight, AnOwnerDroppedWithoutAnOutcomeTellsItsJoinersToStartOver) {
 TEST(AsyncFlight, ABlockingOnceCallerJoinsAnAsynchronousOwner) {
   InMemoryLock backend;
   auto owner = begin_async_flight("k-4", backend, typeid(std::string), unexpected());
-  int runs = 0;
-  std::promise<Status> status;
-  std::jthread joiner([&] {
-    auto outcome = once("k-4", backend, [&runs] { return std::to_string(++runs); });
-    status.set_value(outcome.status());
-  });
+  BlockingCaller joiner("k-4", backend);
   // Whether the joiner is already waiting or not, it must not run while the owner runs.
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   owner->settle(
       ErasedOutcome{Status::kExecuted, std::make_shared<const std::string>("41"), 1, std::nullopt});
-  const Status got = status.get_future().get();
-  EXPECT_TRUE(got == Status::kJoined || got == Status::kExecuted);
-  EXPECT_EQ(runs, got == Status::kJoined ? 0 : 1);
+  expect_joined_or_ran_after(joiner);
 }
 
 TEST(AsyncFlight, AnAsynchronousCallerJoinsABlockingOwner) {
@@ -120,13 +152,11 @@ TEST(AsyncFlight, AnAsynchronousCallerJoinsABlockingOwner) {
 // decide(): the owner's outcome is out before its store write ends (an early answer).
 TEST(AsyncFlight, ADecidedOutcomeReachesJoinersAtOnceAndLaterCallersAsDone) {
   InMemoryLock backend;
-  auto owner = begin_async_flight("k-7", backend, typeid(int), unexpected());
-  ASSERT_NE(owner, nullptr);
   std::promise<Told> early;
-  ASSERT_EQ(begin_async_flight("k-7", backend, typeid(int), into(early)), nullptr);
+  auto owner = owned_and_joined(backend, "k-7", early);
+  ASSERT_NE(owner, nullptr);
   auto value = std::make_shared<const int>(8);
-  owner->decide(ErasedOutcome{Status::kExecuted, value, 4, std::nullopt},
-                ErasedOutcome{Status::kReplayed, value, 0, std::nullopt});
+  decide_executed(*owner, value, 4);
   // Told now, not at settle(): as joined.
   auto heard = early.get_future();
   ASSERT_EQ(heard.wait_for(std::chrono::milliseconds(0)), std::future_status::ready);
@@ -153,30 +183,18 @@ TEST(AsyncFlight, ABlockingCallerWaitsPastADecisionForTheSettlement) {
   InMemoryLock backend;
   auto owner = begin_async_flight("k-8", backend, typeid(std::string), unexpected());
   auto value = std::make_shared<const std::string>("8");
-  owner->decide(ErasedOutcome{Status::kExecuted, value, 1, std::nullopt},
-                ErasedOutcome{Status::kReplayed, value, 0, std::nullopt});
-  int runs = 0;
-  std::promise<Status> status;
-  auto got = status.get_future();
-  std::jthread joiner([&] {
-    auto outcome = once("k-8", backend, [&runs] { return std::to_string(++runs); });
-    status.set_value(outcome.status());
-  });
-  EXPECT_EQ(got.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout)
+  decide_executed(*owner, value, 1);
+  BlockingCaller joiner("k-8", backend);
+  EXPECT_EQ(joiner.status.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout)
       << "a blocking caller does not take a decision for the store's answer";
   owner->settle(ErasedOutcome{Status::kExecuted, value, 1, std::nullopt});
-  // Joined, or (had the thread started only after the settlement) the owner of a new flight.
-  const Status joined = got.get();
-  EXPECT_TRUE(joined == Status::kJoined || joined == Status::kExecuted);
-  EXPECT_EQ(runs, joined == Status::kJoined ? 0 : 1);
+  expect_joined_or_ran_after(joiner);
 }
 
 TEST(AsyncFlight, AnOwnerDroppedAfterADecisionLeavesNoDecisionBehind) {
   InMemoryLock backend;
   auto owner = begin_async_flight("k-9", backend, typeid(std::string), unexpected());
-  auto decided = std::make_shared<const std::string>("9");
-  owner->decide(ErasedOutcome{Status::kExecuted, decided, 1, std::nullopt},
-                ErasedOutcome{Status::kReplayed, decided, 0, std::nullopt});
+  decide_executed(*owner, std::make_shared<const std::string>("9"), 1);
   std::promise<void> running;
   std::promise<void> finish;
   std::promise<Status> status;
