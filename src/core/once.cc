@@ -366,17 +366,18 @@ AsyncFlight::~AsyncFlight() {
   if (state_ && !state_->ended) hand_off(state_->key, state_->flight);
 }
 
-void AsyncFlight::decide(const ErasedOutcome& outcome, ErasedOutcome as_done) noexcept {
+void AsyncFlight::decide(const ErasedOutcome& executed) noexcept {
   if (state_->ended) return;
   const std::shared_ptr<Flight>& flight = state_->flight;
   std::vector<JoinCallback> waiting;
   {
     std::lock_guard fl(flight->mutex);
-    flight->decided = std::move(as_done);
+    // As outcome_of_done() reads the record once the write lands: the stored value, replayed.
+    flight->decided = ErasedOutcome{Status::kReplayed, executed.value, 0, std::nullopt};
     waiting.swap(flight->async_waiters);
   }
   // Outside the lock, as finish() tells them: a callback may start another flight.
-  const ErasedOutcome joined = as_joined(outcome);
+  const ErasedOutcome joined = as_joined(executed);
   for (auto& callback : waiting) callback(joined, nullptr);
 }
 

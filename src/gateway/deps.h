@@ -33,8 +33,8 @@ struct GatewayDeps {
   std::shared_ptr<boost::asio::io_context> loop;
   /// Runs work that may block (store calls, the idempotency-key mode) on the worker pool.
   pubsub::RunBlocking run_blocking;
-  /// Pushes acked before their completes (pubsub mode), waited for before the store and the
-  /// workers go.
+  /// The pushes not yet finished (pubsub mode), their completes after the ack included:
+  /// waited for before the store and the workers go.
   std::shared_ptr<pubsub::PendingDeliveries> pending_deliveries;
 };
 

@@ -67,8 +67,7 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
  public:
   Delivering(std::shared_ptr<const Shared> shared, std::shared_ptr<const PushRequest> request,
              Respond respond, detail::Admission admission, LockBackend& backend)
-      : ticket_(shared->answer_first ? PendingDeliveries::Ticket(shared->answer_first)
-                                     : PendingDeliveries::Ticket()),
+      : ticket_(shared->answer_first),
         shared_(std::move(shared)),
         request_(std::move(request)),
         respond_(std::move(respond)),
@@ -166,6 +165,12 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
     }
   }
 
+  // Whether store(call, send, then) runs `call` before it returns: the backend neither sends
+  // its calls nor may block.
+  [[nodiscard]] bool stores_inline() const {
+    return !backend_.sends_async() && !backend_.may_block();
+  }
+
   // Runs `call` (a store call) inline when the backend cannot block, else on run_blocking,
   // then `then` with its result; a call that throws goes to fail() instead.
   template <class Call, class Then>
@@ -244,8 +249,10 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
       // Answered before the complete only where the complete runs inline: elsewhere it is
       // sent or queued first, which costs the answer nothing and shortens the time another
       // instance finds the key held.
-      const bool inline_complete = !backend_.may_block() && !backend_.sends_async();
-      if (early) decide(executed);
+      const bool inline_complete = stores_inline();
+      // Decided before the complete lands: this process answers the key's later deliveries as
+      // the store will then (DONE, the response stored) instead of making them wait.
+      if (early && flight_) flight_->decide(executed);
       if (early && inline_complete) answer_with(executed);
       keeper_->stop();  // no renewal may race the completion
       complete_pending_ = early;
@@ -305,14 +312,6 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
         [error = std::move(error)](const std::shared_ptr<Delivering>& self, bool) {
           self->fail(error);
         });
-  }
-
-  // The outcome is decided before the complete lands: this process answers the key's later
-  // deliveries as the store will then (DONE, the response stored) instead of making them wait.
-  void decide(const ErasedOutcome& executed) {
-    if (flight_) {
-      flight_->decide(executed, ErasedOutcome{Status::kReplayed, executed.value, 0, std::nullopt});
-    }
   }
 
   void settle(const ErasedOutcome& outcome) {

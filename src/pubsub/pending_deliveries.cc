@@ -7,36 +7,18 @@ namespace idempotency::pubsub {
 
 PendingDeliveries::Ticket::Ticket(std::shared_ptr<PendingDeliveries> pending)
     : pending_(std::move(pending)) {
-  std::lock_guard lock(pending_->mutex_);
-  ++pending_->count_;
-}
-
-PendingDeliveries::Ticket& PendingDeliveries::Ticket::operator=(Ticket&& other) noexcept {
-  if (this != &other) {
-    if (pending_) pending_->end();
-    pending_ = std::move(other.pending_);
-  }
-  return *this;
+  if (pending_) pending_->count_.fetch_add(1);
 }
 
 PendingDeliveries::Ticket::~Ticket() {
-  if (pending_) pending_->end();
+  // The last one out wakes a waiter; `pending_` keeps the count alive until it has.
+  if (pending_ && pending_->count_.fetch_sub(1) == 1) pending_->count_.notify_all();
 }
 
 void PendingDeliveries::wait() {
-  std::unique_lock lock(mutex_);
-  idle_.wait(lock, [this] { return count_ == 0; });
+  for (auto n = count_.load(); n != 0; n = count_.load()) count_.wait(n);
 }
 
-std::size_t PendingDeliveries::count() const {
-  std::lock_guard lock(mutex_);
-  return count_;
-}
-
-void PendingDeliveries::end() noexcept {
-  std::lock_guard lock(mutex_);
-  // Notified under the lock: a waiter that sees zero may destroy this at once.
-  if (--count_ == 0) idle_.notify_all();
-}
+std::size_t PendingDeliveries::count() const { return count_.load(); }
 
 }  // namespace idempotency::pubsub

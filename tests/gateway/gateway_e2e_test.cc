@@ -18,14 +18,13 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #ifdef GATEWAY_SQLITE_STORE_TESTS
 #include <sqlite3.h>
-
-#include <fstream>
 
 #include "idempotency/open_backend.h"
 #endif
@@ -67,6 +66,13 @@ class GatewayTest : public ::testing::Test {
     return std::make_unique<ChildProcess>(GATEWAY_PATH, std::move(args),
                                           std::vector<std::pair<std::string, std::string>>{});
   }
+
+#ifdef GATEWAY_SQLITE_STORE_TESTS
+  // The record the gateway left for message `id`, read from its store (after it exited).
+  [[nodiscard]] std::optional<Record> stored(const std::string& id) const {
+    return open_backend(backend_url_, {})->inspect(prefix_ + id);
+  }
+#endif
 
   [[nodiscard]] int calls(const std::string& id) const {
     return std::stoi(send(upstream_->port(), "GET", "/count?id=" + id).body);
@@ -522,14 +528,6 @@ TEST_F(GATEWAY_KEY_SUITE, AnUnreachableUpstreamIs502AndTheKeyIsReleased) {
 // --- start-up checks: backend-independent, built into the SQLite program only -----------
 
 #ifdef GATEWAY_SQLITE_STORE_TESTS
-// Whether process `pid` runs still: exited, it is a zombie until reaped ('Z' in its stat).
-bool running(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(stat, line);
-  const auto close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
-}
 
 // The ack waits on no store write, and SIGTERM does not end the gateway before the completes
 // of the pushes it acked. The test holds SQLite's write lock from outside while the upstream
@@ -551,13 +549,12 @@ TEST_F(GATEWAY_PUBSUB_SUITE, AnAckedPushsCompleteLandsBeforeTheGatewayExits) {
 
   ASSERT_EQ(::kill(gateway->pid(), SIGTERM), 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_TRUE(running(gateway->pid())) << "it exited before the acked push's complete landed";
+  EXPECT_TRUE(gateway->running()) << "it exited before the acked push's complete landed";
   ASSERT_EQ(sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr), SQLITE_OK);
   sqlite3_close(db);
   EXPECT_EQ(gateway->terminate(), 0);
 
-  auto store = open_backend(backend_url_, {});
-  const auto record = store->inspect(prefix_ + "m-drain");
+  const auto record = stored("m-drain");
   ASSERT_TRUE(record.has_value());
   EXPECT_EQ(record->state, RecordState::kDone) << "the key would stay held for its lease";
 }
@@ -576,8 +573,7 @@ TEST_F(GATEWAY_PUBSUB_SUITE, APushAtTheUpstreamPastTheShutdownGraceIsFinishedBef
   pusher.join();
   EXPECT_EQ(status, 201) << "answered when the upstream answered";
   EXPECT_EQ(gateway->terminate(), 0);
-  auto store = open_backend(backend_url_, {});
-  const auto record = store->inspect(prefix_ + "m-grace");
+  const auto record = stored("m-grace");
   ASSERT_TRUE(record.has_value());
   EXPECT_EQ(record->state, RecordState::kDone) << "the key would stay held for its lease";
 }

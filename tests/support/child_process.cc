@@ -87,6 +87,16 @@ void ChildProcess::crash() {
   pid_ = -1;
 }
 
+bool ChildProcess::running() const {
+  if (pid_ <= 0) return false;
+  // Waited for with WNOWAIT: an exited child stays a zombie, still to be reaped.
+  siginfo_t info{};
+  if (waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
+    return false;
+  }
+  return info.si_pid == 0;  // no state change to report: still running
+}
+
 int ChildProcess::terminate() {
   if (pid_ <= 0) return -1;
   kill(pid_, SIGTERM);

@@ -28,6 +28,9 @@ class ChildProcess {
   /// pid() returns the child's process id (-1 once it was stopped and reaped), e.g. to
   /// SIGSTOP and SIGCONT it.
   [[nodiscard]] pid_t pid() const { return pid_; }
+  /// running() is whether the child has not exited yet; it reaps nothing, so terminate()
+  /// still returns its exit status after it.
+  [[nodiscard]] bool running() const;
   /// terminate() sends SIGTERM and returns the exit status (-1 when killed by a signal).
   int terminate();
   /// crash() sends SIGKILL (no drain, no cleanup: a crashed instance) and reaps the child.

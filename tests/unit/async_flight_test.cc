@@ -5,7 +5,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdint>
 #include <exception>
 #include <future>
 #include <memory>
@@ -67,13 +66,6 @@ void expect_joined_or_ran_after(BlockingCaller& caller) {
   const Status got = caller.status.get();
   EXPECT_TRUE(got == Status::kJoined || got == Status::kExecuted);
   EXPECT_EQ(caller.runs, got == Status::kJoined ? 0 : 1);
-}
-
-// The owner decides an execution of `value`: what a claim finds once the write lands is it,
-// replayed.
-void decide_executed(AsyncFlight& owner, std::shared_ptr<const void> value, std::int64_t fence) {
-  owner.decide(ErasedOutcome{Status::kExecuted, value, fence, std::nullopt},
-               ErasedOutcome{Status::kReplayed, value, 0, std::nullopt});
 }
 
 TEST(AsyncFlight, ASecondAsynchronousCallerJoinsAndHearsTheOutcomeAsJoined) {
@@ -156,7 +148,7 @@ TEST(AsyncFlight, ADecidedOutcomeReachesJoinersAtOnceAndLaterCallersAsDone) {
   auto owner = owned_and_joined(backend, "k-7", early);
   ASSERT_NE(owner, nullptr);
   auto value = std::make_shared<const int>(8);
-  decide_executed(*owner, value, 4);
+  owner->decide(ErasedOutcome{Status::kExecuted, value, 4, std::nullopt});
   // Told now, not at settle(): as joined.
   auto heard = early.get_future();
   ASSERT_EQ(heard.wait_for(std::chrono::milliseconds(0)), std::future_status::ready);
@@ -183,7 +175,7 @@ TEST(AsyncFlight, ABlockingCallerWaitsPastADecisionForTheSettlement) {
   InMemoryLock backend;
   auto owner = begin_async_flight("k-8", backend, typeid(std::string), unexpected());
   auto value = std::make_shared<const std::string>("8");
-  decide_executed(*owner, value, 1);
+  owner->decide(ErasedOutcome{Status::kExecuted, value, 1, std::nullopt});
   BlockingCaller joiner("k-8", backend);
   EXPECT_EQ(joiner.status.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout)
       << "a blocking caller does not take a decision for the store's answer";
@@ -194,7 +186,8 @@ TEST(AsyncFlight, ABlockingCallerWaitsPastADecisionForTheSettlement) {
 TEST(AsyncFlight, AnOwnerDroppedAfterADecisionLeavesNoDecisionBehind) {
   InMemoryLock backend;
   auto owner = begin_async_flight("k-9", backend, typeid(std::string), unexpected());
-  decide_executed(*owner, std::make_shared<const std::string>("9"), 1);
+  owner->decide(
+      ErasedOutcome{Status::kExecuted, std::make_shared<const std::string>("9"), 1, std::nullopt});
   std::promise<void> running;
   std::promise<void> finish;
   std::promise<Status> status;

@@ -102,11 +102,11 @@ class AsyncFlight {
   AsyncFlight(const AsyncFlight&) = delete;
   AsyncFlight& operator=(const AsyncFlight&) = delete;
 
-  /// decide() publishes the owner's outcome before its store write has ended: the callers
-  /// joined without blocking receive it now, and those that join from then on receive
-  /// `as_done` at once (what a claim finds once the write ends). Callers blocked in
-  /// run_once() still wait for settle() or fail(), which must follow.
-  void decide(const ErasedOutcome& outcome, ErasedOutcome as_done) noexcept;
+  /// decide() publishes the owner's execution before its store write has ended: the callers
+  /// joined without blocking receive it now (as joined), and those that join from then on
+  /// receive its value at once as `kReplayed`, what a claim finds once the write lands.
+  /// Callers blocked in run_once() still wait for settle() or fail(), which must follow.
+  void decide(const ErasedOutcome& executed) noexcept;
   /// settle() publishes the owner's outcome to the joined callers and ends the flight.
   void settle(ErasedOutcome outcome) noexcept;
   /// fail() publishes the owner's exception to the joined callers and ends the flight.

@@ -27,12 +27,11 @@
 // Thread safety: the returned callable may be called from any number of threads.
 #pragma once
 
-#include <condition_variable>
+#include <atomic>
 #include <cstddef>
 #include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <variant>
 
 #include "idempotency/pubsub/idempotent.h"
@@ -71,11 +70,8 @@ class PendingDeliveries {
   /// One delivery not yet finished; counted until destroyed.
   class Ticket {
    public:
-    Ticket() = default;
-    /// Counts one more on `pending`.
+    /// Counts one more on `pending`; on none (null), counts nothing.
     explicit Ticket(std::shared_ptr<PendingDeliveries> pending);
-    Ticket(Ticket&&) noexcept = default;
-    Ticket& operator=(Ticket&&) noexcept;
     Ticket(const Ticket&) = delete;
     Ticket& operator=(const Ticket&) = delete;
     ~Ticket();
@@ -91,11 +87,9 @@ class PendingDeliveries {
   [[nodiscard]] std::size_t count() const;
 
  private:
-  void end() noexcept;
-
-  mutable std::mutex mutex_;
-  std::condition_variable idle_;
-  std::size_t count_ = 0;
+  // An atomic, not a mutex: every delivery counts itself in and out on the push's path, and
+  // only the shutdown waits.
+  std::atomic<std::size_t> count_{0};
 };
 
 /// idempotent_async() wraps `handler`; claims and completes a backend sends asynchronously are
