@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/push_path.sh [--json] GATEWAY_BINARY [REQUESTS] — the instructions a proxied push costs on the
+# bench/push_path.sh [--json] [--data-bytes N] GATEWAY_BINARY [REQUESTS] — the instructions a proxied push costs on the
 # round trip's critical path and after it, for the gateway on memory:// and for nginx
 # `proxy_pass`, both in front of the same nginx `return 200`.
 #
@@ -11,7 +11,9 @@
 # after it. REQUESTS (default 100) pushes with fresh messageIds go one at a time over one
 # keep-alive connection after 300 unrecorded ones. Counts are exact and repeatable, unlike the
 # time they take on a shared VM (BENCHMARKS.md, "The push's path, in instructions"). With
-# --json, one JSON record per line instead of the tables (bench/run.sh's throughput part).
+# --json, one JSON record per line instead of the tables (bench/run.sh's throughput part). Each
+# push's message carries 12 bytes of data ({"order":42}), or with --data-bytes N, N bytes (as
+# 4N/3 of base64): what a proxy's cost grows with, the envelope's size.
 # Needs nginx, valgrind, python3 (`./dev bench` installs them).
 set -euo pipefail
 
@@ -22,8 +24,15 @@ if [ "${1:-}" = --json ]; then
   JSON=1
   shift
 fi
+DATA_BYTES=12
+if [ "${1:-}" = --data-bytes ]; then
+  [[ "${2:-}" =~ ^[0-9]+$ ]] || { echo "push_path: --data-bytes takes a number of bytes" >&2; exit 2; }
+  DATA_BYTES=$2
+  shift 2
+fi
+export DATA_BYTES
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
-  sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 GATEWAY=$(realpath "$1")
@@ -77,11 +86,15 @@ push() {
   python3 - "$@" <<'EOF'
 import socket, sys, time
 port, count, tag = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+import base64, os
+size = int(os.environ["DATA_BYTES"])
+data = ("eyJvcmRlciI6NDJ9" if size == 12  # {"order":42}
+        else base64.b64encode(bytes(i % 251 for i in range(size))).decode())
 s = socket.create_connection(("127.0.0.1", port), timeout=30)
 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 for i in range(count):
-    body = ('{"message":{"messageId":"%s-%d","data":"eyJvcmRlciI6NDJ9","attributes":{}},'
-            '"subscription":"projects/p/subscriptions/s","deliveryAttempt":1}' % (tag, i)).encode()
+    body = ('{"message":{"messageId":"%s-%d","data":"%s","attributes":{}},'
+            '"subscription":"projects/p/subscriptions/s","deliveryAttempt":1}' % (tag, i, data)).encode()
     s.sendall(b"POST / HTTP/1.1\r\nHost: push\r\nContent-Type: application/json\r\n"
               b"Content-Length: %d\r\n\r\n" % len(body) + body)
     buf = b""
@@ -184,16 +197,17 @@ gateway_line=$(measure gateway "$gateway")
 if [ $JSON -eq 1 ]; then
   for line in "$peer_line" "$gateway_line"; do
     read -r name requests request answer path after <<<"$line"
-    printf '{"kind":"push_path","proxy":"%s","requests":%d,"to_upstream":%.0f,"to_client":%.0f,"on_path":%.0f,"after":%.0f}\n' \
-      "$name" "$requests" "$request" "$answer" "$path" "$after"
+    printf '{"kind":"push_path","proxy":"%s","data_bytes":%d,"requests":%d,"to_upstream":%.0f,"to_client":%.0f,"on_path":%.0f,"after":%.0f}\n' \
+      "$name" "$DATA_BYTES" "$requests" "$request" "$answer" "$path" "$after"
   done
   while IFS='|' read -r leg what count; do
-    printf '{"kind":"push_path_step","leg":%d,"what":"%s","instructions":%.0f}\n' "$leg" "$what" "$count"
+    printf '{"kind":"push_path_step","data_bytes":%d,"leg":%d,"what":"%s","instructions":%.0f}\n' \
+      "$DATA_BYTES" "$leg" "$what" "$count"
   done <"$TMP/steps"
   exit 0
 fi
 
-echo "| proxy (instructions per push, $REQUESTS pushes, one connection) | wake → request to the upstream | upstream's answer → answer to the client | on the path | after the writes | total |"
+echo "| proxy (instructions per push, $REQUESTS pushes, one connection, $DATA_BYTES bytes of data) | wake → request to the upstream | upstream's answer → answer to the client | on the path | after the writes | total |"
 echo "|---|---:|---:|---:|---:|---:|"
 for line in "$peer_line" "$gateway_line"; do
   read -r name _ request answer path after <<<"$line"

@@ -446,18 +446,24 @@ def script_weight_report(recs, p):
     p("")
 
 
+# The larger message push_path.sh is run with too (run.sh), beside the runs' 12 bytes.
+BIG_DATA = 4096
+
+
 # The push's path in instructions (bench/push_path.sh): exact counts where the VM's timings are
 # not, split at the writes that pass the push on, and what guarding it adds to the gateway's.
 def push_path_report(recs, runs, p):
-    paths = {r["proxy"]: r for r in recs if r["kind"] == "push_path"}
-    failed = next((r for r in recs if r["kind"] == "push_path_failed"), None)
-    if failed:
-        p(f"**The push's path in instructions**: not measured (`bench/push_path.sh`: "
-          f"{failed['error']}).")
+    # Records before --data-bytes carried no size: the runs' 12-byte message.
+    def of_size(kind, size):
+        return [r for r in recs if r["kind"] == kind and r.get("data_bytes", 12) == size]
+    for failed in of_size("push_path_failed", 12) + of_size("push_path_failed", BIG_DATA):
+        p(f"**The push's path in instructions**, {failed.get('data_bytes', 12):,} bytes of data: "
+          f"not measured (`bench/push_path.sh`: {failed['error']}).")
         p("")
+    paths = {r["proxy"]: r for r in of_size("push_path", 12)}
     if set(paths) != {"peer", "gateway"}:
         return
-    steps = [r for r in recs if r["kind"] == "push_path_step"]
+    steps = of_size("push_path_step", 12)
     requests = paths["gateway"]["requests"]
     p(f"**The push's path in instructions** (`bench/push_path.sh`: each proxy under valgrind's "
       f"callgrind, a profile part ended at every write and every `epoll_wait`; {requests} pushes "
@@ -492,6 +498,28 @@ def push_path_report(recs, runs, p):
         p(f"| **guarding, all of it** | both | **{guard / 1e3:.1f}k** |")
         p(f"| the rest: HTTP in and out, the upstream exchange | both | {rest / 1e3:.1f}k "
           f"(nginx's whole path: {paths['peer']['on_path'] / 1e3:.1f}k) |")
+        p("")
+    big = {r["proxy"]: r for r in of_size("push_path", BIG_DATA)}
+    if set(big) == {"peer", "gateway"}:
+        envelope = next((x["instructions"] for x in of_size("push_path_step", BIG_DATA)
+                         if x["what"] == "the envelope parsed and checked"), None)
+        base64_chars = 4 * ((BIG_DATA + 2) // 3)
+        p(f"The same with {BIG_DATA:,} bytes of message data ({base64_chars:,} of base64; "
+          f"`bench/push_path.sh --data-bytes {BIG_DATA}`): what each proxy spends on a bigger "
+          "envelope.")
+        p("")
+        p("| proxy | on the path | total | total, gateway ÷ nginx |")
+        p("|---|---:|---:|---:|")
+        peer_total = big["peer"]["on_path"] + big["peer"]["after"]
+        for proxy, label in (("peer", "nginx `proxy_pass` (1 worker)"),
+                             ("gateway", "gateway memory://")):
+            r = big[proxy]
+            total = r["on_path"] + r["after"]
+            p(f"| {label} | {r['on_path'] / 1e3:.1f}k | {total / 1e3:.1f}k | "
+              f"{total / peer_total:.2f}× |")
+        if envelope is not None:
+            p(f"| of the gateway's path: the envelope parsed and checked | {envelope / 1e3:.1f}k "
+              "| | |")
         p("")
 
 

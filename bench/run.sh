@@ -303,14 +303,18 @@ part_throughput() {
   # Why one connection is where the gateway trails nginx, in counts the VM cannot move.
   say "throughput: the push's path in instructions, gateway and nginx (bench/push_path.sh, valgrind)"
   # A failure is said and recorded (the report names it), not fatal: the runs above stand.
-  if "$BENCH_DIR/push_path.sh" --json "$GATEWAY" >"$TMP/push_path.jsonl" 2>"$TMP/push_path.err"; then
-    while IFS= read -r line; do record "$line"; done <"$TMP/push_path.jsonl"
-  else
-    local why
-    why=$(tail -n 1 "$TMP/push_path.err" | tr -d '"' | tr -d '\\')
-    say "push_path.sh failed: $why"
-    record "{\"kind\":\"push_path_failed\",\"error\":\"$why\"}"
-  fi
+  # Twice: the runs' 12-byte message, and a 4 KiB one, where a proxy's cost a byte shows.
+  local data_bytes why
+  for data_bytes in 12 4096; do
+    if "$BENCH_DIR/push_path.sh" --json --data-bytes "$data_bytes" "$GATEWAY" \
+        >"$TMP/push_path.jsonl" 2>"$TMP/push_path.err"; then
+      while IFS= read -r line; do record "$line"; done <"$TMP/push_path.jsonl"
+    else
+      why=$(tail -n 1 "$TMP/push_path.err" | tr -d '"' | tr -d '\\')
+      say "push_path.sh --data-bytes $data_bytes failed: $why"
+      record "{\"kind\":\"push_path_failed\",\"data_bytes\":$data_bytes,\"error\":\"$why\"}"
+    fi
+  done
 }
 
 part_rss() {

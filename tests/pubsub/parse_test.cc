@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "http_text.h"
 #include "idempotency/pubsub/message.h"
@@ -252,6 +253,36 @@ TEST(ParseCheckOnly, RefusesExactlyWhatDecodingRefuses) {
   }
   EXPECT_GT(accepted, 10'000) << "the generator must reach valid text often";
   EXPECT_GT(refused, 10'000);
+}
+
+// Both read a run of digits 16 bytes at a time and the rest a byte at a time. Any one byte a
+// JSON string can carry, at any place across the first blocks of a longer text, then each
+// ending, gets the same verdict from both, and some of each.
+TEST(ParseCheckOnly, AgreesWithDecodingForAnyByteAnywhereInALongText) {
+  static constexpr char kDigits[] = "AZaz09+/";
+  std::vector<std::string> bytes = {"\\t", "\\r", "\\n", "\\u0000", "\\u00ff"};
+  for (char c = 0x20; c < 0x7f; ++c) {
+    if (c != '"' && c != '\\') bytes.emplace_back(1, c);
+  }
+  int accepted = 0;
+  int refused = 0;
+  for (std::size_t place = 0; place < 48; ++place) {
+    for (const std::string& byte : bytes) {
+      for (const char* ending : {"", "=", "==", "A=", "AA==", "AAA"}) {
+        std::string data;
+        for (std::size_t i = 0; i < 64; ++i) data += kDigits[i % (sizeof kDigits - 1)];
+        data.insert(place, byte);
+        data += ending;
+        const auto request = json_post(R"({"message": {"data": ")" + data + R"("}})");
+        const bool decodes = std::holds_alternative<Message>(parse_push(request));
+        ASSERT_EQ(std::holds_alternative<Message>(parse_push(request, kCheckOnly)), decodes)
+            << "data: [" << data << "]";
+        ++(decodes ? accepted : refused);
+      }
+    }
+  }
+  EXPECT_GT(accepted, 1'000);
+  EXPECT_GT(refused, 1'000);
 }
 
 // The decoder reads 1 MiB at a time; the check reads the text whole. Texts that end around
