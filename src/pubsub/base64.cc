@@ -3,7 +3,7 @@
 #include <openssl/evp.h>
 
 #if defined(__SSE2__)
-#include <emmintrin.h>
+#include <immintrin.h>
 #endif
 
 #include <algorithm>
@@ -46,24 +46,68 @@ Kind kind_of(char c) { return static_cast<Kind>(kKinds[static_cast<unsigned char
 // How many bytes from the start of `text` are digits, in whole blocks of 16: the common case
 // (nearly all of `message.data`, most of a push's bytes), judged a block at a time. With SSE2,
 // which every x86-64 has, under 2 instructions a byte, where comparing a byte at a time cost
-// 19 (bench/push_path.sh, a 4 KiB message); elsewhere by the table.
+// 19 (bench/push_path.sh, a 4 KiB message); with AVX2, where the CPU has it, 32 bytes a step
+// and half that again; elsewhere by the table.
 constexpr std::size_t kBlock = 16;
-std::size_t digit_blocks(std::string_view text) {
-  std::size_t i = 0;
+
 #if defined(__SSE2__)
-  // A byte is within [low, low + span] when (byte - low), as unsigned, saturates to 0 past span.
-  const auto within = [](__m128i bytes, char low, char span) {
+// Which of the 16 bytes are digits (0xff) and which are not (0): a byte is within [low, low +
+// span] when (byte - low), as unsigned, saturates to 0 past span.
+__m128i digit_mask(__m128i bytes) {
+  const auto within = [bytes](char low, char span) {
     const __m128i offset = _mm_sub_epi8(bytes, _mm_set1_epi8(low));
     return _mm_cmpeq_epi8(_mm_subs_epu8(offset, _mm_set1_epi8(span)), _mm_setzero_si128());
   };
+  return _mm_or_si128(
+      _mm_or_si128(within('A', 25), within('a', 25)),
+      _mm_or_si128(within('0', 9), _mm_or_si128(_mm_cmpeq_epi8(bytes, _mm_set1_epi8('+')),
+                                                _mm_cmpeq_epi8(bytes, _mm_set1_epi8('/')))));
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define IDEMPOTENCY_BASE64_AVX2 1
+// Compiled for AVX2 and called only where the CPU has it (the build targets every x86-64).
+#pragma GCC push_options
+#pragma GCC target("avx2")
+// digit_mask() for 32 bytes: the same test, the same instructions at twice the width.
+__m256i digit_mask_avx2(__m256i bytes) {
+  const auto within = [bytes](char low, char span) {
+    const __m256i offset = _mm256_sub_epi8(bytes, _mm256_set1_epi8(low));
+    return _mm256_cmpeq_epi8(_mm256_subs_epu8(offset, _mm256_set1_epi8(span)),
+                             _mm256_setzero_si256());
+  };
+  return _mm256_or_si256(
+      _mm256_or_si256(within('A', 25), within('a', 25)),
+      _mm256_or_si256(within('0', 9),
+                      _mm256_or_si256(_mm256_cmpeq_epi8(bytes, _mm256_set1_epi8('+')),
+                                      _mm256_cmpeq_epi8(bytes, _mm256_set1_epi8('/')))));
+}
+
+// The leading bytes of `text` in whole blocks of 32 that are all digits.
+std::size_t digit_blocks_avx2(std::string_view text) {
+  std::size_t i = 0;
+  for (; text.size() - i >= 2 * kBlock; i += 2 * kBlock) {
+    const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(text.data() + i));
+    if (_mm256_movemask_epi8(digit_mask_avx2(bytes)) != -1) break;
+  }
+  return i;
+}
+#pragma GCC pop_options
+
+const bool kHasAvx2 = __builtin_cpu_supports("avx2");
+#endif
+#endif
+
+std::size_t digit_blocks(std::string_view text) {
+  std::size_t i = 0;
+#if defined(__SSE2__)
+#if defined(IDEMPOTENCY_BASE64_AVX2)
+  // Then on by 16: the block where AVX2 stopped may start with 16 digits, and the rest is short.
+  if (kHasAvx2) i = digit_blocks_avx2(text);
+#endif
   for (; text.size() - i >= kBlock; i += kBlock) {
     const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(text.data() + i));
-    const __m128i digit =
-        _mm_or_si128(_mm_or_si128(within(bytes, 'A', 25), within(bytes, 'a', 25)),
-                     _mm_or_si128(within(bytes, '0', 9),
-                                  _mm_or_si128(_mm_cmpeq_epi8(bytes, _mm_set1_epi8('+')),
-                                               _mm_cmpeq_epi8(bytes, _mm_set1_epi8('/')))));
-    if (_mm_movemask_epi8(digit) != 0xffff) break;
+    if (_mm_movemask_epi8(digit_mask(bytes)) != 0xffff) break;
   }
 #else
   for (; text.size() - i >= kBlock; i += kBlock) {
