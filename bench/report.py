@@ -523,6 +523,27 @@ def push_path_report(recs, runs, p):
         p("")
 
 
+# OidcVerifier::verify() (bench/oidc_bench): a token verified before against a fresh one.
+def oidc_report(recs, p):
+    rows = {r["tokens"]: r for r in recs if r["kind"] == "oidc"}
+    if set(rows) != {"fresh", "repeated"}:
+        return
+    fresh, repeated = rows["fresh"]["us_per_verify"], rows["repeated"]["us_per_verify"]
+    p("**An OIDC-authenticated push: `OidcVerifier::verify()`** (`bench/oidc_bench`, one thread, "
+      "RS256 tokens over a 2048-bit key with Pub/Sub's claims, the key set from a file). A "
+      "fresh token has its signature checked and its JSON decoded; a repeated one, as Pub/Sub "
+      "sends for up to an hour, has only its claims judged again:")
+    p("")
+    p("| token | µs a verify | calls |")
+    p("|---|---:|---:|")
+    for name, label in (("fresh", "fresh (256 distinct, more than the 64 remembered)"),
+                        ("repeated", "repeated (one token)")):
+        r = rows[name]
+        p(f"| {label} | {r['us_per_verify']:.2f} | {r['calls']:,} |")
+    p(f"| repeated ÷ fresh | {repeated / fresh:.3f} | |")
+    p("")
+
+
 def pipelining_report(groups, p):
     """Redis: the default (pipelined) against `?pipelines=0`, a connection per call, same rounds."""
     rows = sorted(t for (b, path, t) in groups if b == "redis-unpipelined" and path == "pair")
@@ -732,6 +753,7 @@ def main():
         p("")
 
     push_path_report(recs, runs, p)
+    oidc_report(recs, p)
 
     targets = []
 

@@ -11,8 +11,9 @@
 #               a private redis-server's redis://); with the CPU per request
 #               of the proxy, the upstream and wrk in each run; then BENCH_THROUGHPUT_ROUNDS - 1
 #               more rounds of the direct, 1-worker nginx and gateway runs back to back, whose
-#               ratios the verdicts take the median of; last, the push's path in
-#               instructions, gateway and nginx (bench/push_path.sh)
+#               ratios the verdicts take the median of; then the push's path in
+#               instructions, gateway and nginx (bench/push_path.sh); last, what verifying a
+#               push's OIDC token costs, fresh and repeated (bench/oidc_bench)
 #   rss         the gateway on sqlite:// under the 16-connection load: VmRSS / VmHWM
 #   slowloris   the gateway holding BENCH_SLOW_CONNS never-finished requests while wrk -c1 runs
 #   purge       the gateway on sqlite:// (1 s ttl) under -c16, without and with a purge every 1 s
@@ -57,6 +58,7 @@ THROUGHPUT_ROUNDS=${BENCH_THROUGHPUT_ROUNDS:-3}
 SLOW_CONNS=${BENCH_SLOW_CONNS:-200}
 HEADER_TIMEOUT=${BENCH_HEADER_TIMEOUT:-5s}
 STORE_BENCH=${STORE_BENCH:-$ROOT/build/bench/store_bench}
+OIDC_BENCH=${OIDC_BENCH:-$ROOT/build/bench/oidc_bench} # the throughput part's token verifier
 STORE_SECONDS=${BENCH_STORE_SECONDS:-3}
 STORE_ROUNDS=${BENCH_STORE_ROUNDS:-3}
 STORE_THREADS=${BENCH_STORE_THREADS:-1,8,64}
@@ -315,6 +317,15 @@ part_throughput() {
       record "{\"kind\":\"push_path_failed\",\"data_bytes\":$data_bytes,\"error\":\"$why\"}"
     fi
   done
+
+  # What an OIDC-authenticated push adds, by the verifier alone (the gateway's --oidc-* flags
+  # run it on every push): a token not seen before, and one seen (Pub/Sub reuses it an hour).
+  say "throughput: OidcVerifier::verify(), fresh and repeated tokens (bench/oidc_bench)"
+  if [ -x "$OIDC_BENCH" ]; then
+    while IFS= read -r line; do record "$line"; say "$line"; done < <("$OIDC_BENCH" 3)
+  else
+    say "no $OIDC_BENCH (./dev bench builds it): the OIDC row is left out"
+  fi
 }
 
 part_rss() {

@@ -24,9 +24,16 @@
 // can cause a fetch; the token never chooses where keys come from (`jku`, `x5u` and `jwk`
 // header parameters are ignored).
 //
-// Thread safety: verify() may be called from any number of threads at once. The key cache is
-// guarded by a mutex, and at most one fetch runs at a time; threads holding a cached key do
-// not wait for it.
+// A token whose signature checked is remembered (the last 64, with the key that checked it):
+// Pub/Sub sends the same token with every push for up to an hour, and checking an RS256
+// signature and decoding the JSON cost ~26 µs a push where the rest of the gateway's work on
+// it is ~10. A remembered token skips only those: its claims (expiry, audience, email) are
+// judged on every use, and it counts only while the key set still holds that same key; a key
+// replaced under its `kid`, or gone, has the token checked afresh.
+//
+// Thread safety: verify() may be called from any number of threads at once. The key cache and
+// the remembered tokens are each guarded by a mutex, and at most one fetch runs at a time;
+// threads holding a cached key do not wait for it.
 #pragma once
 
 #include <chrono>

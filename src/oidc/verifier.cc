@@ -17,6 +17,7 @@
 #include "jwt.h"
 #include "key_cache.h"
 #include "reasons.h"
+#include "verified_tokens.h"
 
 namespace idempotency {
 namespace {
@@ -24,6 +25,11 @@ namespace {
 using oidc::internal::Jwt;
 using oidc::internal::KeyCache;
 using oidc::internal::PublicKey;
+using oidc::internal::VerifiedTokens;
+
+// Pub/Sub reuses a token for up to an hour, one per push identity and audience: a few are live
+// at once, and a few dozen cover any subscription set a verifier serves (each is ~1 KiB).
+constexpr std::size_t kVerifiedTokens = 64;
 
 constexpr std::string_view kIssuers[] = {"https://accounts.google.com", "accounts.google.com"};
 
@@ -130,7 +136,12 @@ struct OidcVerifier::State {
   State(OidcOptions opts, std::shared_ptr<const Clock> time)
       : options(std::move(opts)),
         clock(std::move(time)),
-        keys(make_fetch(options), clock, options.jwks_min_refresh, options.jwks_max_age) {}
+        keys(make_fetch(options), clock, options.jwks_min_refresh, options.jwks_max_age),
+        verified(kVerifiedTokens) {}
+
+  // The verdict on a token verified before, its claims judged again, when the key set still
+  // holds the key that checked its signature; nothing when it must be verified afresh.
+  [[nodiscard]] std::optional<std::optional<std::string>> reverify(std::string_view token);
 
   // The claims checks, in the order their reasons are reported; the signature is good.
   [[nodiscard]] std::optional<std::string> check_claims(const nlohmann::json& claims) const;
@@ -138,7 +149,24 @@ struct OidcVerifier::State {
   OidcOptions options;
   std::shared_ptr<const Clock> clock;
   KeyCache keys;
+  VerifiedTokens verified;
 };
+
+std::optional<std::optional<std::string>> OidcVerifier::State::reverify(std::string_view token) {
+  std::optional<VerifiedTokens::Entry> entry = verified.find(token);
+  if (!entry) return std::nullopt;
+  // The same key object, not only the same kid: a key set refreshed since holds new objects,
+  // and a key replaced under its kid must check the signature again.
+  const std::variant<PublicKey, std::string> key = keys.find(entry->kid);
+  const auto* now_held = std::get_if<PublicKey>(&key);
+  if (now_held == nullptr || *now_held != entry->key) {
+    verified.forget(token);
+    return std::nullopt;
+  }
+  std::optional<std::string> verdict = check_claims(*entry->claims);
+  if (verdict) verified.forget(token);  // expired, say: it will not pass again
+  return verdict;
+}
 
 std::optional<std::string> OidcVerifier::State::check_claims(const nlohmann::json& claims) const {
   using oidc::internal::kAudienceMismatch;
@@ -184,10 +212,11 @@ OidcVerifier& OidcVerifier::operator=(OidcVerifier&&) noexcept = default;
 std::optional<std::string> OidcVerifier::verify(const pubsub::PushRequest& request) const {
   const std::optional<std::string_view> token = bearer_token(request);
   if (!token) return reason(oidc::internal::kNoBearerToken);
+  if (auto verdict = state_->reverify(*token)) return std::move(*verdict);
 
   // Everything is decoded before any key is looked up, so only a well-formed token can
   // make the cache fetch.
-  const std::optional<Jwt> jwt = oidc::internal::parse_jwt(*token);
+  std::optional<Jwt> jwt = oidc::internal::parse_jwt(*token);
   if (!jwt) return reason(oidc::internal::kMalformedToken);
   // Only RS256: this refuses `none`, and HS256 made with the public key as the HMAC secret.
   if (!is_string_equal(member(jwt->header, "alg"), "RS256")) {
@@ -206,7 +235,14 @@ std::optional<std::string> OidcVerifier::verify(const pubsub::PushRequest& reque
                                     jwt->signature)) {
     return reason(oidc::internal::kSignatureInvalid);
   }
-  return state_->check_claims(jwt->claims);
+  std::optional<std::string> verdict = state_->check_claims(jwt->claims);
+  if (!verdict) {
+    state_->verified.add(
+        *token, {.kid = kid->get<std::string>(),
+                 .key = std::move(std::get<PublicKey>(key)),
+                 .claims = std::make_shared<const nlohmann::json>(std::move(jwt->claims))});
+  }
+  return verdict;
 }
 
 }  // namespace idempotency

@@ -1,12 +1,15 @@
 // OidcVerifier against a JWKS file: signatures, algorithms, claims, malformed tokens, reasons.
 #include <openssl/evp.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -324,6 +327,72 @@ TEST_F(OidcVerifierTest, KeyRotationInTheFileIsPickedUpAfterTheRefreshInterval) 
   clock_->advance(std::chrono::seconds(1));
   EXPECT_EQ(verify(testing::mint(other_key(), h, claims())), std::nullopt);
   EXPECT_EQ(verify_claims(claims()), std::nullopt);
+}
+
+// A token verified once is not checked against its signature again while the key that checked
+// it is still in the key set (Pub/Sub sends one for up to an hour), but everything else about
+// it is judged on every use.
+TEST_F(OidcVerifierTest, ARepeatedTokenIsJudgedAgainOnEveryUse) {
+  OidcOptions opts = options();
+  opts.jwks_max_age = std::chrono::hours(2);  // the key set outlives the token
+  const OidcVerifier verifier(opts);
+  const auto request = bearer_request(testing::mint(signing_key(), header(), claims()));
+  for (int use = 0; use < 3; ++use) EXPECT_EQ(verifier.verify(request), std::nullopt) << use;
+  clock_->advance(std::chrono::seconds(3540 + 60));  // exp, plus the skew
+  EXPECT_EQ(verifier.verify(request), "token expired");
+  EXPECT_EQ(verifier.verify(request), "token expired");
+}
+
+TEST_F(OidcVerifierTest, ARepeatedTokenIsRefusedOnceItsKeyLeavesTheKeySet) {
+  OidcOptions opts = options();
+  opts.jwks_max_age = std::chrono::minutes(10);
+  const OidcVerifier verifier(opts);
+  const auto request = bearer_request(testing::mint(signing_key(), header(), claims()));
+  EXPECT_EQ(verifier.verify(request), std::nullopt);
+  write_file(jwks_path_, testing::jwks({{"kid-new", &other_key()}}));
+  clock_->advance(std::chrono::minutes(5));  // the key set is not stale yet
+  EXPECT_EQ(verifier.verify(request), std::nullopt);
+  clock_->advance(std::chrono::minutes(5));  // now it is, and is read again
+  EXPECT_EQ(verifier.verify(request), "unknown signing key");
+}
+
+// The key set may name another key by the same kid: the token is checked against that one.
+TEST_F(OidcVerifierTest, ARepeatedTokenIsCheckedAgainstTheKeyItsKidNowNames) {
+  OidcOptions opts = options();
+  opts.jwks_max_age = std::chrono::minutes(10);
+  const OidcVerifier verifier(opts);
+  const auto request = bearer_request(testing::mint(signing_key(), header(), claims()));
+  EXPECT_EQ(verifier.verify(request), std::nullopt);
+  write_file(jwks_path_, testing::jwks({{kKid, &other_key()}}));
+  clock_->advance(std::chrono::minutes(10));
+  EXPECT_EQ(verifier.verify(request), "signature invalid");
+  // And back: the first key under its kid again, and the token passes.
+  write_file(jwks_path_, testing::jwks({{kKid, &signing_key()}}));
+  clock_->advance(std::chrono::minutes(10));
+  EXPECT_EQ(verifier.verify(request), std::nullopt);
+}
+
+// Threads verifying the same tokens at once share what was verified (TSan runs this).
+TEST_F(OidcVerifierTest, ThreadsVerifyingTheSameTokensAtOnceGetTheirVerdicts) {
+  json wrong_audience = claims();
+  wrong_audience["aud"] = "https://elsewhere.example.com/";
+  const std::vector<std::pair<pubsub::PushRequest, std::optional<std::string>>> cases = {
+      {bearer_request(testing::mint(signing_key(), header(), claims())), std::nullopt},
+      {bearer_request(testing::mint(signing_key(), header(), wrong_audience)), "audience mismatch"},
+      {bearer_request(testing::mint(other_key(), header(), claims())), "signature invalid"},
+  };
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        const auto& [request, verdict] = cases[(t + i) % cases.size()];
+        if (verifier_.verify(request) != verdict) ++wrong;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 TEST_F(OidcVerifierTest, UnreadableOrUnusableKeyFileIsKeySetUnavailable) {
