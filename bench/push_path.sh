@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# bench/push_path.sh [--json] [--data-bytes N] GATEWAY_BINARY [REQUESTS] — the instructions a proxied push costs on the
-# round trip's critical path and after it, for the gateway on memory:// and for nginx
-# `proxy_pass`, both in front of the same nginx `return 200`.
+# bench/push_path.sh [--json] [--data-bytes N] [--as-pubsub] GATEWAY_BINARY [REQUESTS] — the
+# instructions a proxied push costs on the round trip's critical path and after it, for the
+# gateway on memory:// and for nginx `proxy_pass`, both in front of the same nginx `return 200`.
 #
 # At one connection a push waits on every instruction run between a wake-up and the write that
 # passes the request on (to the upstream, then back to the client); what runs after a write,
@@ -13,28 +13,36 @@
 # time they take on a shared VM (BENCHMARKS.md, "The push's path, in instructions"). With
 # --json, one JSON record per line instead of the tables (bench/run.sh's throughput part). Each
 # push's message carries 12 bytes of data ({"order":42}), or with --data-bytes N, N bytes (as
-# 4N/3 of base64): what a proxy's cost grows with, the envelope's size.
+# 4N/3 of base64): what a proxy's cost grows with, the envelope's size. With --as-pubsub each
+# push also comes as Pub/Sub sends one: its OIDC token (1 KiB) and Google's eight other
+# headers, and five attributes (a Cloud Storage notification's).
 # Needs nginx, valgrind, python3 (`./dev bench` installs them).
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$BENCH_DIR")
-JSON=0
-if [ "${1:-}" = --json ]; then
-  JSON=1
-  shift
-fi
-DATA_BYTES=12
-if [ "${1:-}" = --data-bytes ]; then
-  [[ "${2:-}" =~ ^[0-9]+$ ]] || { echo "push_path: --data-bytes takes a number of bytes" >&2; exit 2; }
-  DATA_BYTES=$2
-  shift 2
-fi
-export DATA_BYTES
-if [ $# -lt 1 ] || [ $# -gt 2 ]; then
-  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+usage() {
+  sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
-fi
+}
+JSON=0
+DATA_BYTES=12
+AS_PUBSUB=0
+while [[ "${1:-}" == --* ]]; do
+  case $1 in
+    --json) JSON=1 ;;
+    --data-bytes)
+      [[ "${2:-}" =~ ^[0-9]+$ ]] || { echo "push_path: --data-bytes takes a number of bytes" >&2; exit 2; }
+      DATA_BYTES=$2
+      shift
+      ;;
+    --as-pubsub) AS_PUBSUB=1 ;;
+    *) usage ;;
+  esac
+  shift
+done
+export DATA_BYTES AS_PUBSUB
+[ $# -ge 1 ] && [ $# -le 2 ] || usage
 GATEWAY=$(realpath "$1")
 REQUESTS=${2:-100}
 for tool in valgrind callgrind_annotate nginx python3; do
@@ -90,13 +98,32 @@ import base64, os
 size = int(os.environ["DATA_BYTES"])
 data = ("eyJvcmRlciI6NDJ9" if size == 12  # {"order":42}
         else base64.b64encode(bytes(i % 251 for i in range(size))).decode())
+attributes, headers = "{}", b""
+if os.environ["AS_PUBSUB"] == "1":
+    # A Cloud Storage notification's attributes, and the headers a push request carries (the
+    # token is the size of Google's: a 2048-bit RS256 signature and Pub/Sub's claims).
+    attributes = ('{"bucketId":"my-bucket","eventTime":"2026-12-05T06:00:00.000000Z",'
+                  '"eventType":"OBJECT_FINALIZE","notificationConfig":'
+                  '"projects/_/buckets/my-bucket/notificationConfigs/1",'
+                  '"objectId":"images/2026/12/05/cat.png"}')
+    token = ("eyJhbGciOiJSUzI1NiIsImtpZCI6ImE1MGY2ZTcwZWY0YjU0OGE1ZmQ5MTQyZWVjZDFmYjhmNTRkY2U5ZWUiLCJ0eXAiOiJKV1QifQ."
+             + base64.urlsafe_b64encode(bytes(i % 253 for i in range(520))).decode().rstrip("=")
+             + "." + base64.urlsafe_b64encode(bytes(i % 241 for i in range(256))).decode().rstrip("="))
+    headers = ("Authorization: Bearer " + token + "\r\n"
+               "User-Agent: APIs-Google; (+https://developers.google.com/webmasters/APIs-Google.html)\r\n"
+               "From: noreply@google.com\r\nAccept-Encoding: gzip, deflate, br\r\n"
+               "X-Cloud-Trace-Context: 105445aa7843bc8bf206b12000100000/1;o=1\r\n"
+               "Traceparent: 00-105445aa7843bc8bf206b12000100000-0000000000000001-01\r\n"
+               "Forwarded: for=\"35.187.132.1\";proto=https\r\n"
+               "X-Forwarded-For: 35.187.132.1\r\nX-Forwarded-Proto: https\r\n").encode()
 s = socket.create_connection(("127.0.0.1", port), timeout=30)
 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 for i in range(count):
-    body = ('{"message":{"messageId":"%s-%d","data":"%s","attributes":{}},'
-            '"subscription":"projects/p/subscriptions/s","deliveryAttempt":1}' % (tag, i, data)).encode()
-    s.sendall(b"POST / HTTP/1.1\r\nHost: push\r\nContent-Type: application/json\r\n"
-              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    body = ('{"message":{"messageId":"%s-%d","data":"%s","attributes":%s},'
+            '"subscription":"projects/p/subscriptions/s","deliveryAttempt":1}'
+            % (tag, i, data, attributes)).encode()
+    s.sendall(b"POST / HTTP/1.1\r\nHost: push\r\nContent-Type: application/json\r\n" + headers
+              + b"Content-Length: %d\r\n\r\n" % len(body) + body)
     buf = b""
     while b"\r\n\r\n" not in buf:
         chunk = s.recv(4096)
@@ -197,17 +224,17 @@ gateway_line=$(measure gateway "$gateway")
 if [ $JSON -eq 1 ]; then
   for line in "$peer_line" "$gateway_line"; do
     read -r name requests request answer path after <<<"$line"
-    printf '{"kind":"push_path","proxy":"%s","data_bytes":%d,"requests":%d,"to_upstream":%.0f,"to_client":%.0f,"on_path":%.0f,"after":%.0f}\n' \
-      "$name" "$DATA_BYTES" "$requests" "$request" "$answer" "$path" "$after"
+    printf '{"kind":"push_path","proxy":"%s","data_bytes":%d,"as_pubsub":%s,"requests":%d,"to_upstream":%.0f,"to_client":%.0f,"on_path":%.0f,"after":%.0f}\n' \
+      "$name" "$DATA_BYTES" "$([ $AS_PUBSUB = 1 ] && echo true || echo false)" "$requests" "$request" "$answer" "$path" "$after"
   done
   while IFS='|' read -r leg what count; do
-    printf '{"kind":"push_path_step","data_bytes":%d,"leg":%d,"what":"%s","instructions":%.0f}\n' \
-      "$DATA_BYTES" "$leg" "$what" "$count"
+    printf '{"kind":"push_path_step","data_bytes":%d,"as_pubsub":%s,"leg":%d,"what":"%s","instructions":%.0f}\n' \
+      "$DATA_BYTES" "$([ $AS_PUBSUB = 1 ] && echo true || echo false)" "$leg" "$what" "$count"
   done <"$TMP/steps"
   exit 0
 fi
 
-echo "| proxy (instructions per push, $REQUESTS pushes, one connection, $DATA_BYTES bytes of data) | wake → request to the upstream | upstream's answer → answer to the client | on the path | after the writes | total |"
+echo "| proxy (instructions per push, $REQUESTS pushes, one connection, $DATA_BYTES bytes of data$([ $AS_PUBSUB = 1 ] && echo ", as Pub/Sub sends it")) | wake → request to the upstream | upstream's answer → answer to the client | on the path | after the writes | total |"
 echo "|---|---:|---:|---:|---:|---:|"
 for line in "$peer_line" "$gateway_line"; do
   read -r name _ request answer path after <<<"$line"

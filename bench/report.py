@@ -446,24 +446,22 @@ def script_weight_report(recs, p):
     p("")
 
 
-# The larger message push_path.sh is run with too (run.sh), beside the runs' 12 bytes.
-BIG_DATA = 4096
-
-
 # The push's path in instructions (bench/push_path.sh): exact counts where the VM's timings are
 # not, split at the writes that pass the push on, and what guarding it adds to the gateway's.
 def push_path_report(recs, runs, p):
-    # Records before --data-bytes carried no size: the runs' 12-byte message.
-    def of_size(kind, size):
-        return [r for r in recs if r["kind"] == kind and r.get("data_bytes", 12) == size]
-    for failed in of_size("push_path_failed", 12) + of_size("push_path_failed", BIG_DATA):
-        p(f"**The push's path in instructions**, {failed.get('data_bytes', 12):,} bytes of data: "
-          f"not measured (`bench/push_path.sh`: {failed['error']}).")
+    # A push's shape: its bytes of data, and whether it came as Pub/Sub sends one. Records from
+    # before these options carried neither: the runs' push, 12 bytes.
+    def shape(r):
+        return (r.get("data_bytes", 12), r.get("as_pubsub", False))
+
+    for failed in (r for r in recs if r["kind"] == "push_path_failed"):
+        p(f"**The push's path in instructions**, `{failed.get('shape', '')}`: not measured "
+          f"(`bench/push_path.sh`: {failed['error']}).")
         p("")
-    paths = {r["proxy"]: r for r in of_size("push_path", 12)}
+    paths = {r["proxy"]: r for r in recs if r["kind"] == "push_path" and shape(r) == (12, False)}
     if set(paths) != {"peer", "gateway"}:
         return
-    steps = of_size("push_path_step", 12)
+    steps = [r for r in recs if r["kind"] == "push_path_step" and shape(r) == (12, False)]
     requests = paths["gateway"]["requests"]
     p(f"**The push's path in instructions** (`bench/push_path.sh`: each proxy under valgrind's "
       f"callgrind, a profile part ended at every write and every `epoll_wait`; {requests} pushes "
@@ -499,27 +497,31 @@ def push_path_report(recs, runs, p):
         p(f"| the rest: HTTP in and out, the upstream exchange | both | {rest / 1e3:.1f}k "
           f"(nginx's whole path: {paths['peer']['on_path'] / 1e3:.1f}k) |")
         p("")
-    big = {r["proxy"]: r for r in of_size("push_path", BIG_DATA)}
-    if set(big) == {"peer", "gateway"}:
-        envelope = next((x["instructions"] for x in of_size("push_path_step", BIG_DATA)
-                         if x["what"] == "the envelope parsed and checked"), None)
-        base64_chars = 4 * ((BIG_DATA + 2) // 3)
-        p(f"The same with {BIG_DATA:,} bytes of message data ({base64_chars:,} of base64; "
-          f"`bench/push_path.sh --data-bytes {BIG_DATA}`): what each proxy spends on a bigger "
-          "envelope.")
+    others = sorted({shape(r) for r in recs if r["kind"] == "push_path"} - {(12, False)})
+    rows = []
+    for data_bytes, as_pubsub in others:
+        of = {r["proxy"]: r for r in recs
+              if r["kind"] == "push_path" and shape(r) == (data_bytes, as_pubsub)}
+        if set(of) != {"peer", "gateway"}:
+            continue
+        what = f"{data_bytes:,} bytes of data"
+        if as_pubsub:
+            what += ", as Pub/Sub sends it (OIDC token and Google's headers, 5 attributes)"
+        flags = f"--data-bytes {data_bytes}" + (" --as-pubsub" if as_pubsub else "")
+        totals = {k: v["on_path"] + v["after"] for k, v in of.items()}
+        rows.append(f"| {what} (`{flags}`) | {of['peer']['on_path'] / 1e3:.1f}k / "
+                    f"{totals['peer'] / 1e3:.1f}k | {of['gateway']['on_path'] / 1e3:.1f}k / "
+                    f"{totals['gateway'] / 1e3:.1f}k | "
+                    f"{totals['gateway'] / totals['peer']:.2f}× |")
+    if rows:
+        p("Other pushes through both (`bench/push_path.sh` with the options named): what each "
+          "proxy spends on a bigger envelope, and on a push as Pub/Sub sends one.")
         p("")
-        p("| proxy | on the path | total | total, gateway ÷ nginx |")
+        p("| push | nginx: on the path / total | gateway: on the path / total "
+          "| total, gateway ÷ nginx |")
         p("|---|---:|---:|---:|")
-        peer_total = big["peer"]["on_path"] + big["peer"]["after"]
-        for proxy, label in (("peer", "nginx `proxy_pass` (1 worker)"),
-                             ("gateway", "gateway memory://")):
-            r = big[proxy]
-            total = r["on_path"] + r["after"]
-            p(f"| {label} | {r['on_path'] / 1e3:.1f}k | {total / 1e3:.1f}k | "
-              f"{total / peer_total:.2f}× |")
-        if envelope is not None:
-            p(f"| of the gateway's path: the envelope parsed and checked | {envelope / 1e3:.1f}k "
-              "| | |")
+        for row in rows:
+            p(row)
         p("")
 
 

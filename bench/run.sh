@@ -305,16 +305,19 @@ part_throughput() {
   # Why one connection is where the gateway trails nginx, in counts the VM cannot move.
   say "throughput: the push's path in instructions, gateway and nginx (bench/push_path.sh, valgrind)"
   # A failure is said and recorded (the report names it), not fatal: the runs above stand.
-  # Twice: the runs' 12-byte message, and a 4 KiB one, where a proxy's cost a byte shows.
-  local data_bytes why
-  for data_bytes in 12 4096; do
-    if "$BENCH_DIR/push_path.sh" --json --data-bytes "$data_bytes" "$GATEWAY" \
+  # Three pushes: the runs' (12 bytes of data, three headers); one with 4 KiB of data, where a
+  # proxy's cost a byte shows; and one as Pub/Sub sends it (1 KiB of data, five attributes, its
+  # OIDC token and Google's other headers).
+  local shape why
+  for shape in "--data-bytes 12" "--data-bytes 4096" "--data-bytes 1024 --as-pubsub"; do
+    # shellcheck disable=SC2086  # $shape is a list of options
+    if "$BENCH_DIR/push_path.sh" --json $shape "$GATEWAY" \
         >"$TMP/push_path.jsonl" 2>"$TMP/push_path.err"; then
       while IFS= read -r line; do record "$line"; done <"$TMP/push_path.jsonl"
     else
       why=$(tail -n 1 "$TMP/push_path.err" | tr -d '"' | tr -d '\\')
-      say "push_path.sh --data-bytes $data_bytes failed: $why"
-      record "{\"kind\":\"push_path_failed\",\"data_bytes\":$data_bytes,\"error\":\"$why\"}"
+      say "push_path.sh $shape failed: $why"
+      record "{\"kind\":\"push_path_failed\",\"shape\":\"$shape\",\"error\":\"$why\"}"
     fi
   done
 

@@ -196,6 +196,21 @@ std::optional<ParseError> read_attributes(const Member& m, std::string_view pref
   if (m.value->get_object().get(attributes) != simdjson::SUCCESS) {
     return fail(ParseErrorKind::kWrongType, name() + " must be an object");
   }
+  // Commonly every value is a string and there are no more fields than the limit: each name's
+  // last value goes straight into the map, which keeps it so, without the judging below.
+  if (attributes.size() <= options.max_attributes) {
+    bool all_strings = true;
+    for (key_value_pair field : attributes) {
+      std::string_view text;
+      if (field.value.get_string().get(text) != simdjson::SUCCESS) {
+        all_strings = false;
+        break;
+      }
+      out.attributes.insert_or_assign(std::string(field.key), std::string(text));
+    }
+    if (all_strings) return std::nullopt;
+    out.attributes.clear();
+  }
   // Each name once, its last value, in name order: what a JSON object means.
   std::map<std::string_view, element> last;
   for (key_value_pair field : attributes) last.insert_or_assign(field.key, field.value);

@@ -158,6 +158,24 @@ TEST(ParseWrapped, ANameGivenTwiceMeansItsLastValue) {
   EXPECT_EQ(m.delivery_attempt, 2);
 }
 
+// Attributes too: the last value of a name is the one that counts, for its type and for the
+// limit on how many there are.
+TEST(ParseWrapped, AnAttributeGivenTwiceMeansItsLastValue) {
+  const auto with = [](const std::string& attributes) {
+    return json_post(R"({"message": {"messageId": "1", "attributes": {)" + attributes + "}}}");
+  };
+  EXPECT_THAT(parsed(with(R"("k": "first", "j": "x", "k": "last")")).attributes,
+              ElementsAre(Pair("j", "x"), Pair("k", "last")));
+  EXPECT_THAT(parsed(with(R"("k": 1, "k": "last")")).attributes, ElementsAre(Pair("k", "last")));
+  EXPECT_EQ(failed(with(R"("k": "first", "k": 1)")).reason,
+            "message.attributes values must be strings");
+  // Three fields, two names: within a limit of two.
+  EXPECT_THAT(parsed(with(R"("a": "1", "b": "2", "a": "3")"), {.max_attributes = 2}).attributes,
+              ElementsAre(Pair("a", "3"), Pair("b", "2")));
+  EXPECT_EQ(failed(with(R"("a": "1", "b": "2", "c": "3")"), {.max_attributes = 2}).reason,
+            "message.attributes has more than 2 entries");
+}
+
 TEST(ParseWrapped, BinaryDataDecodesByteForByte) {
   Message m = parsed(json_post(R"({"message": {"messageId": "1", "data": "AP8ACg=="}})"));
   EXPECT_EQ(m.data, std::string("\x00\xff\x00\n", 4));

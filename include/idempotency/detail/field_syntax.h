@@ -18,6 +18,10 @@
 
 #include "idempotency/detail/ascii.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace idempotency::detail {
 
 /// kTokenChars[b] says whether byte `b` may appear in a token (RFC 9110 tchar): a table, since
@@ -64,15 +68,6 @@ inline constexpr std::array<bool, 256> kTargetChars = [] {
   return true;
 }
 
-/// is_field_value() says whether `value` holds no control byte but HTAB (so no CR, LF or
-/// NUL), which is what keeps a value from splitting into another header.
-[[nodiscard]] constexpr bool is_field_value(std::string_view value) noexcept {
-  for (const char c : value) {
-    if (!kValueChars[static_cast<unsigned char>(c)]) return false;
-  }
-  return true;
-}
-
 /// is_request_target() says whether `target` is non-empty and holds only kTargetChars: no
 /// space or control byte that could end the request line early.
 [[nodiscard]] constexpr bool is_request_target(std::string_view target) noexcept {
@@ -97,10 +92,23 @@ inline constexpr std::array<bool, 256> kTargetChars = [] {
 }
 
 /// skip_field_value() returns the first index from `i` of a byte that a field value cannot
-/// hold (the CR ending its line, when the line is sound), or text.size(). Eight bytes a step
-/// while none is a control byte; then byte by byte, where HTAB, which a value may hold, is told
-/// apart.
+/// hold (the CR ending its line, when the line is sound), or text.size(). Sixteen bytes a step
+/// with SSE2 (every x86-64 has it), eight elsewhere, while none is a control byte; then byte by
+/// byte, where HTAB, which a value may hold, is told apart. Every header byte of every push and
+/// of every upstream answer passes through here.
 [[nodiscard]] inline std::size_t skip_field_value(std::string_view text, std::size_t i) noexcept {
+#if defined(__SSE2__)
+  while (i + 16 <= text.size()) {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(text.data() + i));
+    // Below 0x20 (min(b, 0x1f) == b, unsigned) but not HTAB, or DEL.
+    const __m128i control = _mm_cmpeq_epi8(_mm_min_epu8(bytes, _mm_set1_epi8(0x1f)), bytes);
+    const __m128i tab = _mm_cmpeq_epi8(bytes, _mm_set1_epi8('\t'));
+    const __m128i del = _mm_cmpeq_epi8(bytes, _mm_set1_epi8(0x7f));
+    const int bad = _mm_movemask_epi8(_mm_or_si128(_mm_andnot_si128(tab, control), del));
+    if (bad != 0) return i + static_cast<std::size_t>(__builtin_ctz(static_cast<unsigned>(bad)));
+    i += 16;
+  }
+#else
   // Whether one of the 8 bytes in `w` is below 0x20 or is DEL (exact as a yes or no: the
   // classic "has a byte less than n" and "has a zero byte" tests, Hacker's Delight 6-1).
   constexpr auto may_end_value = [](std::uint64_t w) {
@@ -116,8 +124,16 @@ inline constexpr std::array<bool, 256> kTargetChars = [] {
     if (may_end_value(w)) break;
     i += sizeof w;
   }
+#endif
   while (i < text.size() && kValueChars[static_cast<unsigned char>(text[i])]) ++i;
   return i;
+}
+
+/// is_field_value() says whether `value` holds no control byte but HTAB (so no CR, LF or
+/// NUL), which is what keeps a value from splitting into another header. A block at a time,
+/// as skip_field_value(): a token's ~1 KiB `Authorization` is on every push.
+[[nodiscard]] inline bool is_field_value(std::string_view value) noexcept {
+  return skip_field_value(value, 0) == value.size();
 }
 
 /// The most digits plain_content_length() reads: a longer Content-Length is left to Beast's
