@@ -80,6 +80,18 @@ class OidcVerifierTest : public ::testing::Test {
             {"sub", "1122334455"}};
   }
 
+  // A verifier of options() that reads its key set again once it is `max_age` old.
+  [[nodiscard]] OidcVerifier verifier_refreshing_every(std::chrono::minutes max_age) const {
+    OidcOptions opts = options();
+    opts.jwks_max_age = max_age;
+    return OidcVerifier(opts);
+  }
+
+  // A push carrying a good token, signed with signing_key().
+  [[nodiscard]] pubsub::PushRequest good_request() const {
+    return bearer_request(testing::mint(signing_key(), header(), claims()));
+  }
+
   [[nodiscard]] std::optional<std::string> verify(const std::string& token) const {
     return verifier_.verify(bearer_request(token));
   }
@@ -333,10 +345,8 @@ TEST_F(OidcVerifierTest, KeyRotationInTheFileIsPickedUpAfterTheRefreshInterval) 
 // it is still in the key set (Pub/Sub sends one for up to an hour), but everything else about
 // it is judged on every use.
 TEST_F(OidcVerifierTest, ARepeatedTokenIsJudgedAgainOnEveryUse) {
-  OidcOptions opts = options();
-  opts.jwks_max_age = std::chrono::hours(2);  // the key set outlives the token
-  const OidcVerifier verifier(opts);
-  const auto request = bearer_request(testing::mint(signing_key(), header(), claims()));
+  const OidcVerifier verifier = verifier_refreshing_every(std::chrono::hours(2));  // > the token
+  const auto request = good_request();
   for (int use = 0; use < 3; ++use) EXPECT_EQ(verifier.verify(request), std::nullopt) << use;
   clock_->advance(std::chrono::seconds(3540 + 60));  // exp, plus the skew
   EXPECT_EQ(verifier.verify(request), "token expired");
@@ -344,10 +354,8 @@ TEST_F(OidcVerifierTest, ARepeatedTokenIsJudgedAgainOnEveryUse) {
 }
 
 TEST_F(OidcVerifierTest, ARepeatedTokenIsRefusedOnceItsKeyLeavesTheKeySet) {
-  OidcOptions opts = options();
-  opts.jwks_max_age = std::chrono::minutes(10);
-  const OidcVerifier verifier(opts);
-  const auto request = bearer_request(testing::mint(signing_key(), header(), claims()));
+  const OidcVerifier verifier = verifier_refreshing_every(std::chrono::minutes(10));
+  const auto request = good_request();
   EXPECT_EQ(verifier.verify(request), std::nullopt);
   write_file(jwks_path_, testing::jwks({{"kid-new", &other_key()}}));
   clock_->advance(std::chrono::minutes(5));  // the key set is not stale yet
@@ -358,10 +366,8 @@ TEST_F(OidcVerifierTest, ARepeatedTokenIsRefusedOnceItsKeyLeavesTheKeySet) {
 
 // The key set may name another key by the same kid: the token is checked against that one.
 TEST_F(OidcVerifierTest, ARepeatedTokenIsCheckedAgainstTheKeyItsKidNowNames) {
-  OidcOptions opts = options();
-  opts.jwks_max_age = std::chrono::minutes(10);
-  const OidcVerifier verifier(opts);
-  const auto request = bearer_request(testing::mint(signing_key(), header(), claims()));
+  const OidcVerifier verifier = verifier_refreshing_every(std::chrono::minutes(10));
+  const auto request = good_request();
   EXPECT_EQ(verifier.verify(request), std::nullopt);
   write_file(jwks_path_, testing::jwks({{kKid, &other_key()}}));
   clock_->advance(std::chrono::minutes(10));
