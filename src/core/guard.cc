@@ -80,9 +80,13 @@ Guard::~Guard() {
 CompleteStatus Guard::complete(std::optional<std::string> result) noexcept {
   if (!held_) return CompleteStatus::kNotHeld;
   held_ = false;
-  keeper_.stop();  // no renewal may race the completion
+  // Renewed until the complete has landed: a slow store must not let the lease lapse under
+  // this live owner, or another instance would run the work again.
+  keeper_.finishing();
   registration_.reset();
-  return detail::complete_after_work(*backend_, claim_, std::move(result));
+  const CompleteStatus status = detail::complete_after_work(*backend_, claim_, std::move(result));
+  keeper_.stop();
+  return status;
 }
 
 namespace detail {

@@ -1,6 +1,7 @@
 #include "idempotency/detail/lease_keeper.h"
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 #include <utility>
 
@@ -29,11 +30,12 @@ struct LeaseKeeper::State {
   Claim claim;
   std::chrono::milliseconds lease;
   std::stop_source lost;
+  std::atomic<bool> finishing{false};  // the complete is under way: a refusal is expected
 };
 
 LeaseKeeper::LeaseKeeper(LockBackend& backend, const Claim& claim, std::chrono::milliseconds lease,
                          std::chrono::milliseconds heartbeat) {
-  state_ = std::make_unique<State>(State{.backend = backend, .claim = claim, .lease = lease});
+  state_ = std::unique_ptr<State>(new State{.backend = backend, .claim = claim, .lease = lease});
   if (heartbeat.count() == 0) return;
   heartbeat_ = start_heartbeat(HeartbeatSpec{
       .interval = heartbeat,
@@ -46,6 +48,7 @@ LeaseKeeper::LeaseKeeper(LockBackend& backend, const Claim& claim, std::chrono::
       .on_lost =
           // The fingerprint (a hash) is computed only if the claim is lost, not per claim.
       [state = state_.get()] {
+        if (state->finishing.load()) return;  // the complete landed before this renewal
         log(LogRecord{Severity::kWarning,
                       "lease_lost",
                       "the claim's lease could not be renewed (fenced out, released, or the "
@@ -74,6 +77,10 @@ LeaseKeeper& LeaseKeeper::operator=(LeaseKeeper&& other) noexcept {
 }
 
 void LeaseKeeper::stop() noexcept { heartbeat_.reset(); }
+
+void LeaseKeeper::finishing() noexcept {
+  if (state_) state_->finishing.store(true);
+}
 
 bool LeaseKeeper::lost() const noexcept { return state_ && state_->lost.stop_requested(); }
 

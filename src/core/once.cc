@@ -198,8 +198,10 @@ ErasedOutcome claim_and_execute(std::string_view key, LockBackend& backend,
         if (options.stop.stop_requested()) throw Cancelled();
         throw;
       }
-      keeper.stop();  // no renewal may race the completion
+      // Renewed until the complete has landed (LeaseKeeper::finishing()).
+      keeper.finishing();
       (void)complete_after_work(backend, claim, std::move(value.bytes));
+      keeper.stop();
       return ErasedOutcome{Status::kExecuted, std::move(value.value), claim.fence, std::nullopt};
     }
     if (auto* done = std::get_if<AlreadyDone>(&result)) return outcome_of_done(*done, key, hooks);

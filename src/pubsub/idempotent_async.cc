@@ -254,7 +254,9 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
       // the store will then (DONE, the response stored) instead of making them wait.
       if (early && flight_) flight_->decide(executed);
       if (early && inline_complete) answer_with(executed);
-      keeper_->stop();  // no renewal may race the completion
+      // Renewed until the complete has landed: one queued behind a busy store must not let the
+      // lease lapse under this live owner, or another instance would run the work again.
+      keeper_->finishing();
       complete_pending_ = early;
       // Whatever the store answers, the work ran and is acked: a failure is only logged.
       store(
@@ -277,6 +279,7 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
             }
           },
           [executed](const std::shared_ptr<Delivering>& self, bool) {
+            self->keeper_->stop();
             self->complete_pending_ = false;
             self->settle(executed);
           });

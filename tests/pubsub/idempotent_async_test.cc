@@ -313,6 +313,35 @@ TEST_P(IdempotentAsyncTest, AnsweredBeforeItsCompleteTheAckWaitsOnNoStoreWrite) 
                                      DeliveryOutcome::kDuplicate}));
 }
 
+// Acked before its complete, which a busy store holds: the lease is renewed until the complete
+// lands, so another instance never finds the key free under this live owner and runs the work
+// again (the crash storm saw that, with no process killed, when the keeper stopped at the ack).
+TEST_P(IdempotentAsyncTest, AnsweredBeforeItsCompleteTheLeaseIsRenewedUntilItLands) {
+  script_.deferred = true;  // answered on another thread, where an inline complete then waits
+  auto pending = std::make_shared<PendingDeliveries>();
+  auto handle =
+      wrap({.lease = std::chrono::milliseconds(300), .heartbeat = std::chrono::milliseconds(50)},
+           pending);
+  faulty_->hold_completes();
+  auto first = start(handle, push("m-slow"));
+  release();
+  const auto acked = answered(first);
+  ASSERT_TRUE(acked);
+  EXPECT_EQ(acked->status, 200);
+  ASSERT_TRUE(eventually([&] { return faulty_->completes_held == 1; }));
+  const int before = faulty_->extends;
+  ASSERT_TRUE(eventually([&] { return faulty_->extends >= before + 10; }))
+      << "the lease was not renewed while the complete waited";
+  // Ten renewals of 50 ms: well past the 300 ms lease the key was claimed with.
+  EXPECT_TRUE(std::holds_alternative<HeldByOther>(
+      memory_->claim("m-slow", std::chrono::milliseconds(300))));
+  faulty_->let_completes_go();
+  pending->wait();
+  EXPECT_EQ(memory_->inspect("m-slow")->state, RecordState::kDone);
+  EXPECT_EQ(runs_, 1);
+  EXPECT_EQ(logs_.count("lease_lost"), 0) << "a renewal refused after the complete is no loss";
+}
+
 TEST_P(IdempotentAsyncTest, AnsweredBeforeItsCompleteAJoinedDeliveryIsAnsweredWithIt) {
   script_.deferred = true;
   auto pending = std::make_shared<PendingDeliveries>();

@@ -35,6 +35,7 @@ class FaultyBackend final : public ForwardingBackend {
   std::atomic<int> claims{0};
   std::atomic<int> completes{0};
   std::atomic<int> releases{0};
+  std::atomic<int> extends{0};
   /// How many complete() calls are waiting at the gate now.
   std::atomic<int> completes_held{0};
 
@@ -76,6 +77,10 @@ class FaultyBackend final : public ForwardingBackend {
     const bool ok = ForwardingBackend::do_complete(claim, std::move(result));
     if (drop_complete_reply) throw StoreError("injected: complete reply lost");
     return ok;
+  }
+  std::optional<TimePoint> do_extend(const Claim& claim, std::chrono::milliseconds lease) override {
+    ++extends;
+    return ForwardingBackend::do_extend(claim, lease);
   }
   void do_release(const Claim& claim) override {
     ++releases;

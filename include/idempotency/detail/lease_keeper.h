@@ -1,13 +1,14 @@
 // LeaseKeeper (internal: guards and `once` use it): keeps one claim's lease alive with the
-// process's heartbeat scheduler while work runs, and says when the claim was lost.
+// process's heartbeat scheduler while work runs and its complete lands, and says when the claim
+// was lost.
 //
 // A loss — a renewal refused because the claim was fenced out, released or completed, or
 // renewals failing until the lease lapsed — is logged once (`lease_lost`, the key's
 // fingerprint only) and requests `lost_token()`, which the work may watch to stop early. A
 // keeper with a zero heartbeat renews nothing and is never lost.
 //
-// Thread safety: stop() and the destructor from the owner's thread; lost() and lost_token()
-// from any thread.
+// Thread safety: finishing(), stop() and the destructor from the owner's thread (or whichever
+// thread carries on its work, one at a time); lost() and lost_token() from any thread.
 #pragma once
 
 #include <chrono>
@@ -35,6 +36,11 @@ class LeaseKeeper {
   /// stop() ends the renewals, waiting for one in flight, so none runs after the work's
   /// complete or release. Idempotent.
   void stop() noexcept;
+  /// finishing() says the work is done and its complete is under way: renewals go on until
+  /// stop(), so a complete that is slow to land (queued, or a busy store) cannot let the lease
+  /// lapse under a live owner, and a renewal refused meanwhile is the complete having landed,
+  /// not a loss (nothing is logged or requested). Call stop() once the complete has returned.
+  void finishing() noexcept;
   /// lost() says whether the claim was lost.
   [[nodiscard]] bool lost() const noexcept;
   /// lost_token() is requested when the claim is lost; never when the heartbeat is off.

@@ -117,7 +117,8 @@ struct IdempotentOptions {
   std::function<std::shared_ptr<LockBackend>()> backend_factory;
   /// The key; empty means `key_from_message_id()`.
   KeyFunction key;
-  /// The claim's lease. Renewed by `heartbeat` while the handler runs, so it need only
+  /// The claim's lease. Renewed by `heartbeat` while the handler runs and until its complete
+  /// has landed, so it need only
   /// outlast a renewal's worst delay: a crashed instance's message is retried one lease later.
   std::chrono::milliseconds lease = kDefaultPushLease;
   /// Renew the lease this often while the handler runs: unset, a third of the lease; zero,
