@@ -92,7 +92,12 @@ __attribute__((target("avx2"))) std::size_t digit_blocks_avx2(std::string_view t
   return i;
 }
 
-const bool kHasAvx2 = __builtin_cpu_supports("avx2");
+// Read during static initialization, which may run before libgcc's own: initialized first, as
+// GCC's manual asks of a constructor, or a CPU with AVX2 could read as one without.
+const bool kHasAvx2 = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") != 0;
+}();
 #endif
 #endif
 
