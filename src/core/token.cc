@@ -14,16 +14,20 @@
 #include <new>
 #include <string>
 
-#include "idempotency/detail/hex.h"
 #include "idempotency/errors.h"
 
 namespace idempotency::detail {
 
 namespace {
 
-constexpr std::size_t kTokenBytes = 16;
+// 15 characters of 6 random bits each (90 bits) from 12 bytes of the stream: a string that
+// short is stored inside std::string (no heap block), and a claim copies its token into the
+// operation, the record and its answer. 90 bits keep two live claims of one key apart: their
+// tokens meet with a chance of 2^-90.
+constexpr std::size_t kTokenBytes = 12;
+constexpr std::size_t kTokenChars = 15;
 constexpr std::size_t kKeyBytes = 32;       // a ChaCha20 key
-constexpr std::size_t kPoolBytes = 4096;    // tokens handed out per refill: 256
+constexpr std::size_t kPoolBytes = 4096;    // tokens handed out per refill: 341
 constexpr unsigned kRefillsPerSeed = 1024;  // a fresh key from the kernel every 4 MiB of tokens
 
 // Bumped in a forked child, whose copy of a generator holds its parent's key and unused bytes.
@@ -115,8 +119,19 @@ std::string new_claim_token() {
       ::pthread_atfork(nullptr, nullptr, [] { fork_generation.fetch_add(1); });
   (void)registered;
   thread_local TokenGenerator generator;
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";  // base64url's
   unsigned char* bytes = generator.take();
-  std::string token = to_hex(bytes, kTokenBytes);
+  std::string token(kTokenChars, '\0');
+  char* out = token.data();
+  // Three bytes make four characters; the last group's fourth is not needed.
+  for (std::size_t i = 0, c = 0; i < kTokenBytes; i += 3) {
+    const unsigned group =
+        (unsigned{bytes[i]} << 16) | (unsigned{bytes[i + 1]} << 8) | bytes[i + 2];
+    for (int shift = 18; shift >= 0 && c < kTokenChars; shift -= 6) {
+      out[c++] = kAlphabet[(group >> shift) & 0x3f];
+    }
+  }
   ::explicit_bzero(bytes, kTokenBytes);  // handed-out bytes do not linger in memory
   return token;
 }

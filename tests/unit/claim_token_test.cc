@@ -1,5 +1,6 @@
-// Claim tokens: 32 hex digits, never repeated within a process, across threads, or between a
-// forked child and its parent (whose per-thread random pools the child inherits).
+// Claim tokens: 15 base64url characters (kept inside std::string), never repeated within a process,
+// across threads, or between a forked child and its parent (whose per-thread random pools the child
+// inherits).
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,7 +17,9 @@
 namespace idempotency::detail {
 namespace {
 
-TEST(ClaimToken, ThirtyTwoHexDigitsAndNeverRepeatedAcrossThreads) {
+constexpr char kBase64Url[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+TEST(ClaimToken, FifteenBase64UrlCharactersAndNeverRepeatedAcrossThreads) {
   std::vector<std::vector<std::string>> drawn(4);
   {
     std::vector<std::jthread> threads;
@@ -29,10 +32,24 @@ TEST(ClaimToken, ThirtyTwoHexDigitsAndNeverRepeatedAcrossThreads) {
   std::set<std::string> seen;
   for (const auto& mine : drawn) {
     for (const auto& token : mine) {
-      ASSERT_EQ(token.size(), 32U);
-      ASSERT_EQ(token.find_first_not_of("0123456789abcdef"), std::string::npos) << token;
+      ASSERT_EQ(token.size(), 15U);
+      ASSERT_LE(token.size(), std::string().capacity()) << "no heap block for a token";
+      ASSERT_EQ(token.find_first_not_of(kBase64Url), std::string::npos) << token;
       EXPECT_TRUE(seen.insert(token).second) << "repeated: " << token;
     }
+  }
+}
+
+// Every place carries its 6 random bits: over 8,000 tokens each place shows all 64 characters
+// (one missing by chance: under 2^-170). A place fed fewer than 6 bits shows fewer.
+TEST(ClaimToken, EveryPlaceTakesAllSixtyFourCharacters) {
+  std::vector<std::set<char>> at(15);
+  for (int i = 0; i < 8000; ++i) {
+    const std::string token = new_claim_token();
+    for (std::size_t place = 0; place < at.size(); ++place) at[place].insert(token[place]);
+  }
+  for (std::size_t place = 0; place < at.size(); ++place) {
+    EXPECT_EQ(at[place].size(), 64U) << "place " << place;
   }
 }
 
@@ -48,8 +65,8 @@ TEST(ClaimToken, AForkedChildNeverReusesItsParentsUnusedBytes) {
     ::_exit(0);
   }
   ::close(pipe_fds[1]);
-  std::string from_child(32, '\0');
-  ASSERT_EQ(::read(pipe_fds[0], from_child.data(), from_child.size()), 32);
+  std::string from_child(15, '\0');
+  ASSERT_EQ(::read(pipe_fds[0], from_child.data(), from_child.size()), 15);
   ::close(pipe_fds[0]);
   int status = 0;
   ::waitpid(child, &status, 0);
