@@ -15,19 +15,18 @@
 #include <thread>
 #include <vector>
 
+#include "http_test_util.h"
 #include "idempotency/http.h"
 #include "support/log_capture.h"
 
 namespace idempotency::http {
 namespace {
 
-ServeOptions test_options() { return ServeOptions{.keep_alive_timeout = std::chrono::seconds(1)}; }
+using testing::client_for;
 
-httplib::Client client_for(int port) {
-  httplib::Client client("127.0.0.1", port);
-  client.set_connection_timeout(std::chrono::seconds(5));
-  client.set_read_timeout(std::chrono::seconds(5));
-  return client;
+// Test servers wait at most 1 s on an idle keep-alive connection, so stops stay quick.
+ServeOptions quick_stop_options() {
+  return ServeOptions{.keep_alive_timeout = std::chrono::seconds(1)};
 }
 
 TEST(AsyncHandler, AnswersOnTheEventLoop) {
@@ -35,7 +34,7 @@ TEST(AsyncHandler, AnswersOnTheEventLoop) {
       [](pubsub::PushRequest request, const Responder& respond) {
         respond(pubsub::PushResponse{.status = 202, .body = request.method + " " + request.path});
       },
-      test_options());
+      quick_stop_options());
   auto client = client_for(server.start("127.0.0.1", 0));
   auto result = client.Post("/push", "{}", "application/json");
   ASSERT_TRUE(result);
@@ -54,7 +53,7 @@ TEST(AsyncHandler, AnswersLaterFromAnotherThreadAndKeepsTheConnection) {
           respond(pubsub::PushResponse{.status = 200, .body = request.body});
         });
       },
-      test_options());
+      quick_stop_options());
   auto client = client_for(server.start("127.0.0.1", 0));
   client.set_keep_alive(true);
   for (const std::string body : {"one", "two", "three"}) {
@@ -74,7 +73,7 @@ TEST(AsyncHandler, OnlyTheFirstAnswerIsSent) {
         respond(pubsub::PushResponse{.status = 200, .body = "first"});
         respond(pubsub::PushResponse{.status = 500, .body = "second"});
       },
-      test_options());
+      quick_stop_options());
   auto client = client_for(server.start("127.0.0.1", 0));
   client.set_keep_alive(true);
   for (int i = 0; i < 2; ++i) {
@@ -92,7 +91,7 @@ TEST(AsyncHandler, AThrowingHandlerIs500AndTheServerKeepsServing) {
         if (request.path == "/throw") throw std::runtime_error("boom");
         respond(pubsub::PushResponse{.status = 200});
       },
-      test_options());
+      quick_stop_options());
   auto client = client_for(server.start("127.0.0.1", 0));
   auto thrown = client.Get("/throw");
   ASSERT_TRUE(thrown);
@@ -105,7 +104,7 @@ TEST(AsyncHandler, AThrowingHandlerIs500AndTheServerKeepsServing) {
 
 TEST(AsyncHandler, ADroppedResponderIs500NotAHang) {
   idempotency::testing::LogCapture logs;
-  Server server([](const pubsub::PushRequest&, const Responder&) {}, test_options());
+  Server server([](const pubsub::PushRequest&, const Responder&) {}, quick_stop_options());
   auto client = client_for(server.start("127.0.0.1", 0));
   auto result = client.Get("/");
   ASSERT_TRUE(result);
@@ -115,7 +114,7 @@ TEST(AsyncHandler, ADroppedResponderIs500NotAHang) {
 
 TEST(AsyncHandler, RunsItsOwnAsynchronousWorkOnTheSharedEventLoop) {
   auto loop = std::make_shared<boost::asio::io_context>(1);
-  ServeOptions options = test_options();
+  ServeOptions options = quick_stop_options();
   options.event_loop = loop;
   std::thread::id loop_thread;
   std::thread::id timer_thread;

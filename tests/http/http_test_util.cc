@@ -9,6 +9,14 @@
 
 namespace idempotency::http::testing {
 
+httplib::Client client_for(int port) {
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(std::chrono::seconds(5));
+  client.set_read_timeout(std::chrono::seconds(5));
+  client.set_write_timeout(std::chrono::seconds(5));
+  return client;
+}
+
 void Gate::open() {
   {
     std::lock_guard lock(mutex_);

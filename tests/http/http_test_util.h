@@ -1,5 +1,7 @@
-// Helpers for the HTTP server tests: a gate a handler can wait on, and socket probes.
+// Helpers for the HTTP server tests: a client, a gate a handler can wait on, and socket probes.
 #pragma once
+
+#include <httplib.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -8,6 +10,10 @@
 #include <string_view>
 
 namespace idempotency::http::testing {
+
+/// client_for() is a cpp-httplib client of 127.0.0.1:port whose every wait is bounded (5 s),
+/// so a broken server fails a test instead of hanging it.
+httplib::Client client_for(int port);
 
 /// Gate blocks waiters until opened; waits are bounded so a broken test cannot hang.
 class Gate {

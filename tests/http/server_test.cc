@@ -25,6 +25,7 @@
 namespace idempotency::http {
 namespace {
 
+using testing::client_for;
 using testing::Gate;
 using ::testing::HasSubstr;
 using testing::wait_until_refused;
@@ -32,14 +33,6 @@ using testing::wait_until_refused;
 // Test servers wait at most 1 s on an idle keep-alive connection, so stops stay quick.
 ServeOptions test_options() {
   return ServeOptions{.workers = 4, .keep_alive_timeout = std::chrono::seconds(1)};
-}
-
-httplib::Client client_for(int port) {
-  httplib::Client client("127.0.0.1", port);
-  client.set_connection_timeout(std::chrono::seconds(5));
-  client.set_read_timeout(std::chrono::seconds(5));
-  client.set_write_timeout(std::chrono::seconds(5));
-  return client;
 }
 
 pubsub::PushResponse ok(std::string body = "ok") {

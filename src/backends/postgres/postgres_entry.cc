@@ -34,9 +34,9 @@ std::size_t pool_size_of(std::string_view text) {
   return size;
 }
 
-// options_of() takes the parameters the library reads (table, pool_mode, pool_size) out of
+// postgres_options_of() takes the parameters the library reads (table, pool_mode, pool_size) out of
 // `url`.
-PostgresOptions options_of(BackendUrl& url) {
+PostgresOptions postgres_options_of(BackendUrl& url) {
   PostgresOptions options;
   options.table = table_of(url);
   // Sized to the callers: with more threads than connections, calls queue for the pool while
@@ -62,14 +62,15 @@ BackendEntry postgres_backend_entry() {
           "postgres://USER:PASSWORD@HOST/DB[?table=NAME&pool_size=N&pool_mode=transaction"
           "&sslmode=verify-full&sslrootcert=CA.pem]",
       .open = [](BackendUrl& url, const BackendOptions& backend) -> std::unique_ptr<LockBackend> {
-        PostgresOptions options = options_of(url);
+        PostgresOptions options = postgres_options_of(url);
         options.backend = backend;
         return std::make_unique<PostgresLock>(url.str(), options);
       },
-      .schema = [](BackendUrl& url) { return PostgresLock::schema(options_of(url).table); },
+      .schema =
+          [](BackendUrl& url) { return PostgresLock::schema(postgres_options_of(url).table); },
       .migrate =
           [](BackendUrl& url) {
-            PostgresOptions options = options_of(url);
+            PostgresOptions options = postgres_options_of(url);
             options.pool_size = 1;
             const std::string statements = PostgresLock::schema(options.table);
             // Succeeding without create_table proves the table is there, and a role without

@@ -13,7 +13,7 @@
 namespace idempotency::registry_detail {
 namespace {
 
-SqliteOptions options_of(BackendUrl& url, const BackendOptions& backend = {}) {
+SqliteOptions sqlite_options_of(BackendUrl& url, const BackendOptions& backend = {}) {
   SqliteOptions options{.backend = backend};
   if (auto table = take_table(url)) options.table = std::move(*table);
   url.refuse_rest("sqlite backend URL: the only query parameter is table=NAME");
@@ -39,20 +39,20 @@ BackendEntry sqlite_backend_entry() {
       .schemes = {"sqlite"},
       .url_form = "sqlite:///PATH[?table=NAME]",
       .open = [](BackendUrl& url, const BackendOptions& backend) -> std::unique_ptr<LockBackend> {
-        SqliteOptions options = options_of(url, backend);
+        SqliteOptions options = sqlite_options_of(url, backend);
         return std::make_unique<SqliteLock>(file_of(url), std::move(options));
       },
       .open_existing = [](BackendUrl& url) -> std::unique_ptr<LockBackend> {
-        SqliteOptions options = options_of(url);
+        SqliteOptions options = sqlite_options_of(url);
         if (!file_exists(file_of(url))) {
           throw StoreError("sqlite: the database file does not exist (idem migrate creates it)");
         }
         return std::make_unique<SqliteLock>(url.location(), std::move(options));
       },
-      .schema = [](BackendUrl& url) { return SqliteLock::schema(options_of(url).table); },
+      .schema = [](BackendUrl& url) { return SqliteLock::schema(sqlite_options_of(url).table); },
       .migrate =
           [](BackendUrl& url) {
-            const SqliteOptions options = options_of(url);
+            const SqliteOptions options = sqlite_options_of(url);
             const std::string& path = file_of(url);
             const std::string statements = SqliteLock::schema(options.table);
             const bool existed = file_exists(path);

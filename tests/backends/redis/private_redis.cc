@@ -73,6 +73,12 @@ std::string RawRedis::text(const std::vector<std::string>& args) {
   return "(array)";
 }
 
+long long RawRedis::time_ms() {
+  RedisReplyPtr r = command({"TIME"});
+  return std::stoll(std::string(r->element[0]->str)) * 1000 +
+         std::stoll(std::string(r->element[1]->str)) / 1000;
+}
+
 PrivateRedis::PrivateRedis(std::vector<std::string> extra_args)
     : extra_args_(std::move(extra_args)) {
   std::string tmpl = (std::filesystem::temp_directory_path() / "idem-redis-XXXXXX").string();

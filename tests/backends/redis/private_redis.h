@@ -38,6 +38,8 @@ class RawRedis {
   RedisReplyPtr command(const std::vector<std::string>& args);
   /// text() runs a command and returns its string / status / error text, or the integer.
   std::string text(const std::vector<std::string>& args);
+  /// time_ms() is the server's clock (TIME) in milliseconds since the epoch.
+  long long time_ms();
 
  private:
   RedisContextPtr ctx_;

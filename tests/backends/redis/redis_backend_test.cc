@@ -29,7 +29,7 @@ using std::chrono::milliseconds;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-constexpr const char* kPassword = "s3cr3t-PW";
+constexpr const char* kUrlPassword = "s3cr3t-PW";
 
 // ---------------------------------------------------------------- URL parsing
 
@@ -96,7 +96,7 @@ TEST(RedisUrl, ParsesTheTlsForm) {
 }
 
 TEST(RedisUrl, MalformedUrlsNameThePartAndNeverThePassword) {
-  const std::string pw = kPassword;
+  const std::string pw = kUrlPassword;
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"http://u:" + pw + "@h:1", "scheme"},
       {"rediss://u:" + pw + "@h:1?cert=/c.pem", "cert= and key="},
@@ -674,12 +674,6 @@ TEST(RedisLockTest, InjectedClockKeepsTheRemainingLifetimeOnTheServer) {
 
 // ---------------------------------------------------------------- the server's clock, for real
 
-long long server_time_ms(RawRedis& raw) {
-  RedisReplyPtr r = raw.command({"TIME"});
-  return std::stoll(std::string(r->element[0]->str)) * 1000 +
-         std::stoll(std::string(r->element[1]->str)) / 1000;
-}
-
 TEST(RedisServerClock, ALeaseLapsesForRealAndIsReclaimedWithFencePlusOne) {
   // The lease outlasts the next call on a slow box (HeldByOther); the ttl keeps the record
   // well past the lease, so the reclaim finds it (fence + 1).
@@ -730,9 +724,9 @@ TEST(RedisServerClock, ClientClockSkewCannotBreakALease) {
   auto a = fixture_lock();
   auto b =
       std::make_unique<RedisLock>(fixture_redis_url(), RedisOptions{.key_prefix = a->key_prefix()});
-  const long long before = server_time_ms(raw);
+  const long long before = raw.time_ms();
   Claim held = won(a->claim("k", milliseconds(60'000)));
-  const long long after = server_time_ms(raw);
+  const long long after = raw.time_ms();
   EXPECT_GE(to_millis(held.lease_expiry), before + 60'000);
   EXPECT_LE(to_millis(held.lease_expiry), after + 60'000);
   ClaimResult other = b->claim("k", milliseconds(60'000));

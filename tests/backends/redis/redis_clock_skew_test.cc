@@ -56,12 +56,6 @@ SkewedClaim claim_with_clock_offset(const std::string& offset, const std::string
   return c;
 }
 
-long long server_time_ms(RawRedis& raw) {
-  RedisReplyPtr r = raw.command({"TIME"});
-  return std::stoll(std::string(r->element[0]->str)) * 1000 +
-         std::stoll(std::string(r->element[1]->str)) / 1000;
-}
-
 long long own_clock_ms() { return to_millis(system_clock()->now()); }
 
 class RedisClockSkew : public ::testing::Test {
@@ -91,10 +85,10 @@ TEST_F(RedisClockSkew, AProcessWhoseClockRunsHoursAheadStillSeesTheLease) {
 }
 
 TEST_F(RedisClockSkew, AProcessWhoseClockRunsAheadWritesLeasesOnTheServersClock) {
-  const long long before = server_time_ms(raw_);
+  const long long before = raw_.time_ms();
   const SkewedClaim ahead =
       claim_with_clock_offset("+2h", lock_->key_prefix(), "k", milliseconds(60'000));
-  const long long after = server_time_ms(raw_);
+  const long long after = raw_.time_ms();
   ASSERT_EQ(ahead.outcome, "Won");
   EXPECT_GE(ahead.lease_expiry_ms, before + 60'000);
   EXPECT_LE(ahead.lease_expiry_ms, after + 60'000) << "not its own clock + lease (2 h later)";
@@ -107,11 +101,11 @@ TEST_F(RedisClockSkew, AProcessWhoseClockRunsHoursBehindReclaimsOnceTheServerSay
   const Claim first = won(lock_->claim("k", milliseconds(300)));
   // Wait until the lease has lapsed by the server's clock (by the skewed process's clock it
   // has two hours to go).
-  ASSERT_TRUE(eventually([&] { return server_time_ms(raw_) >= to_millis(first.lease_expiry); }));
-  const long long before = server_time_ms(raw_);
+  ASSERT_TRUE(eventually([&] { return raw_.time_ms() >= to_millis(first.lease_expiry); }));
+  const long long before = raw_.time_ms();
   const SkewedClaim behind =
       claim_with_clock_offset("-2h", lock_->key_prefix(), "k", milliseconds(60'000));
-  const long long after = server_time_ms(raw_);
+  const long long after = raw_.time_ms();
   EXPECT_LE(behind.own_clock_ms - own_clock_ms(), -2 * kHourMs + 60'000) << "the skew took effect";
   ASSERT_EQ(behind.outcome, "Won");
   EXPECT_EQ(behind.fence, first.fence + 1) << "a reclaim of the lapsed lease";

@@ -23,7 +23,7 @@ using std::chrono::milliseconds;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-constexpr const char* kPassword = "s3cr3t-PW";
+constexpr const char* kServerPassword = "s3cr3t-PW";
 
 // Blocks `url`'s server for `seconds` (DEBUG SLEEP) from a connection of its own and returns
 // the thread once the server is asleep: a PING on another connection then goes unanswered.
@@ -170,8 +170,8 @@ TEST(RedisFaults, ACallGivesUpWaitingForABusyPoolAfterPoolWait) {
 }
 
 TEST(RedisFaults, PasswordAndAclUserAuthentication) {
-  PrivateRedis server({"--requirepass", kPassword});
-  RedisLock ok(server.url(std::string(":") + kPassword));
+  PrivateRedis server({"--requirepass", kServerPassword});
+  RedisLock ok(server.url(std::string(":") + kServerPassword));
   EXPECT_EQ(won(ok.claim("k", milliseconds(60'000))).fence, 1);
 
   for (const std::string userinfo : {":wrong-password", "nobody:wrong-password"}) {
@@ -190,7 +190,7 @@ TEST(RedisFaults, PasswordAndAclUserAuthentication) {
     EXPECT_THAT(e.what(), HasSubstr("NOAUTH"));
   }
 
-  RawRedis admin(server.url(std::string(":") + kPassword));
+  RawRedis admin(server.url(std::string(":") + kServerPassword));
   ASSERT_EQ(admin.text({"ACL", "SETUSER", "alice", "on", ">alice-pw", "~*", "+@all"}), "OK");
   RedisLock alice(server.url("alice:alice-pw"));
   EXPECT_EQ(outcome(alice.claim("k", milliseconds(60'000))), std::string("HeldByOther"));

@@ -36,7 +36,7 @@ using ::testing::AnyOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-constexpr const char* kPassword = "s3cr3t-TLS-PW";
+constexpr const char* kTlsPassword = "s3cr3t-TLS-PW";
 
 // The fixture's TLS port and the certificates it made.
 struct TlsFixture {
@@ -115,14 +115,14 @@ std::string connect_error(const std::string& url,
 
 void expect_one_clean_line(const std::string& message) {
   EXPECT_THAT(message, Not(HasSubstr("\n")));
-  EXPECT_THAT(message, Not(HasSubstr(kPassword)));
+  EXPECT_THAT(message, Not(HasSubstr(kTlsPassword)));
   EXPECT_THAT(message, Not(HasSubstr("PRIVATE KEY")));
 }
 
 TEST(RedisTls, ACertificateFromAnotherCaIsRefused) {
   const TlsFixture f = tls_fixture();
   const std::string error = connect_error(f.url_to(
-      "127.0.0.1", f.files("other-ca.crt") + "&sni=localhost", std::string(":") + kPassword));
+      "127.0.0.1", f.files("other-ca.crt") + "&sni=localhost", std::string(":") + kTlsPassword));
   EXPECT_THAT(error, HasSubstr("TLS handshake with 127.0.0.1:" + std::to_string(f.endpoint.port) +
                                " failed: certificate verify failed"));
   expect_one_clean_line(error);
@@ -191,7 +191,7 @@ TEST(RedisTls, ATlsUrlOnAPlainPortIsOneClearLine) {
 
 TEST(RedisTls, FilesThatCannotBeLoadedAreNamedWithoutTheirContents) {
   const TlsFixture f = tls_fixture();
-  const std::string userinfo = std::string(":") + kPassword;
+  const std::string userinfo = std::string(":") + kTlsPassword;
   const std::string missing = (f.certs / "no-such-ca.crt").string();
   std::string error = connect_error(f.url_to("localhost", "ca=" + missing, userinfo));
   EXPECT_THAT(error, HasSubstr("cannot load ca=" + missing + ": No such file or directory"));
@@ -222,7 +222,7 @@ TEST(RedisTls, AuthWorksOverTlsAndAConnectionTheServerClosesIsReplaced) {
   const TlsFixture f = tls_fixture();
   TlsAdmin admin(f);
   const std::string user = unique_name("tls_user");
-  const std::string password = std::string(kPassword) + "-" + user;
+  const std::string password = std::string(kTlsPassword) + "-" + user;
   ASSERT_EQ(admin.text({"ACL", "SETUSER", user, "on", ">" + password, "~*", "&*", "+@all"}), "OK");
   {
     RedisLock lock(f.url_to("localhost", f.files(), user + ":" + password),
