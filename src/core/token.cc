@@ -14,6 +14,7 @@
 #include <new>
 #include <string>
 
+#include "idempotency/detail/base64.h"
 #include "idempotency/errors.h"
 
 namespace idempotency::detail {
@@ -119,20 +120,15 @@ std::string new_claim_token() {
       ::pthread_atfork(nullptr, nullptr, [] { fork_generation.fetch_add(1); });
   (void)registered;
   thread_local TokenGenerator generator;
-  static constexpr char kAlphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";  // base64url's
   unsigned char* bytes = generator.take();
-  std::string token(kTokenChars, '\0');
-  char* out = token.data();
-  // Three bytes make four characters; the last group's fourth is not needed.
-  for (std::size_t i = 0, c = 0; i < kTokenBytes; i += 3) {
-    const unsigned group =
-        (unsigned{bytes[i]} << 16) | (unsigned{bytes[i + 1]} << 8) | bytes[i + 2];
-    for (int shift = 18; shift >= 0 && c < kTokenChars; shift -= 6) {
-      out[c++] = kAlphabet[(group >> shift) & 0x3f];
-    }
-  }
-  ::explicit_bzero(bytes, kTokenBytes);  // handed-out bytes do not linger in memory
+  // Encoded on the stack, then the first 15 characters (the 16th is dropped): a string of the
+  // encoder's whole output would be too long for std::string's own buffer.
+  std::array<char, base64_buffer_size(kTokenBytes)> text;
+  (void)base64url_encode_into(text.data(), {reinterpret_cast<const char*>(bytes), kTokenBytes});
+  std::string token(text.data(), kTokenChars);
+  // Neither the handed-out bytes nor their text linger in memory.
+  ::explicit_bzero(bytes, kTokenBytes);
+  ::explicit_bzero(text.data(), text.size());
   return token;
 }
 
