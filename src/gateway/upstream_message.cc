@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "idempotency/detail/ascii.h"
+#include "idempotency/detail/decimal.h"
 #include "idempotency/detail/field_syntax.h"
 #include "upstream_internal.h"
 
@@ -82,18 +83,25 @@ std::optional<std::string> build_request(const pubsub::PushRequest& in,
   out.reserve(out.size() + size);
 
   // The field order is Host, the forwarded headers as they came, the fence, Content-Length.
-  out.append(in.method).append(" ").append(url.base_path).append(path).append(" HTTP/1.1\r\n");
-  out.append("Host: ").append(origin.authority).append("\r\n");
+  using namespace std::string_view_literals;
+  out.append(in.method).append(" "sv).append(url.base_path).append(path);
+  out.append(" HTTP/1.1\r\nHost: "sv).append(origin.authority).append("\r\n"sv);
   for (const auto& h : in.headers) {
-    if (forwarded(h)) out.append(h.name).append(": ").append(h.value).append("\r\n");
+    if (forwarded(h)) out.append(h.name).append(": "sv).append(h.value).append("\r\n"sv);
   }
-  if (fence) out.append(kFenceHeader).append(": ").append(std::to_string(*fence)).append("\r\n");
+  if (fence) {
+    out.append(kFenceHeader).append(": "sv);
+    idempotency::detail::append_decimal(out, *fence);
+    out.append("\r\n"sv);
+  }
   // As Beast's prepare_payload(): a length for a body, and for an empty one where the method
   // defines a body's meaning.
   if (!in.body.empty() || in.method == "POST" || in.method == "PUT" || in.method == "OPTIONS") {
-    out.append("Content-Length: ").append(std::to_string(in.body.size())).append("\r\n");
+    out.append("Content-Length: "sv);
+    idempotency::detail::append_decimal(out, in.body.size());
+    out.append("\r\n"sv);
   }
-  out.append("\r\n").append(in.body);
+  out.append("\r\n"sv).append(in.body);
   return std::nullopt;
 }
 

@@ -36,7 +36,7 @@ class io_context;
 namespace idempotency::gateway {
 
 /// The header carrying the claim's fencing token to the upstream.
-inline constexpr const char* kFenceHeader = "X-Idempotency-Fence";
+inline constexpr std::string_view kFenceHeader = "X-Idempotency-Fence";
 
 /// An upstream base URL, split: `origin` is scheme://host[:port], `base_path` is prepended to
 /// every forwarded path ("" or "/prefix").

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "idempotency/detail/ascii.h"
+#include "idempotency/detail/decimal.h"
 #include "idempotency/detail/field_syntax.h"
 #include "idempotency/log.h"
 
@@ -35,19 +36,28 @@ std::string one_line(std::string_view text) {
 }
 
 void append_status_line(std::string& out, unsigned version, int status) {
-  out += version >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ";
-  out += std::to_string(status);
+  using namespace std::string_view_literals;
+  out += version >= 11 ? "HTTP/1.1 "sv : "HTTP/1.0 "sv;
+  idempotency::detail::append_decimal(out, status);
   out += ' ';
   const auto reason = beast_http::obsolete_reason(static_cast<beast_http::status>(status));
   out.append(reason.data(), reason.size());
-  out += "\r\n";
+  out += "\r\n"sv;
 }
 
 void append_field(std::string& out, std::string_view name, std::string_view value) {
+  using namespace std::string_view_literals;
   out.append(name);
-  out += ": ";
+  out += ": "sv;
   out.append(value);
-  out += "\r\n";
+  out += "\r\n"sv;
+}
+
+void append_content_length(std::string& out, std::size_t length) {
+  using namespace std::string_view_literals;
+  out += "Content-Length: "sv;
+  idempotency::detail::append_decimal(out, length);
+  out += "\r\n"sv;
 }
 
 }  // namespace
@@ -84,12 +94,12 @@ void encode_response(pubsub::PushResponse&& response, Framing framing, EncodedRe
   // and a 204 no Content-Length (§8.6). A HEAD answer announces the length a GET would have
   // sent, without the bytes.
   const bool no_content = response.status == 204 || response.status == 304;
-  if (!no_content) append_field(out.head, "Content-Length", std::to_string(response.body.size()));
+  if (!no_content) append_content_length(out.head, response.body.size());
   // Each version's default needs no header: 1.1 stays open, 1.0 closes.
   if (framing.keep_alive != (framing.version >= 11)) {
     append_field(out.head, "Connection", framing.keep_alive ? "keep-alive" : "close");
   }
-  out.head += "\r\n";
+  out.head += std::string_view("\r\n");
   if (framing.head || no_content) {
     out.body.clear();
   } else {

@@ -38,17 +38,22 @@ std::optional<SimpleRequest> simple_request(std::string_view bytes, std::size_t 
   const std::string_view target = text.substr(target_start, i - target_start);
   i += kVersionLineEnd.size();
 
+  // Where each field's name and value start and end: plain pointers, so the array is left
+  // uninitialized (only the first `count` are read), where views would be zeroed, all 32.
   struct Field {
-    std::string_view name;
-    std::string_view value;
+    const char* name;
+    const char* name_end;
+    const char* value;
+    const char* value_end;
   };
-  std::array<Field, kMaxFields> fields;
+  std::array<Field, kMaxFields> fields;  // NOLINT(cppcoreguidelines-pro-type-member-init)
   std::size_t count = 0;
   idempotency::detail::PlainFraming framing;
   const auto header_end =
       read_plain_fields(text, i, framing, [&](std::string_view name, std::string_view value) {
         if (count == kMaxFields) return false;  // declined at once, not after the whole header
-        fields[count++] = Field{name, value};
+        fields[count++] = Field{name.data(), name.data() + name.size(), value.data(),
+                                value.data() + value.size()};
         return true;
       });
   if (!header_end) return std::nullopt;
@@ -61,7 +66,9 @@ std::optional<SimpleRequest> simple_request(std::string_view bytes, std::size_t 
   out.request.path.assign(target);
   out.request.headers.reserve(count);
   for (std::size_t f = 0; f < count; ++f) {
-    out.request.headers.push_back({std::string(fields[f].name), std::string(fields[f].value)});
+    const Field& field = fields[f];
+    out.request.headers.push_back(
+        {std::string(field.name, field.name_end), std::string(field.value, field.value_end)});
   }
   const auto body_length = static_cast<std::size_t>(length);
   out.request.body.assign(bytes.substr(*header_end, body_length));

@@ -160,12 +160,14 @@ std::string path(std::string_view prefix, std::string_view name) {
   return std::string(prefix) + std::string(name);
 }
 
+// `within` names the member's object after `prefix` ("message.", say), for the reason only.
 std::optional<ParseError> read_string(const Member& m, std::string_view prefix,
-                                      std::optional<std::string>& out) {
+                                      std::string_view within, std::optional<std::string>& out) {
   if (!m.value) return std::nullopt;
   std::string_view text;
   if (m.value->get_string().get(text) != simdjson::SUCCESS) {
-    return fail(ParseErrorKind::kWrongType, path(prefix, m.name) + " must be a string");
+    return fail(ParseErrorKind::kWrongType,
+                path(prefix, within) + std::string(m.name) + " must be a string");
   }
   out = std::string(text);
   return std::nullopt;
@@ -266,19 +268,20 @@ std::optional<ParseError> read_message_published_data(element doc, std::string_v
   if (message.value->get_object().get(m) != simdjson::SUCCESS) {
     return fail(ParseErrorKind::kWrongType, path(prefix, "message must be an object"));
   }
-  const std::string in_message = path(prefix, "message.");
+  // Field names in reasons are built only for a reason: each would cost every message a string.
+  constexpr std::string_view in_message = "message.";
   const auto [message_id, publish_time, ordering_key, attributes, data] =
       members<5>(m, {{{"messageId", "message_id"},
                       {"publishTime", "publish_time"},
                       {"orderingKey", "ordering_key"},
                       {"attributes", "attributes"},
                       {"data", "data"}}});
-  if (auto e = read_string(message_id, in_message, out.message_id)) return e;
-  if (auto e = read_string(publish_time, in_message, out.publish_time)) return e;
-  if (auto e = read_string(ordering_key, in_message, out.ordering_key)) return e;
+  if (auto e = read_string(message_id, prefix, in_message, out.message_id)) return e;
+  if (auto e = read_string(publish_time, prefix, in_message, out.publish_time)) return e;
+  if (auto e = read_string(ordering_key, prefix, in_message, out.ordering_key)) return e;
   if (auto e = read_attributes(attributes, prefix, options, out)) return e;
   if (auto e = read_data(data, prefix, options, out)) return e;
-  if (auto e = read_string(subscription, prefix, out.subscription)) return e;
+  if (auto e = read_string(subscription, prefix, "", out.subscription)) return e;
   return read_delivery_attempt(delivery_attempt, prefix, out.delivery_attempt);
 }
 
@@ -296,7 +299,7 @@ std::optional<ParseError> read_structured(element doc, const ParseOptions& optio
   if (doc.get_object().get(root) != simdjson::SUCCESS) {
     return fail(ParseErrorKind::kWrongType, "body must be a JSON object");
   }
-  if (auto e = read_string(member(root, "id", "id"), "", out.cloud_event_id)) return e;
+  if (auto e = read_string(member(root, "id", "id"), "", "", out.cloud_event_id)) return e;
   Member data = member(root, "data", "data");
   if (!data.value) {
     if (has_member(root, "data_base64")) {

@@ -1,0 +1,21 @@
+// Decimal text of integers appended in place: the HTTP edge writes a status, a fence and a
+// Content-Length into every message it builds, and std::to_string made a string for each.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <charconv>
+#include <concepts>
+#include <string>
+
+namespace idempotency::detail {
+
+/// append_decimal() appends `n` in decimal (a '-' first when negative) to `out`.
+template <std::integral Int>
+void append_decimal(std::string& out, Int n) {
+  char digits[24];  // any 64-bit integer and its sign
+  const auto end = std::to_chars(digits, digits + sizeof digits, n).ptr;
+  out.append(digits, static_cast<std::size_t>(end - digits));
+}
+
+}  // namespace idempotency::detail
