@@ -47,22 +47,29 @@ void Histogram::render(std::string& out, const std::string& name, const std::str
 }
 
 Metrics::Metrics() {
-  // Every outcome is exported from the start, so a rate() over it never sees a gap.
+  // Every outcome is exported from the start, so a rate() over it never sees a gap. kError
+  // last: count() falls back to it.
   for (auto o :
        {outcome::kHandled, outcome::kJoined, outcome::kDuplicate, outcome::kReplayed,
         outcome::kContention, outcome::kConflict, outcome::kMismatch, outcome::kNackUpstream,
         outcome::kNackUnreachable, outcome::kNackNoAnswer, outcome::kBackendError,
         outcome::kBadRequest, outcome::kUnauthorized, outcome::kPassthrough, outcome::kError}) {
-    outcomes_.try_emplace(std::string(o));
+    auto& [name, counter] = *outcomes_.try_emplace(std::string(o)).first;
+    outcome_list_.emplace_back(name, &counter);
   }
   for (auto op : {"claim", "complete", "release"}) backend_errors_.try_emplace(op);
 }
 
 void Metrics::count(std::string_view outcome) {
-  auto it = outcomes_.find(outcome);
-  // The map holds every outcome from the start and never grows; a name not in it is "error".
-  if (it == outcomes_.end()) it = outcomes_.find(outcome::kError);
-  it->second.fetch_add(1, std::memory_order_relaxed);
+  // Every outcome is listed from the start and the list never changes; a name not in it is
+  // "error", the last.
+  for (const auto& [name, counter] : outcome_list_) {
+    if (name == outcome) {
+      counter->fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  }
+  outcome_list_.back().second->fetch_add(1, std::memory_order_relaxed);
 }
 
 Histogram& Metrics::backend_latency(std::string_view operation) {

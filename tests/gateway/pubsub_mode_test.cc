@@ -282,6 +282,29 @@ std::map<std::string, int> counters(const Metrics& metrics) {
   return out;
 }
 
+// Each outcome is counted under its own name, however many there are before it in the list
+// count() scans; a name that is not an outcome counts as "error".
+TEST(GatewayMetrics, EachOutcomeCountsUnderItsOwnNameAndAnUnknownOneAsError) {
+  Metrics metrics;
+  const std::vector<std::string_view> all = {
+      outcome::kHandled,      outcome::kJoined,       outcome::kDuplicate,
+      outcome::kReplayed,     outcome::kContention,   outcome::kConflict,
+      outcome::kMismatch,     outcome::kNackUpstream, outcome::kNackUnreachable,
+      outcome::kNackNoAnswer, outcome::kBackendError, outcome::kBadRequest,
+      outcome::kUnauthorized, outcome::kPassthrough,  outcome::kError};
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    for (std::size_t n = 0; n <= i; ++n) metrics.count(all[i]);  // the i-th counted i + 1 times
+  }
+  metrics.count("no_such_outcome");
+  metrics.count("handle");  // a prefix of a name is another name
+  const auto counted = counters(metrics);
+  EXPECT_EQ(counted.size(), all.size());
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const int extra = all[i] == outcome::kError ? 2 : 0;
+    EXPECT_EQ(counted.at(std::string(all[i])), static_cast<int>(i + 1) + extra) << all[i];
+  }
+}
+
 // Parameter: with an authenticator (the blocking path: authenticating may fetch keys) or
 // without (the asynchronous path on the event loop).
 class PubsubModeMetrics : public ::testing::TestWithParam<bool> {
