@@ -1,4 +1,7 @@
 // Ready key functions for idempotent().
+#include <optional>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "idempotency/key.h"
@@ -11,14 +14,21 @@ std::string prefixed(const std::string& prefix, std::string_view value) {
   // No value, or a blank one: no key, so the caller fails closed instead of sharing one key
   // (the prefix) among every message without a real value.
   if (is_blank_key(value)) return {};
-  return prefix + std::string(value);
+  std::string key;  // one allocation at most (a Pub/Sub message id is 16 digits and more)
+  key.reserve(prefix.size() + value.size());
+  key.append(prefix).append(value);
+  return key;
 }
 
 }  // namespace
 
 KeyFunction key_from_message_id(std::string prefix) {
   return [prefix = std::move(prefix)](const Message& m) {
-    return prefixed(prefix, default_key(m).value_or(""));
+    std::optional<std::string> id = default_key(m);
+    if (!id) return std::string();
+    // Without a prefix the id's copy is the key: no second one.
+    if (prefix.empty()) return is_blank_key(*id) ? std::string() : std::move(*id);
+    return prefixed(prefix, *id);
   };
 }
 

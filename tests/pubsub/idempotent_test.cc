@@ -271,6 +271,21 @@ TEST_F(IdempotentTest, OrderingKeyAndHeaderKeyHelpersResolve) {
   EXPECT_EQ(key_from_message_id()(m), "");
 }
 
+// The message id (else the CloudEvent id) is the key, prefixed or not; a blank one is none.
+TEST_F(IdempotentTest, MessageIdKeyHelperResolves) {
+  Message m;
+  m.message_id = "2070443601311540123";  // longer than a string keeps without a heap block
+  EXPECT_EQ(key_from_message_id()(m), "2070443601311540123");
+  EXPECT_EQ(key_from_message_id("orders:")(m), "orders:2070443601311540123");
+  m.message_id = " \t ";
+  EXPECT_EQ(key_from_message_id()(m), "");
+  EXPECT_EQ(key_from_message_id("orders:")(m), "");
+  m.message_id.reset();
+  m.cloud_event_id = "ce-1";
+  EXPECT_EQ(key_from_message_id()(m), "ce-1");
+  EXPECT_EQ(key_from_message_id("e:")(m), "e:ce-1");
+}
+
 TEST_F(IdempotentTest, CompleteFailingAfterTheHandlerStillAcks) {
   auto faulty = std::make_shared<FaultyBackend>(*store_);
   faulty->fail_complete = true;
