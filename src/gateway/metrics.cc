@@ -47,29 +47,20 @@ void Histogram::render(std::string& out, const std::string& name, const std::str
 }
 
 Metrics::Metrics() {
-  // Every outcome is exported from the start, so a rate() over it never sees a gap. kError
-  // last: count() falls back to it.
-  for (auto o :
-       {outcome::kHandled, outcome::kJoined, outcome::kDuplicate, outcome::kReplayed,
-        outcome::kContention, outcome::kConflict, outcome::kMismatch, outcome::kNackUpstream,
-        outcome::kNackUnreachable, outcome::kNackNoAnswer, outcome::kBackendError,
-        outcome::kBadRequest, outcome::kUnauthorized, outcome::kPassthrough, outcome::kError}) {
-    auto& [name, counter] = *outcomes_.try_emplace(std::string(o)).first;
-    outcome_list_.emplace_back(name, &counter);
-  }
+  // Every outcome is exported from the start, so a rate() over it never sees a gap.
+  for (std::size_t i = 0; i < outcomes_.size(); ++i) outcomes_[i].name = outcome::kAll[i];
   for (auto op : {"claim", "complete", "release"}) backend_errors_.try_emplace(op);
 }
 
 void Metrics::count(std::string_view outcome) {
-  // Every outcome is listed from the start and the list never changes; a name not in it is
-  // "error", the last.
-  for (const auto& [name, counter] : outcome_list_) {
-    if (name == outcome) {
-      counter->fetch_add(1, std::memory_order_relaxed);
+  // A name that is none of the outcomes is "error", the last.
+  for (auto& counter : outcomes_) {
+    if (counter.name == outcome) {
+      counter.count.fetch_add(1, std::memory_order_relaxed);
       return;
     }
   }
-  outcome_list_.back().second->fetch_add(1, std::memory_order_relaxed);
+  outcomes_.back().count.fetch_add(1, std::memory_order_relaxed);
 }
 
 Histogram& Metrics::backend_latency(std::string_view operation) {
@@ -101,9 +92,14 @@ std::string Metrics::render() const {
     out +=
         "# HELP idempotency_gateway_requests_total Requests answered, by outcome.\n"
         "# TYPE idempotency_gateway_requests_total counter\n";
-    for (const auto& [name, value] : outcomes_) {
-      out += "idempotency_gateway_requests_total{outcome=\"" + name + "\"} " +
-             std::to_string(value.load(std::memory_order_relaxed)) + "\n";
+    std::array<const OutcomeCounter*, outcome::kAll.size()> by_name{};
+    std::transform(outcomes_.begin(), outcomes_.end(), by_name.begin(),
+                   [](const OutcomeCounter& c) { return &c; });
+    std::sort(by_name.begin(), by_name.end(),
+              [](const OutcomeCounter* a, const OutcomeCounter* b) { return a->name < b->name; });
+    for (const OutcomeCounter* counter : by_name) {
+      out += "idempotency_gateway_requests_total{outcome=\"" + std::string(counter->name) + "\"} " +
+             std::to_string(counter->count.load(std::memory_order_relaxed)) + "\n";
     }
     out +=
         "# HELP idempotency_gateway_backend_errors_total Backend calls that failed, by "

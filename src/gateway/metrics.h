@@ -15,8 +15,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <utility>
-#include <vector>
 
 #include "idempotency/pubsub/outcome.h"
 #include "idempotency/reclaimer.h"
@@ -52,6 +50,12 @@ inline constexpr std::string_view kBadRequest = "bad_request";      ///< malform
 inline constexpr std::string_view kUnauthorized = "unauthorized";   ///< OIDC refused
 inline constexpr std::string_view kPassthrough = "passthrough";     ///< not deduplicated
 inline constexpr std::string_view kError = "error";                 ///< anything else
+/// Every outcome, the commonest first (the order Metrics::count() tries them) and kError, where
+/// a name that is none of them is counted, last.
+inline constexpr std::array kAll = {kHandled,         kJoined,       kDuplicate,    kReplayed,
+                                    kContention,      kConflict,     kMismatch,     kNackUpstream,
+                                    kNackUnreachable, kNackNoAnswer, kBackendError, kBadRequest,
+                                    kUnauthorized,    kPassthrough,  kError};
 }  // namespace outcome
 
 /// Histogram counts observations into fixed latency buckets (seconds). Lock-free: every
@@ -96,11 +100,13 @@ class Metrics {
   mutable std::mutex mutex_;
   // Every known outcome and operation is in these from the start, and they never change shape
   // after construction, so counting is a lookup and an atomic add with no lock.
-  std::map<std::string, std::atomic<std::uint64_t>, std::less<>> outcomes_;
-  // The same counters in the order the constructor lists them (the commonest first), each by
-  // its name: count() scans these (a length compared, then the text), which costs a request
-  // less than the map's string comparisons down its tree. render() reads the map, in name order.
-  std::vector<std::pair<std::string_view, std::atomic<std::uint64_t>*>> outcome_list_;
+  struct OutcomeCounter {
+    std::string_view name;
+    std::atomic<std::uint64_t> count{0};
+  };
+  // In outcome::kAll's order: count() scans them (a length compared, then the text), which costs
+  // a request less than a map's string comparisons down its tree; render() sorts them by name.
+  std::array<OutcomeCounter, outcome::kAll.size()> outcomes_;
   std::map<std::string, std::atomic<std::uint64_t>, std::less<>> backend_errors_;
   std::uint64_t purge_passes_ = 0;             // guarded by mutex_
   std::uint64_t purge_failures_ = 0;           // guarded by mutex_

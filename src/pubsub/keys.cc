@@ -1,9 +1,9 @@
 // Ready key functions for idempotent().
-#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 
+#include "default_key_text.h"
 #include "idempotency/key.h"
 #include "idempotency/pubsub/idempotent.h"
 
@@ -24,11 +24,7 @@ std::string prefixed(const std::string& prefix, std::string_view value) {
 
 KeyFunction key_from_message_id(std::string prefix) {
   return [prefix = std::move(prefix)](const Message& m) {
-    std::optional<std::string> id = default_key(m);
-    if (!id) return std::string();
-    // Without a prefix the id's copy is the key: no second one.
-    if (prefix.empty()) return is_blank_key(*id) ? std::string() : std::move(*id);
-    return prefixed(prefix, *id);
+    return prefixed(prefix, internal::default_key_text(m));
   };
 }
 

@@ -16,6 +16,7 @@
 
 #include "base64.h"
 #include "bounded_json.h"
+#include "default_key_text.h"
 #include "idempotency/detail/ascii.h"
 #include "idempotency/detail/field_syntax.h"
 #include "idempotency/pubsub/message.h"
@@ -355,10 +356,16 @@ std::string_view to_string(DeliveryForm form) noexcept {
   return "unknown";
 }
 
+std::string_view internal::default_key_text(const Message& message) noexcept {
+  if (message.message_id && !message.message_id->empty()) return *message.message_id;
+  if (message.cloud_event_id && !message.cloud_event_id->empty()) return *message.cloud_event_id;
+  return {};
+}
+
 std::optional<std::string> default_key(const Message& message) {
-  if (message.message_id && !message.message_id->empty()) return message.message_id;
-  if (message.cloud_event_id && !message.cloud_event_id->empty()) return message.cloud_event_id;
-  return std::nullopt;
+  const std::string_view text = internal::default_key_text(message);
+  if (text.empty()) return std::nullopt;
+  return std::string(text);
 }
 
 std::variant<Message, ParseError> parse_push(const PushRequest& request,
