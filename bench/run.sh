@@ -22,7 +22,8 @@
 #               EVALSHA, pgbench -M prepared, raw SQLite), on private servers, and on the same
 #               Redis (blocking threads, and as many pairs in flight by claim_async) the peer
 #               (bench/peer: AWS Lambda Powertools' idempotency on Node.js, its
-#               packages installed by bench/peer/install.sh); the Redis script's weight in
+#               packages installed by bench/peer/install.sh), and what a blocking call cannot
+#               cost less than there (store_bench floor); the Redis script's weight in
 #               instructions (bench/script_weight.sh); then scale, purge
 #
 # No part given: all five. Knobs (environment): BENCH_DURATION (10, seconds), BENCH_WARMUP (2),
@@ -606,6 +607,9 @@ part_store() {
         pg_limit "$round" "$c" "$pg_port" "$script"
       fi
     done
+    # What a blocking call cannot cost less than here, without the library: a bare blocking
+    # pair on one connection, and a sleeping thread's wake-up (bench/blocking_floor.h).
+    if has redis; then store_run "$round" floor "$redis_port" "$STORE_SECONDS"; fi
   done
   if has peer; then
     say "store: the peer with and without a registered Lambda context, $PEER_OVERLAP_KEYS keys each called twice at once"

@@ -16,6 +16,8 @@
 //                                                   rounds), and bytes per record; URL
 //                                                   without a query, database or table
 //   store_bench purge NAME URL COUNTS               purge_expired() time against expired count
+//   store_bench floor PORT SECONDS                  the least a blocking call can cost here,
+//                                                   without the library (blocking_floor.h)
 //
 // A pair is claim (must be Won) then complete (must be true) of a key no run used before. The
 // duplicate path is claim of a DONE key (must be AlreadyDone), directly (dup) or through a
@@ -56,6 +58,7 @@
 #include <variant>
 #include <vector>
 
+#include "blocking_floor.h"
 #include "idempotency/backend.h"
 #include "idempotency/backend_url.h"
 #include "idempotency/clock.h"
@@ -1097,7 +1100,8 @@ int usage() {
                "usage: store_bench run URL NAME THREADS SECONDS PATHS\n"
                "       store_bench sqlite-limit PATH THREADS SECONDS\n"
                "       store_bench pgbench-script [TABLE]\n"
-               "       store_bench scale|purge NAME URL COUNTS\n");
+               "       store_bench scale|purge NAME URL COUNTS\n"
+               "       store_bench floor PORT SECONDS\n");
   return 2;
 }
 
@@ -1117,6 +1121,8 @@ int main(int argc, char** argv) {
     }
     if (a.size() == 4 && a[0] == "scale") return cmd_scale(a[1], a[2], int_list(a[3]));
     if (a.size() == 4 && a[0] == "purge") return cmd_purge(a[1], a[2], int_list(a[3]));
+    if (a.size() == 3 && a[0] == "floor")
+      return bench::blocking_floor(std::stoi(a[1]), std::stod(a[2]));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "store_bench: %s\n", e.what());
     return 1;

@@ -1,0 +1,211 @@
+// The floors of a blocking store call (blocking_floor.h). Both are measured without the
+// library, so that they bound any client: a call that blocks its thread until the reply comes
+// pays at least its system calls and one sleep and wake-up of that thread.
+#include "blocking_floor.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+
+namespace bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double kWarmupSeconds = 0.5;
+
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto sec = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6;
+  };
+  return sec(u.ru_utime) + sec(u.ru_stime);
+}
+
+// One RESP array of bulk strings.
+std::string resp(std::initializer_list<std::string_view> args) {
+  std::string out = "*" + std::to_string(args.size()) + "\r\n";
+  for (std::string_view a : args) {
+    out += "$" + std::to_string(a.size()) + "\r\n";
+    out.append(a);
+    out += "\r\n";
+  }
+  return out;
+}
+
+// A blocking TCP connection to 127.0.0.1:port with TCP_NODELAY, as the library's are.
+class Socket {
+ public:
+  explicit Socket(int port) : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
+    if (fd_ < 0) throw std::runtime_error("socket() failed");
+    sockaddr_in at{};
+    at.sin_family = AF_INET;
+    at.sin_port = htons(static_cast<std::uint16_t>(port));
+    at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    // NOLINTNEXTLINE(cppcoreguidelines-pro-type-reinterpret-cast): the sockets API
+    if (connect(fd_, reinterpret_cast<const sockaddr*>(&at), sizeof at) != 0) {
+      close(fd_);
+      throw std::runtime_error("cannot connect to 127.0.0.1:" + std::to_string(port));
+    }
+    const int one = 1;
+    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+  ~Socket() { close(fd_); }
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+
+  // Sends `command` and waits for a reply that must be exactly `expected` (small replies
+  // arrive whole on loopback; a short read is read on).
+  void round_trip(const std::string& command, std::string_view expected) {
+    if (send(fd_, command.data(), command.size(), MSG_NOSIGNAL) !=
+        static_cast<ssize_t>(command.size())) {
+      throw std::runtime_error("send() failed");
+    }
+    std::size_t got = 0;
+    while (got < expected.size()) {
+      const ssize_t n = recv(fd_, buf_ + got, sizeof buf_ - got, 0);
+      if (n <= 0) throw std::runtime_error("the connection closed");
+      got += static_cast<std::size_t>(n);
+    }
+    if (std::string_view(buf_, got) != expected) {
+      throw std::runtime_error("unexpected reply from Redis: " + std::string(buf_, got));
+    }
+  }
+
+ private:
+  int fd_;
+  char buf_[256]{};
+};
+
+// Two bare round trips a pair, a fresh key each: the claim's SET NX PX GET (nil: it is new)
+// and a complete's SET XX PX (OK). No parsing beyond a byte compare, no allocation in the loop
+// but the commands' strings.
+void pair_floor(int port, double seconds) {
+  Socket redis(port);
+  std::random_device rd;
+  const std::string prefix = "idempotency:floor-" + std::to_string(rd()) + "-";
+  const std::string value = "0123456789abcdef0123456789abcdef";  // a token's size
+  std::uint64_t pairs = 0;
+  double cpu_start = 0;
+  Clock::time_point start;
+  const auto warm_until = Clock::now() + std::chrono::duration<double>(kWarmupSeconds);
+  bool measuring = false;
+  for (std::uint64_t i = 0;; ++i) {
+    const std::string key = prefix + std::to_string(i);
+    redis.round_trip(resp({"SET", key, value, "NX", "PX", "3600000", "GET"}), "$-1\r\n");
+    redis.round_trip(resp({"SET", key, value, "XX", "PX", "3600000"}), "+OK\r\n");
+    const auto now = Clock::now();
+    if (!measuring && now >= warm_until) {
+      measuring = true;
+      start = now;
+      cpu_start = process_cpu_seconds();
+    } else if (measuring) {
+      ++pairs;
+      if (now - start >= std::chrono::duration<double>(seconds)) break;
+    }
+  }
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  const double cpu = process_cpu_seconds() - cpu_start;
+  std::printf(
+      "{\"kind\":\"blocking_floor\",\"backend\":\"redis\",\"path\":\"pair\",\"threads\":1,"
+      "\"pairs\":%llu,\"seconds\":%.3f,\"rate\":%.1f,\"client_cpu_us_per_pair\":%.2f,"
+      "\"tool\":\"store_bench floor: SET NX PX GET then SET XX PX, blocking send/recv\"}\n",
+      static_cast<unsigned long long>(pairs), elapsed, static_cast<double>(pairs) / elapsed,
+      cpu * 1e6 / static_cast<double>(pairs));
+  std::fflush(stdout);
+}
+
+// Pins the calling thread to `cpu`.
+void pin(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+// Two threads hand a turn back and forth through a mutex and a condition variable, each
+// sleeping until the other hands it back: every handover wakes a sleeping thread, as a reply
+// wakes the caller blocked on it. Pinned to one core, no wake-up crosses cores (the cheapest).
+void wake_floor(double seconds, bool pinned) {
+  int cpu = -1;
+  if (pinned) {
+    cpu_set_t mine;
+    CPU_ZERO(&mine);
+    sched_getaffinity(0, sizeof mine, &mine);
+    for (int c = 0; c < CPU_SETSIZE && cpu < 0; ++c) {
+      if (CPU_ISSET(c, &mine)) cpu = c;
+    }
+  }
+  std::mutex m;
+  std::condition_variable cv;
+  int turn = 0;               // 0: the first thread's, 1: the second's, -1: stop
+  std::atomic<int> phase{0};  // 0 warm-up, 1 measured, 2 stop
+  std::uint64_t handovers = 0;
+  std::thread second([&] {
+    if (cpu >= 0) pin(cpu);
+    std::unique_lock lock(m);
+    for (;;) {
+      cv.wait(lock, [&] { return turn != 0; });
+      if (turn < 0) return;
+      turn = 0;
+      cv.notify_one();
+    }
+  });
+  std::thread first([&] {
+    if (cpu >= 0) pin(cpu);
+    std::unique_lock lock(m);
+    for (int p = 0; p != 2; p = phase.load(std::memory_order_relaxed)) {
+      turn = 1;
+      cv.notify_one();
+      cv.wait(lock, [&] { return turn == 0; });
+      if (p == 1) handovers += 2;  // to the second thread and back
+    }
+    turn = -1;
+    cv.notify_one();
+  });
+  std::this_thread::sleep_for(std::chrono::duration<double>(kWarmupSeconds));
+  const double cpu_start = process_cpu_seconds();
+  const auto start = Clock::now();
+  phase = 1;
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  phase = 2;
+  first.join();
+  second.join();
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  const double cpu_used = process_cpu_seconds() - cpu_start;
+  std::printf(
+      "{\"kind\":\"blocking_floor\",\"backend\":\"thread\",\"path\":\"wake\",\"pinned\":%s,"
+      "\"wakes\":%llu,\"seconds\":%.3f,\"cpu_us_per_wake\":%.2f,"
+      "\"tool\":\"store_bench floor: two threads hand a turn over a condition variable\"}\n",
+      pinned ? "true" : "false", static_cast<unsigned long long>(handovers), elapsed,
+      cpu_used * 1e6 / static_cast<double>(handovers));
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int blocking_floor(int port, double seconds) {
+  pair_floor(port, seconds);
+  wake_floor(seconds, true);
+  wake_floor(seconds, false);
+  return 0;
+}
+
+}  // namespace bench
