@@ -629,6 +629,7 @@ def peer_report(recs, groups, p):
             ours = groups.get(("redis", path, t), [])
             if not ours:
                 continue
+            label = f"{t} {'thread' if how == 'threads' and t == 1 else how}"
             bad = sum(r["unexpected"] for r in ours + theirs)
             invalid = f"INVALID ({bad} unexpected answers or errors)" if bad else None
             rate_ratio = per_round(ours, theirs, "rate")
@@ -640,7 +641,7 @@ def peer_report(recs, groups, p):
             else:
                 rv = verdict(rate_ratio >= PEER_RATE_MIN) if targeted else "info"
             rate_rows.append(
-                f"| ours: {t} {how} | {num(median([r['rate'] for r in ours]))} "
+                f"| ours: {label} | {num(median([r['rate'] for r in ours]))} "
                 f"| {num(median([r['rate'] for r in theirs]))} "
                 f"| {num(median([r['p50_us'] for r in theirs]), 1)} "
                 f"| {num(median([r['p99_us'] for r in theirs]), 1)} "
@@ -654,7 +655,7 @@ def peer_report(recs, groups, p):
             # sleeps in epoll_wait until the reply and sends and receives it alone.
             floor = blocking_floor(t) if path == "pair" or t == 1 else None
             cpu_rows.append(
-                f"| ours: {t} {how} | {num(our_cpu, 1)} | {num(floor, 1)} "
+                f"| ours: {label} | {num(our_cpu, 1)} | {num(floor, 1)} "
                 f"| ≤ {CPU_US_MAX:.0f} µs | {cv} "
                 f"| {num(rb_two_calls(t), 1)} "
                 f"| {num(median([r['cpu_us_per_op'] for r in theirs]), 1)} "
