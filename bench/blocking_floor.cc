@@ -8,7 +8,6 @@
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <sched.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -24,20 +23,12 @@
 #include <string_view>
 #include <thread>
 
+#include "measure.h"
+
 namespace bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr double kWarmupSeconds = 0.5;
-
-double process_cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  auto sec = [](const timeval& t) {
-    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6;
-  };
-  return sec(u.ru_utime) + sec(u.ru_stime);
-}
 
 // One RESP array of bulk strings.
 std::string resp(std::initializer_list<std::string_view> args) {
@@ -180,16 +171,9 @@ void wake_floor(double seconds, bool pinned) {
     turn = -1;
     cv.notify_one();
   });
-  std::this_thread::sleep_for(std::chrono::duration<double>(kWarmupSeconds));
-  const double cpu_start = process_cpu_seconds();
-  const auto start = Clock::now();
-  phase = 1;
-  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-  phase = 2;
+  const auto [elapsed, cpu_used] = measure_window(phase, seconds);
   first.join();
   second.join();
-  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  const double cpu_used = process_cpu_seconds() - cpu_start;
   std::printf(
       "{\"kind\":\"blocking_floor\",\"backend\":\"thread\",\"path\":\"wake\",\"pinned\":%s,"
       "\"wakes\":%llu,\"seconds\":%.3f,\"cpu_us_per_wake\":%.2f,"

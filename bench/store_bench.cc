@@ -32,7 +32,6 @@
 #include <libpq-fe.h>
 #include <sqlite3.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -68,6 +67,7 @@
 #include "idempotency/postgres_lock.h"
 #include "idempotency/redis_lock.h"
 #include "idempotency/sqlite_lock.h"
+#include "measure.h"
 #include "postgres/postgres_internal.h"
 
 namespace {
@@ -81,7 +81,6 @@ using idempotency::Won;
 
 constexpr std::chrono::milliseconds kLease{60'000};
 constexpr std::int64_t kTtlMs = 3'600'000;  // the default ttl, which every backend here uses
-constexpr double kWarmupSeconds = 0.5;
 
 std::string nonce() {
   std::random_device rd;
@@ -113,29 +112,7 @@ struct alignas(64) Tally {
   double cpu_seconds = 0;             // the process's user + system CPU in the measured window
 };
 
-// User + system CPU of the whole process (all threads) so far, in seconds.
-double process_cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  auto sec = [](const timeval& t) {
-    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6;
-  };
-  return sec(u.ru_utime) + sec(u.ru_stime);
-}
-
-// The measured window around running work: kWarmupSeconds unrecorded (phase 0), `seconds`
-// recorded (phase 1), then phase 2 (stop). Returns the window's wall time and the process's CPU
-// time in it.
-std::pair<double, double> measure_window(std::atomic<int>& phase, double seconds) {
-  std::this_thread::sleep_for(std::chrono::duration<double>(kWarmupSeconds));
-  const double cpu_start = process_cpu_seconds();
-  const auto start = Clock::now();
-  phase = 1;
-  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-  phase = 2;
-  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  return {elapsed, process_cpu_seconds() - cpu_start};
-}
+using bench::measure_window;
 
 // What one operation of a driven body records: `measured` once the measured window is open
 // (count it), `timed` for the operations whose calls are timed (one in `time_every`).
