@@ -132,8 +132,10 @@ void pin(int cpu) {
 }
 
 // Two threads hand a turn back and forth through a mutex and a condition variable, each
-// sleeping until the other hands it back: every handover wakes a sleeping thread, as a reply
-// wakes the caller blocked on it. Pinned to one core, no wake-up crosses cores (the cheapest).
+// sleeping until the other hands it back: every handover is one thread's futex wake-up of
+// another and that one's sleep, as when the thread that reads a reply wakes the caller blocked
+// on it. The CPU counted is both threads' (the waker's system call and the sleeper's sleep),
+// as a client process pays both. Pinned to one core, no wake-up crosses cores (the cheapest).
 void wake_floor(double seconds, bool pinned) {
   int cpu = -1;
   if (pinned) {
@@ -149,27 +151,35 @@ void wake_floor(double seconds, bool pinned) {
   int turn = 0;               // 0: the first thread's, 1: the second's, -1: stop
   std::atomic<int> phase{0};  // 0 warm-up, 1 measured, 2 stop
   std::uint64_t handovers = 0;
+  // Each thread hands the turn over outside the lock, so the one it wakes never finds the lock
+  // still held and sleeps a second time on it: one sleep and one wake-up a handover.
+  auto hand_over = [&](int to) {
+    {
+      const std::lock_guard lock(m);
+      turn = to;
+    }
+    cv.notify_one();
+  };
   std::thread second([&] {
     if (cpu >= 0) pin(cpu);
-    std::unique_lock lock(m);
     for (;;) {
-      cv.wait(lock, [&] { return turn != 0; });
-      if (turn < 0) return;
-      turn = 0;
-      cv.notify_one();
+      {
+        std::unique_lock lock(m);
+        cv.wait(lock, [&] { return turn != 0; });
+        if (turn < 0) return;
+      }
+      hand_over(0);
     }
   });
   std::thread first([&] {
     if (cpu >= 0) pin(cpu);
-    std::unique_lock lock(m);
     for (int p = 0; p != 2; p = phase.load(std::memory_order_relaxed)) {
-      turn = 1;
-      cv.notify_one();
+      hand_over(1);
+      std::unique_lock lock(m);
       cv.wait(lock, [&] { return turn == 0; });
       if (p == 1) handovers += 2;  // to the second thread and back
     }
-    turn = -1;
-    cv.notify_one();
+    hand_over(-1);
   });
   const auto [elapsed, cpu_used] = measure_window(phase, seconds);
   first.join();

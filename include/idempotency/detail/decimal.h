@@ -13,6 +13,7 @@ namespace idempotency::detail {
 /// append_decimal() appends `n` in decimal (a '-' first when negative) to `out`.
 template <std::integral Int>
 void append_decimal(std::string& out, Int n) {
+  static_assert(sizeof(Int) <= 8, "append_decimal() writes integers of at most 64 bits");
   char digits[24];  // any 64-bit integer and its sign
   const auto end = std::to_chars(digits, digits + sizeof digits, n).ptr;
   out.append(digits, static_cast<std::size_t>(end - digits));
