@@ -12,10 +12,10 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <mutex>
 #include <random>
 #include <stdexcept>
@@ -27,8 +27,6 @@
 
 namespace bench {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 // One RESP array of bulk strings.
 std::string resp(std::initializer_list<std::string_view> args) {
@@ -87,33 +85,32 @@ class Socket {
 
 // Two bare round trips a pair, a fresh key each: the claim's SET NX PX GET (nil: it is new)
 // and a complete's SET XX PX (OK). No parsing beyond a byte compare, no allocation in the loop
-// but the commands' strings.
+// but the commands' strings. The loop runs on a thread of its own while measure_window() times
+// it, as store_bench's drivers are timed.
 void pair_floor(int port, double seconds) {
   Socket redis(port);
   std::random_device rd;
   const std::string prefix = "idempotency:floor-" + std::to_string(rd()) + "-";
   const std::string value = "0123456789abcdef0123456789abcdef";  // a token's size
+  std::atomic<int> phase{0};                                     // 0 warm-up, 1 measured, 2 stop
   std::uint64_t pairs = 0;
-  double cpu_start = 0;
-  Clock::time_point start;
-  const auto warm_until = Clock::now() + std::chrono::duration<double>(kWarmupSeconds);
-  bool measuring = false;
-  for (std::uint64_t i = 0;; ++i) {
-    const std::string key = prefix + std::to_string(i);
-    redis.round_trip(resp({"SET", key, value, "NX", "PX", "3600000", "GET"}), "$-1\r\n");
-    redis.round_trip(resp({"SET", key, value, "XX", "PX", "3600000"}), "+OK\r\n");
-    const auto now = Clock::now();
-    if (!measuring && now >= warm_until) {
-      measuring = true;
-      start = now;
-      cpu_start = process_cpu_seconds();
-    } else if (measuring) {
-      ++pairs;
-      if (now - start >= std::chrono::duration<double>(seconds)) break;
+  std::exception_ptr failure;  // a round trip's, rethrown once the window is over
+  std::thread loop([&] {
+    try {
+      std::uint64_t i = 0;
+      for (int p = 0; p != 2; p = phase.load(std::memory_order_relaxed)) {
+        const std::string key = prefix + std::to_string(i++);
+        redis.round_trip(resp({"SET", key, value, "NX", "PX", "3600000", "GET"}), "$-1\r\n");
+        redis.round_trip(resp({"SET", key, value, "XX", "PX", "3600000"}), "+OK\r\n");
+        if (p == 1) ++pairs;
+      }
+    } catch (...) {
+      failure = std::current_exception();
     }
-  }
-  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  const double cpu = process_cpu_seconds() - cpu_start;
+  });
+  const auto [elapsed, cpu] = measure_window(phase, seconds);
+  loop.join();
+  if (failure) std::rethrow_exception(failure);
   std::printf(
       "{\"kind\":\"blocking_floor\",\"backend\":\"redis\",\"path\":\"pair\",\"threads\":1,"
       "\"pairs\":%llu,\"seconds\":%.3f,\"rate\":%.1f,\"client_cpu_us_per_pair\":%.2f,"

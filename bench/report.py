@@ -606,14 +606,15 @@ def peer_report(recs, groups, p):
                        and "client_cpu_us_per_call" in r])
 
     # What a blocking pair cannot cost less than here (store_bench floor, same run): two bare
-    # round trips on one connection at one thread, and at any count two wake-ups of a sleeping
-    # thread (each call blocks its thread for a round trip), the cheapest kind: on one core.
-    bare_pair = median([r["client_cpu_us_per_pair"] for r in recs
-                        if r["kind"] == "blocking_floor" and r["path"] == "pair"])
-    wake = median([r["cpu_us_per_wake"] for r in recs
-                   if r["kind"] == "blocking_floor" and r["path"] == "wake" and r["pinned"]])
-    wake_any = median([r["cpu_us_per_wake"] for r in recs
-                       if r["kind"] == "blocking_floor" and r["path"] == "wake" and not r["pinned"]])
+    # round trips on one connection, and one thread's wake-up of another, on one core (the
+    # cheapest) and across cores.
+    def floor_median(path, field, pinned=None):
+        return median([r[field] for r in recs if r["kind"] == "blocking_floor"
+                       and r["path"] == path and r.get("pinned") in (pinned, None)])
+
+    bare_pair = floor_median("pair", "client_cpu_us_per_pair")
+    wake = floor_median("wake", "cpu_us_per_wake", pinned=True)
+    wake_any = floor_median("wake", "cpu_us_per_wake", pinned=False)
 
     # At one thread (or one call in flight) a caller makes its own round trips; above it, a
     # design may share connections instead, and the cheaper way is the floor.
@@ -682,15 +683,18 @@ def peer_report(recs, groups, p):
             p("| what a blocking pair cannot cost less than here, without the library "
               "(`store_bench floor`) | client CPU µs a pair | ≤ 8 µs a pair |")
             p("|---|---:|---|")
+            def reach(floor):
+                return "reachable" if floor <= CPU_US_MAX else "impossible here"
+
             if bare_pair is not None:
                 p(f"| each call on a connection of its own: two bare blocking round trips "
                   f"(`SET NX PX GET`, then `SET XX PX`: a send and a blocking receive each) | "
-                  f"{num(bare_pair, 1)} | {'reachable' if bare_pair <= CPU_US_MAX else 'impossible here'} |")
+                  f"{num(bare_pair, 1)} | {reach(bare_pair)} |")
             if wake is not None:
                 p(f"| calls that share connections: each caller woken by the thread that read its "
                   f"reply, twice a pair (a futex wake-up and a sleep, both threads' CPU, on one "
                   f"core: {num(wake, 1)} µs each; across cores {num(wake_any, 1)}) | "
-                  f"{num(2 * wake, 1)} | {'reachable' if 2 * wake <= CPU_US_MAX else 'impossible here'} |")
+                  f"{num(2 * wake, 1)} | {reach(2 * wake)} |")
             p("")
             p("A caller that blocks for each reply either makes its own round trips (each a "
               "send and a blocking receive: the first row) or shares a connection and sleeps "
