@@ -9,7 +9,8 @@
 // other control byte (so nothing a lenient parser downstream could read as another header),
 // and no obs-fold line. And it holds simple_request.h's fast reading to the strict one: a
 // request the fast reading accepts, the strict reading accepts whole and reads the same way
-// (method, target, HTTP/1.1, every field in order, body, keep-alive, the bytes used).
+// (method, target, HTTP/1.1, every field in order, body, keep-alive, the bytes used). Then
+// request_head.h's rules: what they accept has a path for a target and, in HTTP/1.1, one Host.
 #include <boost/beast/http/error.hpp>
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +20,7 @@
 
 #include "idempotency/detail/field_syntax.h"
 #include "request_guard.h"
+#include "request_head.h"
 #include "request_parser.h"
 #include "simple_request.h"
 
@@ -64,6 +66,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (const auto& field : parser.request().headers) {
     check(idempotency::detail::is_field_name(field.name));
     check(idempotency::detail::is_field_value(field.value));
+  }
+  // The head's rules, as the server applies them next: a request they accept has a path for a
+  // target (or * for OPTIONS) and, in HTTP/1.1, one Host; one they refuse is left as it came.
+  auto settled = parser.request();
+  if (idempotency::http::detail::settle_head(settled, parser.version())) {
+    check(settled.path == parser.request().path);
+  } else {
+    check((!settled.path.empty() && settled.path.front() == '/') ||
+          (settled.path == "*" && settled.method == "OPTIONS"));
+    std::size_t hosts = 0;
+    for (const auto& field : settled.headers) {
+      if (idempotency::detail::iequals_ascii(field.name, "Host")) ++hosts;
+    }
+    check(hosts == 1 || (hosts == 0 && parser.version() < 11));
   }
   // The body that came with the header: never more than was sent, or than the limit.
   parser.eager(true);

@@ -20,6 +20,7 @@
 
 #include "idempotency/detail/ascii.h"
 #include "idempotency/log.h"
+#include "request_head.h"
 
 namespace idempotency::http::detail {
 namespace net = boost::asio;
@@ -130,6 +131,10 @@ void Connection::on_header_bytes(beast::error_code ec, std::size_t bytes) {
   }
   if (auto simple = simple_request(received, header_limit, options.max_body_bytes)) {
     buffer_.consume(simple->size);
+    if (const auto refusal = settle_head(simple->request, kHttp11)) {
+      refuse(refusal->status, refusal->reason);
+      return;
+    }
     dispatch(std::move(simple->request), kHttp11, simple->keep_alive);
     return;
   }
@@ -152,6 +157,11 @@ void Connection::on_header_bytes(beast::error_code ec, std::size_t bytes) {
 }
 
 void Connection::on_header() {
+  // Before the body is read: a request refused for its head is refused from the head alone.
+  if (const auto refusal = settle_head(parser_->request(), parser_->version())) {
+    refuse(refusal->status, refusal->reason);
+    return;
+  }
   const auto expect = parser_->expect();
   const bool wants_continue = iequals_ascii(expect, "100-continue");
   if (!expect.empty() && !wants_continue) {

@@ -196,6 +196,25 @@ TEST_F(gateway_edge, MalformedRequestsAre400AndNeverForwarded) {
        [](const std::string& body) { return raw_push(body, "Bad Name: x\r\n"); }},
       {"parentheses in a field name",
        [](const std::string& body) { return raw_push(body, "X(A): y\r\n"); }},
+      {"an HTTP/1.1 request without Host",
+       [](const std::string& body) {
+         return "POST /push HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: " +
+                std::to_string(body.size()) + "\r\n\r\n" + body;
+       }},
+      {"two Host fields", [](const std::string& body) { return raw_push(body, "Host: b\r\n"); }},
+      {"Transfer-Encoding in HTTP/1.0",
+       [](const std::string& body) {
+         std::ostringstream chunked;
+         chunked << std::hex << body.size() << "\r\n" << body << "\r\n0\r\n\r\n";
+         return "POST /push HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                "Transfer-Encoding: chunked\r\n\r\n" +
+                chunked.str();
+       }},
+      {"a request target that is not a path",
+       [](const std::string& body) {
+         std::string request = raw_push(body);
+         return request.replace(0, std::string_view("POST /push").size(), "POST push");
+       }},
   };
   int n = 0;
   for (const auto& c : cases) {
@@ -221,6 +240,43 @@ TEST_F(gateway_edge, AWellFormedPushIsForwardedOnceWithTheGatewaysFenceNotTheCli
   EXPECT_EQ(connection.status(), 201) << connection.received();
   EXPECT_EQ(calls("m-strict-ok"), 1);
   EXPECT_EQ(fence("m-strict-ok"), "1") << "the client's fence header is never forwarded";
+}
+
+TEST_F(gateway_edge, ATransferCodingBesidesChunkedIs501AndNeverForwarded) {
+  auto gateway = start_gateway();
+  const std::string body = envelope("m-gzip-chunked");
+  std::ostringstream chunked;
+  chunked << std::hex << body.size() << "\r\n" << body << "\r\n0\r\n\r\n";
+  RawConnection connection(gateway->port());
+  ASSERT_TRUE(connection.is_open());
+  // De-chunked and forwarded without the field, the body would reach the app still "gzip"ped
+  // and named plain.
+  connection.send(
+      "POST /push HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Transfer-Encoding: gzip, chunked\r\n\r\n" +
+      chunked.str());
+  connection.read_until("\r\n");
+  EXPECT_EQ(connection.status(), 501) << connection.received();
+  EXPECT_EQ(calls("m-gzip-chunked"), 0) << "never forwarded";
+}
+
+TEST_F(gateway_edge, AnAbsoluteFormTargetIsForwardedAsItsPathToTheUpstreamsOwnHost) {
+  auto gateway = start_gateway({"--mode", "idempotency-key"});
+  RawConnection connection(gateway->port());
+  ASSERT_TRUE(connection.is_open());
+  const std::string body = R"({"amount":1})";
+  connection.send(
+      "POST http://evil.example/v1/charges?x=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+      "Idempotency-Key: k-absolute\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body);
+  connection.read_until("POST /v1/charges\n");
+  EXPECT_EQ(connection.status(), 201) << connection.received();
+  // The upstream (an origin server, which takes an absolute-form target's authority as the
+  // host) saw the path alone: evil.example never reached it.
+  EXPECT_TRUE(contains(connection.received(), "processed call 1 POST /v1/charges\n"))
+      << connection.received();
+  EXPECT_EQ(calls("k-absolute"), 1);
 }
 
 TEST_F(gateway_edge, AHeaderOverMaxHeaderBytesIs431AndNeverForwarded) {

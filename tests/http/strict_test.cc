@@ -108,8 +108,69 @@ INSTANTIATE_TEST_SUITE_P(
                   "Content-Length: 3\r\n\r\n{}"},
         Malformed{"BadChunkSize",
                   "POST /push HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-                  "zz\r\n{}\r\n0\r\n\r\n"}),
+                  "zz\r\n{}\r\n0\r\n\r\n"},
+        // RFC 9112 §3.2: exactly one valid Host in HTTP/1.1.
+        Malformed{"NoHostInHttp11", "POST /push HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}"},
+        Malformed{"TwoHosts", post("Host: y\r\n")},
+        Malformed{"AHostThatNamesAPath",
+                  "POST /push HTTP/1.1\r\nHost: a/b\r\nContent-Length: 2\r\n\r\n{}"},
+        // RFC 9112 §6.1, §6.3: faulty framing.
+        Malformed{"TransferEncodingInHttp10",
+                  "POST /push HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  "2\r\n{}\r\n0\r\n\r\n"},
+        Malformed{"ChunkedNotLast",
+                  "POST /push HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n{}"},
+        Malformed{"ChunkedTwice",
+                  "POST /push HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, chunked\r\n\r\n"
+                  "2\r\n{}\r\n0\r\n\r\n"},
+        // RFC 9112 §3.2: a target is a path, an http(s) URI, or * for OPTIONS.
+        Malformed{"ATargetThatIsNotAPath",
+                  "POST push HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"},
+        Malformed{"AnAbsoluteTargetWithUserinfo",
+                  "POST http://user@x/push HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"},
+        Malformed{"AsteriskForAPost", "POST * HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"}),
     [](const auto& info) { return std::string(info.param.name); });
+
+TEST_F(StrictServer, ATransferCodingBesidesChunkedIs501AndNeverReachesTheHandler) {
+  start();
+  const std::string answer = exchange(
+      "POST /push HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+      "2\r\n{}\r\n0\r\n\r\n");
+  EXPECT_THAT(answer, StartsWith("HTTP/1.1 501"));
+  EXPECT_EQ(calls_.load(), 0);
+}
+
+TEST_F(StrictServer, AnAbsoluteFormTargetReachesTheHandlerAsItsPathWithItsAuthorityAsHost) {
+  std::string path;
+  std::string host;
+  server_ = std::make_unique<Server>(
+      [&](const pubsub::PushRequest& request) {
+        path = request.path;
+        for (const auto& h : request.headers) {
+          if (h.name == "Host") host += h.value + ";";
+        }
+        return pubsub::PushResponse{.status = 200, .headers = {}, .body = "ok"};
+      },
+      ServeOptions{.workers = 1});
+  port_ = server_->start("127.0.0.1", 0);
+  for (const char* target : {"http://example.com:8080/a/b?c=d", "HTTPS://example.com:8080?c=d"}) {
+    SCOPED_TRACE(target);
+    path.clear();
+    host.clear();
+    const std::string answer = exchange(std::string("GET ") + target +
+                                        " HTTP/1.1\r\nHost: other\r\nConnection: close\r\n\r\n");
+    EXPECT_THAT(answer, StartsWith("HTTP/1.1 200"));
+    EXPECT_EQ(path, target[0] == 'h' ? "/a/b?c=d" : "/?c=d");
+    EXPECT_EQ(host, "example.com:8080;") << "one Host, the target's (RFC 9112 §3.2.2)";
+  }
+}
+
+TEST_F(StrictServer, AnHttp10RequestNeedsNoHost) {
+  start();
+  const std::string answer = exchange("GET / HTTP/1.0\r\n\r\n");
+  EXPECT_THAT(answer, StartsWith("HTTP/1.0 200"));
+  EXPECT_EQ(calls_.load(), 1);
+}
 
 TEST_F(StrictServer, AnOversizedContentLengthIs413FromTheHeaderAloneWithout100Continue) {
   start({.workers = 2, .max_body_bytes = 1024, .keep_alive_timeout = std::chrono::seconds(1)});
