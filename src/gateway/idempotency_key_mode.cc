@@ -9,6 +9,7 @@
 #include <utility>
 #include <variant>
 
+#include "idempotency/detail/ascii.h"
 #include "idempotency/detail/hex.h"
 #include "idempotency/detail/lease_keeper.h"
 #include "idempotency/detail/sha256.h"
@@ -108,7 +109,7 @@ class Handler {
       // DONE without a stored response (written by something other than this mode).
       deps_.metrics->count(outcome::kDuplicate);
       PushResponse r{.status = 204};
-      r.headers.push_back({"Idempotency-Replayed", "true"});
+      r.headers.push_back({kReplayedHeader, "true"});
       return r;
     }
     PushResponse stored;
@@ -122,7 +123,7 @@ class Handler {
       deps_.metrics->count(outcome::kError);
       return plain(500, "the stored response could not be read");
     }
-    stored.headers.push_back({"Idempotency-Replayed", "true"});
+    stored.headers.push_back({kReplayedHeader, "true"});
     deps_.metrics->count(outcome::kReplayed);
     return stored;
   }
@@ -165,6 +166,7 @@ class Handler {
       deps_.metrics->count(outcome::kNackNoAnswer);
       return plain(504, "upstream did not answer: " + reply.error);
     }
+    drop_our_headers(reply.response);
     mark_if_omitted(reply);
     const int status = reply.response.status;
     if (status < 200 || status > 299) {
@@ -197,6 +199,7 @@ class Handler {
     deps_.metrics->count(outcome::kPassthrough);
     switch (reply.kind) {
       case UpstreamReply::Kind::kResponse:
+        drop_our_headers(reply.response);
         mark_if_omitted(reply);
         return std::move(reply.response);
       case UpstreamReply::Kind::kNotSent:
@@ -205,6 +208,15 @@ class Handler {
         break;
     }
     return plain(504, "upstream did not answer: " + reply.error);
+  }
+
+  // The headers this mode adds are its own to say: an upstream's copy would tell the caller
+  // of a first answer that it was a replay, or that a body is missing that is not.
+  static void drop_our_headers(PushResponse& response) {
+    std::erase_if(response.headers, [](const pubsub::Header& h) {
+      return idempotency::detail::iequals_ascii(h.name, kReplayedHeader) ||
+             idempotency::detail::iequals_ascii(h.name, kResponseOmittedHeader);
+    });
   }
 
   // A body over --max-response was not kept: the caller (and every replay) gets the status and

@@ -43,6 +43,9 @@ namespace idempotency::gateway {
 /// The request header carrying the key.
 inline constexpr std::string_view kIdempotencyKeyHeader = "Idempotency-Key";
 
+/// The response header that marks a replayed answer.
+inline constexpr const char* kReplayedHeader = "Idempotency-Replayed";
+
 /// The response header that says an applied request's body was too large to keep.
 inline constexpr const char* kResponseOmittedHeader = "Idempotency-Response-Omitted";
 

@@ -492,6 +492,37 @@ TEST_F(GATEWAY_KEY_SUITE, FailuresAreNotStored) {
   EXPECT_EQ(calls("k-4"), 2);
 }
 
+// RFC 9110 §15: a status past 599 is handled as a server error: 502, not stored, the key
+// released so that a retry runs (where it was passed on as it came, no server could frame it:
+// the caller got a 500 blaming the gateway).
+TEST_F(GATEWAY_KEY_SUITE, AnInvalidUpstreamStatusIs502AndTheKeyIsReleased) {
+  auto gateway = start();
+  for (int attempt = 1; attempt <= 2; ++attempt) {
+    const auto reply =
+        post_key(gateway->port(), "k-999", "{}", {{"X-Test-Behavior", "invalid_status"}});
+    EXPECT_EQ(reply.status, 502) << attempt;
+    EXPECT_EQ(reply.body, "the upstream answered with an invalid status code\n");
+  }
+  EXPECT_EQ(calls("k-999"), 2);
+}
+
+TEST_F(GATEWAY_KEY_SUITE, TheReplayMarkersAreTheGatewaysOwn) {
+  auto gateway = start();
+  const httplib::Headers says_replayed{{"X-Test-Behavior", "says_replayed"}};
+  const auto first = post_key(gateway->port(), "k-marks", "{}", says_replayed);
+  ASSERT_EQ(first.status, 201);
+  EXPECT_FALSE(first.has_header("Idempotency-Replayed")) << "a first answer is no replay";
+  EXPECT_FALSE(first.has_header("Idempotency-Response-Omitted")) << "its body is all there";
+  EXPECT_EQ(first.body, "processed call 1\n");
+  const auto again = post_key(gateway->port(), "k-marks", "{}", says_replayed);
+  EXPECT_EQ(again.status, 201);
+  EXPECT_EQ(again.header("Idempotency-Replayed"), "true");
+  EXPECT_EQ(again.headers.count("Idempotency-Replayed"), 1U);
+  EXPECT_FALSE(again.has_header("Idempotency-Response-Omitted"));
+  EXPECT_EQ(again.body, first.body);
+  EXPECT_EQ(calls("k-marks"), 1);
+}
+
 // Sent, then silent: 504, not stored, and the key stays held (a retry gets 409) until the
 // lease lapses, since the upstream may still be acting on it. The timeout is also the deadline
 // of the takeover's call, which must succeed: 2 s, with the hang five times that.

@@ -12,6 +12,9 @@
 //   huge        answer 200 with a 50 MB body, Content-Length framed (streamed: this process
 //               never holds it)
 //   huge_chunked the same, chunked
+//   invalid_status answer 999, a status no HTTP server may send
+//   says_replayed answer 201 with the gateway's own Idempotency-Replayed and
+//               Idempotency-Response-Omitted headers, as an app might by mistake
 // Calls are counted when they arrive, before any sleep, so a test can wait for "in flight".
 //   GET /count?id=ID   the number of calls for ID
 //   GET /fence?id=ID   the last X-Idempotency-Fence seen for ID ("" when none)
@@ -109,6 +112,18 @@ void process(State& state, const httplib::Request& request, httplib::Response& r
           }
           return sink.write(kChunk.data(), std::min(kHugeBytes - offset, kChunk.size()));
         });
+    return;
+  }
+  if (behavior == "invalid_status") {
+    response.status = 999;
+    response.set_content("nine nine nine\n", "text/plain");
+    return;
+  }
+  if (behavior == "says_replayed") {
+    response.status = 201;
+    response.set_header("Idempotency-Replayed", "true");
+    response.set_header("idempotency-response-omitted", "too-large");
+    response.set_content("processed call " + std::to_string(call) + "\n", "text/plain");
     return;
   }
   if (behavior == "fail" || (behavior == "fail_first" && first)) {
