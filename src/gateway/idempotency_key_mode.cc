@@ -219,12 +219,14 @@ class Handler {
     });
   }
 
-  // A body over --max-response was not kept: the caller (and every replay) gets the status and
-  // headers, which say the request was applied, with a header saying why the body is missing.
+  // A body over --max-response, or in a transfer coding the client does not undo, was not kept:
+  // the caller (and every replay) gets the status and headers, which say the request was
+  // applied, with a header saying why the body is missing.
   static void mark_if_omitted(UpstreamReply& reply) {
     if (!reply.truncated) return;
     reply.response.body.clear();
-    reply.response.headers.push_back({kResponseOmittedHeader, "too-large"});
+    reply.response.headers.push_back(
+        {kResponseOmittedHeader, reply.foreign_coding ? "transfer-coding" : "too-large"});
   }
 
   GatewayDeps deps_;

@@ -46,7 +46,8 @@ inline constexpr std::string_view kIdempotencyKeyHeader = "Idempotency-Key";
 /// The response header that marks a replayed answer.
 inline constexpr const char* kReplayedHeader = "Idempotency-Replayed";
 
-/// The response header that says an applied request's body was too large to keep.
+/// The response header that says why an applied request's body was not kept: `too-large`
+/// (over --max-response) or `transfer-coding` (a coding besides chunked, not undone).
 inline constexpr const char* kResponseOmittedHeader = "Idempotency-Response-Omitted";
 
 /// request_fingerprint() is the hex SHA-256 of method, path and body, length-delimited so no

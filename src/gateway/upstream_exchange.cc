@@ -102,6 +102,14 @@ UpstreamReply read_reply(Parser& parser, const beast::error_code& ec, bool timed
     return reply;
   }
   upstream_detail::drop_hop_by_hop(reply.response);
+  if (!ec && parser.foreign_coding()) {
+    // De-chunked, the body is still in the other coding, and its name went with the field.
+    std::string().swap(reply.response.body);
+    reply.truncated = true;
+    reply.foreign_coding = true;
+    reply.error = "the response body came in a transfer coding besides chunked";
+    return reply;
+  }
   if (ec) {
     // The status and header arrived, so the upstream answered; the body did not all come.
     std::string().swap(reply.response.body);  // its memory too

@@ -98,6 +98,9 @@ class ResponseParser : public http::basic_parser<false> {
   /// With `keep_content` false, only the status is kept; the fields and the body are dropped.
   explicit ResponseParser(bool keep_content = true) : keep_content_(keep_content) {}
 
+  /// Whether a Transfer-Encoding field named a coding besides chunked (when content is kept).
+  [[nodiscard]] bool foreign_coding() const { return foreign_coding_; }
+
   [[nodiscard]] pubsub::PushResponse& response() { return response_; }
 
  private:
@@ -118,6 +121,7 @@ class ResponseParser : public http::basic_parser<false> {
   void on_finish_impl(error_code& ec) override;
 
   bool keep_content_;
+  bool foreign_coding_ = false;
   pubsub::PushResponse response_;
 };
 

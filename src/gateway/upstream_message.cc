@@ -133,9 +133,13 @@ void ResponseParser::on_response_impl(int code, string_view /*reason*/, int /*ve
   if (keep_content_) response_.headers.reserve(8);  // a typical response's, in one allocation
 }
 
-void ResponseParser::on_field_impl(http::field /*name*/, string_view name_string, string_view value,
+void ResponseParser::on_field_impl(http::field name, string_view name_string, string_view value,
                                    error_code& /*ec*/) {
   if (!keep_content_) return;
+  if (name == http::field::transfer_encoding &&
+      !idempotency::detail::iequals_ascii(view(value), "chunked")) {
+    foreign_coding_ = true;
+  }
   response_.headers.push_back({std::string(view(name_string)), std::string(view(value))});
 }
 

@@ -83,6 +83,9 @@ struct UpstreamReply {
   /// The body is not all here, so response.body is empty: it was over max_response_bytes
   /// (`error` empty), or the connection broke or the deadline passed mid-body (`error` says so).
   bool truncated = false;
+  /// The body came in a transfer coding besides chunked (`gzip, chunked`), which this client
+  /// does not undo: it is dropped, `truncated` set, rather than passed on as if plain.
+  bool foreign_coding = false;
   /// A one-line reason for kNotSent, kNoAnswer or a broken body; never a URL, header or body.
   std::string error;
   /// How long forward() took, or forward_async() from the call to `done`.

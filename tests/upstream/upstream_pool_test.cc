@@ -945,6 +945,37 @@ TEST_P(UpstreamForward, TrailersAreHeadersAndHopByHopOnesAreDropped) {
   }
 }
 
+// De-chunked, a `gzip, chunked` body is still gzip, and its coding's name goes with the
+// hop-by-hop field: passed on, the caller would read gzip bytes as plain. Dropped instead, as a
+// body over the limit is; the connection stays usable, its framing having been read whole.
+TEST_P(UpstreamForward, ABodyInATransferCodingBesidesChunkedIsDropped) {
+  RawServer server([](int fd, int) {
+    std::string pending;
+    for (const char* coding : {"gzip, chunked", "chunked"}) {
+      if (read_request(fd, pending).text.empty()) return;
+      send_all(fd, std::string("HTTP/1.1 200 OK\r\nX-App: yes\r\nTransfer-Encoding: ") + coding +
+                       "\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+    }
+    read_to_close(fd);
+  });
+  const auto pool = make_pool(server.url());
+
+  const auto reply = forward(pool, post(), 1);
+
+  ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+  EXPECT_EQ(reply.response.status, 200);
+  EXPECT_TRUE(reply.truncated);
+  EXPECT_TRUE(reply.foreign_coding);
+  EXPECT_EQ(reply.response.body, "");
+  EXPECT_EQ(header(reply.response, "X-App"), "yes");
+  EXPECT_EQ(header(reply.response, "Transfer-Encoding"), "");
+  const auto plain = forward(pool, post(), 2);
+  ASSERT_EQ(plain.kind, Kind::kResponse) << plain.error;
+  EXPECT_EQ(plain.response.body, "hello");
+  EXPECT_FALSE(plain.truncated);
+  EXPECT_FALSE(plain.foreign_coding);
+}
+
 TEST_P(UpstreamForward, BodyBrokenOffIsTruncatedWithAReason) {
   RawServer server([](int fd, int) {
     std::string pending;
