@@ -72,6 +72,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   auto settled = parser.request();
   if (idempotency::http::detail::settle_head(settled, parser.version())) {
     check(settled.path == parser.request().path);
+    check(settled.headers.size() == parser.request().headers.size());
+    for (std::size_t i = 0; i < settled.headers.size(); ++i) {
+      check(settled.headers[i].value == parser.request().headers[i].value);
+    }
   } else {
     check((!settled.path.empty() && settled.path.front() == '/') ||
           (settled.path == "*" && settled.method == "OPTIONS"));
@@ -81,7 +85,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     check(hosts == 1 || (hosts == 0 && parser.version() < 11));
   }
-  // The body that came with the header: never more than was sent, or than the limit.
+  // The body that came with the header: never more than was sent, or than the limit; and a
+  // chunked body's trailer fields never join the header's, which the checks above have read.
+  const std::size_t header_fields = parser.request().headers.size();
   parser.eager(true);
   const auto rest = input.substr(used);
   // As the server: a request already complete (no body) is not fed again.
@@ -89,6 +95,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (!parser.is_done() && !rest.empty()) {
     body_used = parser.put(boost::asio::buffer(rest.data(), rest.size()), ec);
   }
+  check(parser.request().headers.size() == header_fields);
   check(parser.request().body.size() <= rest.size());
   check(parser.request().body.size() <= body_limit);
   if (simple) {

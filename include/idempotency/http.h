@@ -14,11 +14,17 @@
 //
 // It is strict and bounded. A request with a bare CR or bare LF line ending, an obs-fold
 // line, a NUL or other control byte in a field, an invalid field name, or both Content-Length
-// and Transfer-Encoding is answered 400 and never reaches the handler; so is a request whose
-// header does not arrive within `header_timeout` (the connection is closed). A declared body
-// over `max_body_bytes` is answered 413 straight after the header, without reading it and
-// without `100 Continue`. Idle keep-alive connections close after `keep_alive_timeout`, and at
-// most `max_connections` are open at once (further ones wait in the kernel's backlog).
+// and Transfer-Encoding is answered 400 and never reaches the handler; so is an HTTP/1.1
+// request without exactly one valid Host, a Transfer-Encoding in HTTP/1.0 or without chunked
+// last, and a target that is neither a path, an http(s) URI nor `*` for OPTIONS (any other
+// transfer coding than chunked is 501), and a request whose header does not arrive within
+// `header_timeout` (the connection is closed). What the handler gets is RFC 9112's reading:
+// `path` is the target in origin-form (`/path?query`, or `*`), an absolute-form target's
+// authority its Host, and a chunked body's trailer fields are dropped, never merged. A
+// declared body over `max_body_bytes` is answered 413 straight after the header, without
+// reading it and without `100 Continue`. Idle keep-alive connections close after
+// `keep_alive_timeout`, and at most `max_connections` are open at once (further ones wait in
+// the kernel's backlog).
 // A handler that throws is answered 500 and logged (`handler_threw`); the server keeps
 // serving.
 //

@@ -219,14 +219,19 @@ class Handler {
     });
   }
 
-  // A body over --max-response, or in a transfer coding the client does not undo, was not kept:
-  // the caller (and every replay) gets the status and headers, which say the request was
-  // applied, with a header saying why the body is missing.
+  // A body over --max-response, cut off, or in a transfer coding the client does not undo, was
+  // not kept: the caller (and every replay) gets the status and headers, which say the request
+  // was applied, with a header saying why the body is missing.
   static void mark_if_omitted(UpstreamReply& reply) {
     if (!reply.truncated) return;
     reply.response.body.clear();
-    reply.response.headers.push_back(
-        {kResponseOmittedHeader, reply.foreign_coding ? "transfer-coding" : "too-large"});
+    const char* why = "too-large";
+    if (reply.foreign_coding) {
+      why = "transfer-coding";
+    } else if (!reply.error.empty()) {
+      why = "incomplete";  // the connection broke, or the deadline passed, mid-body
+    }
+    reply.response.headers.push_back({kResponseOmittedHeader, why});
   }
 
   GatewayDeps deps_;

@@ -47,7 +47,8 @@ inline constexpr std::string_view kIdempotencyKeyHeader = "Idempotency-Key";
 inline constexpr const char* kReplayedHeader = "Idempotency-Replayed";
 
 /// The response header that says why an applied request's body was not kept: `too-large`
-/// (over --max-response) or `transfer-coding` (a coding besides chunked, not undone).
+/// (over --max-response), `incomplete` (the connection broke or the deadline passed mid-body)
+/// or `transfer-coding` (a coding besides chunked, not undone).
 inline constexpr const char* kResponseOmittedHeader = "Idempotency-Response-Omitted";
 
 /// request_fingerprint() is the hex SHA-256 of method, path and body, length-delimited so no

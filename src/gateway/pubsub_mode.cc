@@ -83,8 +83,10 @@ pubsub::HandlerResult result_of(const UpstreamReply& reply) {
   }
   const int status = reply.response.status;
   if (status < 200 || status > 299) {
-    return std::make_exception_ptr(UpstreamNack(UpstreamFailure::kRejected, 500,
-                                                "upstream answered " + std::to_string(status)));
+    // The reply's own reason, when it has one: a body cut off, or an invalid status replaced.
+    std::string why = "upstream answered " + std::to_string(status);
+    if (!reply.error.empty()) why += " (" + reply.error + ")";
+    return std::make_exception_ptr(UpstreamNack(UpstreamFailure::kRejected, 500, why));
   }
   // Pub/Sub reads only the status, so that is all that is answered and stored; a 2xx it
   // would nack (203/205/206) becomes a 200.

@@ -58,7 +58,8 @@ namespace {
 constexpr std::uint32_t kHeaderLimit = 64 * 1024;
 static_assert(upstream_detail::kSimpleHeaderLimit < kHeaderLimit,
               "a header the fast reading takes is one Beast's parser takes too");
-// The highest valid status (RFC 9110 §15); Beast's parser reads any three digits.
+// The valid statuses (RFC 9110 §15); Beast's parser reads any three digits.
+constexpr int kMinStatus = 100;
 constexpr int kMaxStatus = 599;
 // At most this much is read at once, as Beast's own reads.
 constexpr std::size_t kReadSize = 65'536;
@@ -92,17 +93,18 @@ UpstreamReply read_reply(Parser& parser, const beast::error_code& ec, bool timed
   }
   UpstreamReply reply;
   reply.response = std::move(parser.response());
-  if (reply.response.status > kMaxStatus) {
-    // RFC 9110 §15: a status past 599 is invalid, and a client treats it as a server error.
-    // Passed on, no server could frame it; taken for a success or a mere no-answer, it would
-    // be stored, or hold the key for a whole lease.
+  if (const int status = reply.response.status; status < kMinStatus || status > kMaxStatus) {
+    // RFC 9110 §15: a status outside 100..599 is invalid, and a client treats it as a server
+    // error. Passed on, no server could frame it; taken for a success or a mere no-answer, it
+    // would be stored, or hold the key for a whole lease.
     reply.response = {.status = 502,
-                      .headers = {},
+                      .headers = {{"Content-Type", "text/plain; charset=utf-8"}},
                       .body = "the upstream answered with an invalid status code\n"};
+    reply.error = "the upstream answered with status " + std::to_string(status);
     return reply;
   }
   upstream_detail::drop_hop_by_hop(reply.response);
-  if (!ec && parser.foreign_coding()) {
+  if (!ec && parser.foreign_coding() && !reply.response.body.empty()) {
     // De-chunked, the body is still in the other coding, and its name went with the field.
     std::string().swap(reply.response.body);
     reply.truncated = true;

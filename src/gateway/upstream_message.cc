@@ -84,7 +84,8 @@ std::optional<std::string> build_request(const pubsub::PushRequest& in,
 
   // The field order is Host, the forwarded headers as they came, the fence, Content-Length.
   using namespace std::string_view_literals;
-  out.append(in.method).append(" "sv).append(url.base_path).append(path);
+  // `*` (OPTIONS of the server as a whole) is no path under a base: it goes as it is.
+  out.append(in.method).append(" "sv).append(path == "*"sv ? ""sv : url.base_path).append(path);
   out.append(" HTTP/1.1\r\nHost: "sv).append(origin.authority).append("\r\n"sv);
   for (const auto& h : in.headers) {
     if (forwarded(h)) out.append(h.name).append(": "sv).append(h.value).append("\r\n"sv);

@@ -79,14 +79,18 @@ struct UpstreamReply {
   };
   Kind kind = Kind::kResponse;
   /// The upstream's final (non-1xx) response when kind is kResponse, minus hop-by-hop headers.
+  /// A status outside 100..599, which no HTTP server may send, is replaced as RFC 9110 says to
+  /// read it, by a server error: a 502 of the client's own, `error` naming the status.
   pubsub::PushResponse response;
   /// The body is not all here, so response.body is empty: it was over max_response_bytes
-  /// (`error` empty), or the connection broke or the deadline passed mid-body (`error` says so).
+  /// (`error` empty), the connection broke or the deadline passed mid-body (`error` says so),
+  /// or it came in a transfer coding besides chunked (`foreign_coding`).
   bool truncated = false;
   /// The body came in a transfer coding besides chunked (`gzip, chunked`), which this client
   /// does not undo: it is dropped, `truncated` set, rather than passed on as if plain.
   bool foreign_coding = false;
-  /// A one-line reason for kNotSent, kNoAnswer or a broken body; never a URL, header or body.
+  /// A one-line reason for kNotSent, kNoAnswer, a body not all here, or a replaced status;
+  /// never a URL, header or body.
   std::string error;
   /// How long forward() took, or forward_async() from the call to `done`.
   std::chrono::steady_clock::duration elapsed{};

@@ -39,9 +39,6 @@ constexpr std::size_t kReadChunk = std::size_t{64} * 1024;
 constexpr std::chrono::milliseconds kLingerTime{1'000};
 constexpr std::size_t kLingerBytes = std::size_t{1} << 20;
 
-// Beast's number for HTTP/1.1, the version the fast reading accepts.
-constexpr unsigned kHttp11 = 11;
-
 void log_refused(int status, std::string_view reason) {
   log({.severity = Severity::kWarning,
        .event = "http_request_refused",
@@ -169,7 +166,7 @@ void Connection::on_header() {
     return;
   }
   // An HTTP/1.0 client knows no 100 Continue; the expectation is ignored (RFC 9110 §10.1.1).
-  const bool continue_expected = wants_continue && parser_->version() >= 11;
+  const bool continue_expected = wants_continue && parser_->version() >= kHttp11;
   if (parser_->is_done()) {
     dispatch_parsed();
     return;

@@ -6,7 +6,7 @@
 // handler, or the gateway's upstream, a host of its own choosing through the target, or a body
 // still encoded in a coding that the de-chunked request no longer names.
 //
-// Thread safety: a pure function.
+// Thread safety: settle_head() reads and writes its argument alone.
 #pragma once
 
 #include <optional>
@@ -15,6 +15,9 @@
 #include "idempotency/pubsub/message.h"
 
 namespace idempotency::http::detail {
+
+/// Beast's number for HTTP/1.1 (10 is HTTP/1.0).
+inline constexpr unsigned kHttp11 = 11;
 
 /// Why a request is refused before its handler: the status and a fixed one-line reason (never
 /// the request's own bytes).

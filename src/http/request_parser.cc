@@ -28,6 +28,10 @@ void RequestParser::on_response_impl(int /*code*/, string_view /*reason*/, int /
 
 void RequestParser::on_field_impl(beast_http::field name, string_view name_string,
                                   string_view value, error_code& /*ec*/) {
+  // After the header, a field is a chunked body's trailer. RFC 9110 §6.5.1 forbids merging one
+  // into the header section, and merged it would pass around the checks the header met (a
+  // second Host after settle_head(), a fence after the proxy's strip): it is dropped.
+  if (is_header_done()) return;
   if (name == beast_http::field::expect && !expect_) expect_ = request_.headers.size();
   request_.headers.push_back({std::string(view(name_string)), std::string(view(value))});
 }

@@ -18,7 +18,8 @@ namespace idempotency::http::detail {
 
 class RequestParser : public boost::beast::http::basic_parser<true> {
  public:
-  /// request() is what has been parsed: method, target, every field in order, the body.
+  /// request() is what has been parsed: method, target, every header field in order (a chunked
+  /// body's trailer fields are dropped), the body.
   [[nodiscard]] pubsub::PushRequest& request() { return request_; }
   /// version() is the request's HTTP version as Beast numbers it (10, 11).
   [[nodiscard]] unsigned version() const { return version_; }

@@ -492,7 +492,7 @@ TEST_F(GATEWAY_KEY_SUITE, FailuresAreNotStored) {
   EXPECT_EQ(calls("k-4"), 2);
 }
 
-// RFC 9110 §15: a status past 599 is handled as a server error: 502, not stored, the key
+// RFC 9110 §15: a status outside 100..599 is read as a server error: 502, not stored, the key
 // released so that a retry runs (where it was passed on as it came, no server could frame it:
 // the caller got a 500 blaming the gateway).
 TEST_F(GATEWAY_KEY_SUITE, AnInvalidUpstreamStatusIs502AndTheKeyIsReleased) {
@@ -504,6 +504,23 @@ TEST_F(GATEWAY_KEY_SUITE, AnInvalidUpstreamStatusIs502AndTheKeyIsReleased) {
     EXPECT_EQ(reply.body, "the upstream answered with an invalid status code\n");
   }
   EXPECT_EQ(calls("k-999"), 2);
+}
+
+// A 2xx whose body broke off was applied: completed, and answered (now and on replay) with its
+// status and headers, the body said to be incomplete (it was labelled too-large before).
+TEST_F(GATEWAY_KEY_SUITE, A2xxWhoseBodyBrokeOffIsCompletedAndSaidIncomplete) {
+  auto gateway = start();
+  const httplib::Headers breaks_off{{"X-Test-Behavior", "breaks_off"}};
+  const auto first = post_key(gateway->port(), "k-broke", "{}", breaks_off);
+  EXPECT_EQ(first.status, 200);
+  EXPECT_EQ(first.body, "");
+  EXPECT_EQ(first.header("Idempotency-Response-Omitted"), "incomplete");
+  EXPECT_EQ(first.header("X-Upstream-Call"), "1");
+  const auto again = post_key(gateway->port(), "k-broke", "{}", breaks_off);
+  EXPECT_EQ(again.status, 200);
+  EXPECT_EQ(again.header("Idempotency-Response-Omitted"), "incomplete");
+  EXPECT_EQ(again.header("Idempotency-Replayed"), "true");
+  EXPECT_EQ(calls("k-broke"), 1);
 }
 
 TEST_F(GATEWAY_KEY_SUITE, TheReplayMarkersAreTheGatewaysOwn) {

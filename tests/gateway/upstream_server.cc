@@ -12,6 +12,7 @@
 //   huge        answer 200 with a 50 MB body, Content-Length framed (streamed: this process
 //               never holds it)
 //   huge_chunked the same, chunked
+//   breaks_off  answer 200 with a Content-Length of 100, then close after 10 bytes
 //   invalid_status answer 999, a status no HTTP server may send
 //   says_replayed answer 201 with the gateway's own Idempotency-Replayed and
 //               Idempotency-Response-Omitted headers, as an app might by mistake
@@ -111,6 +112,18 @@ void process(State& state, const httplib::Request& request, httplib::Response& r
             return true;
           }
           return sink.write(kChunk.data(), std::min(kHugeBytes - offset, kChunk.size()));
+        });
+    return;
+  }
+  if (behavior == "breaks_off") {
+    response.status = 200;
+    response.set_header("X-Upstream-Call", std::to_string(call));
+    // Promises 100 bytes, sends 10 and gives up: httplib closes the connection mid-body.
+    response.set_content_provider(
+        100, "text/plain",
+        [](std::size_t /*offset*/, std::size_t /*length*/, httplib::DataSink& sink) {
+          sink.write("only ten..", 10);
+          return false;
         });
     return;
   }

@@ -12,7 +12,6 @@ namespace idempotency::http::detail {
 namespace {
 
 constexpr unsigned kHttp10 = 10;
-constexpr unsigned kHttp11 = 11;
 
 pubsub::PushRequest request(std::string target, std::vector<pubsub::Header> headers,
                             std::string method = "POST") {
@@ -43,10 +42,12 @@ TEST(SettleHead, HostIsOneAndValidInHttp11) {
   EXPECT_EQ(status(request("/", {{"Host", "a"}, {"HOST", "a"}})), 400) << "two, even alike";
   EXPECT_EQ(status(request("/", {{"Host", "a"}, {"Host", "b"}}), kHttp10), 400);
   EXPECT_EQ(status(request("/", {{"Host", ""}})), 0) << "empty: a target without authority";
-  for (const char* valid : {"example.com", "EXAMPLE.com:443", "[::1]:8080", "10.0.0.1", "a%41"}) {
+  for (const char* valid :
+       {"example.com", "EXAMPLE.com:443", "[::1]:8080", "[::1]", "10.0.0.1", "a%41", "a:"}) {
     EXPECT_EQ(status(request("/", {{"Host", valid}})), 0) << valid;
   }
-  for (const char* invalid : {"a b", "a/b", "user@a", "a?b", "a#b", "a\"b"}) {
+  for (const char* invalid : {"a b", "a/b", "user@a", "a?b", "a#b", "a\"b", "a:b:c", "a:8o", "[x",
+                              "a]", "[]", "[::1]x", "a[b]"}) {
     EXPECT_EQ(status(request("/", {{"Host", invalid}})), 400) << invalid;
   }
 }
@@ -65,6 +66,17 @@ TEST(SettleHead, TransferEncodingIsChunkedAloneAndNeverInHttp10) {
   EXPECT_EQ(te("gzip, chunked"), 501) << "a coding this server does not undo";
   EXPECT_EQ(te("gzip,\tchunked"), 501);
   EXPECT_EQ(te("chunked;a=b"), 400) << "chunked has no parameters";
+  EXPECT_EQ(te("chunked,"), 0) << "an empty list element is no coding (RFC 9110 §5.6.1)";
+  EXPECT_EQ(te(" , chunked"), 0);
+  EXPECT_EQ(te(","), 400) << "no coding at all";
+  // The fields make one list, in order.
+  const auto two = [](const char* first, const char* second) {
+    return status(
+        request("/", {{"Host", "a"}, {"Transfer-Encoding", first}, {"Transfer-Encoding", second}}));
+  };
+  EXPECT_EQ(two("gzip", "chunked"), 501);
+  EXPECT_EQ(two("chunked", "chunked"), 400);
+  EXPECT_EQ(two("chunked", "gzip"), 400);
 }
 
 TEST(SettleHead, AnAbsoluteFormTargetBecomesItsPathWithItsAuthorityAsTheHost) {
@@ -94,7 +106,7 @@ TEST(SettleHead, AnAbsoluteFormTargetBecomesItsPathWithItsAuthorityAsTheHost) {
 
 TEST(SettleHead, OtherTargetsAreRefusedAndTheRequestLeftAsItCame) {
   for (const char* target : {"push", "ftp://example.com/x", "http:/x", "http://", "http:///x",
-                             "http://u@h/x", "http://a b/", "//"}) {
+                             "http://u@h/x", "http://a b/", "http://:80/x", "http://h:x/", "//"}) {
     SCOPED_TRACE(target);
     auto r = request(target, {{"Host", "a"}});
     const auto refusal = settle_head(r, kHttp11);

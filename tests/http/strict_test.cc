@@ -21,6 +21,7 @@ namespace idempotency::http {
 namespace {
 
 using idempotency::testing::RawConnection;
+using ::testing::EndsWith;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
@@ -163,6 +164,54 @@ TEST_F(StrictServer, AnAbsoluteFormTargetReachesTheHandlerAsItsPathWithItsAuthor
     EXPECT_EQ(path, target[0] == 'h' ? "/a/b?c=d" : "/?c=d");
     EXPECT_EQ(host, "example.com:8080;") << "one Host, the target's (RFC 9112 §3.2.2)";
   }
+}
+
+// Beast's parser: absolute-form with a chunked body, with Expect, and in HTTP/1.0 without a
+// Host (which the target's authority becomes).
+TEST_F(StrictServer, AnAbsoluteFormTargetIsReadAlikeByTheStrictReading) {
+  std::string seen;
+  server_ = std::make_unique<Server>(
+      [&](const pubsub::PushRequest& request) {
+        seen = request.path + "|" + request.body;
+        for (const auto& h : request.headers) {
+          if (h.name == "Host") seen += "|" + h.value;
+        }
+        return pubsub::PushResponse{.status = 200, .headers = {}, .body = "ok"};
+      },
+      ServeOptions{.workers = 1});
+  port_ = server_->start("127.0.0.1", 0);
+  struct Case {
+    const char* request;
+    const char* seen;
+  };
+  for (const Case& c : {
+           Case{"POST http://h:1/a?b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                "Connection: close\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+                "/a?b|{}|h:1"},
+           Case{"POST http://h:1/a HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                "Content-Length: 2\r\nConnection: close\r\n\r\n{}",
+                "/a|{}|h:1"},
+           Case{"GET http://h/ HTTP/1.0\r\n\r\n", "/||h"},
+       }) {
+    SCOPED_TRACE(c.request);
+    seen.clear();
+    const std::string answer = exchange(c.request);
+    EXPECT_THAT(answer, HasSubstr(" 200 OK\r\n"));
+    EXPECT_EQ(seen, c.seen);
+  }
+}
+
+// RFC 9110 §6.5.1: a trailer is not merged into the header section. Merged, it would pass
+// around what the header was checked for: here, a second Host after the one the rules counted.
+TEST_F(StrictServer, AChunkedBodysTrailerFieldsNeverReachTheHandler) {
+  start();
+  const std::string answer = exchange(
+      "POST /push HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n"
+      "\r\n2\r\n{}\r\n0\r\nHost: evil\r\nX-Trailer: t\r\n\r\n");
+  EXPECT_THAT(answer, StartsWith("HTTP/1.1 200"));
+  // The handler's body lists the fields it saw: the header's, and nothing after.
+  EXPECT_THAT(answer, EndsWith("\r\n\r\nHost=x;Transfer-Encoding=chunked;Connection=close;"));
+  EXPECT_EQ(calls_.load(), 1);
 }
 
 TEST_F(StrictServer, AnHttp10RequestNeedsNoHost) {

@@ -945,6 +945,52 @@ TEST_P(UpstreamForward, TrailersAreHeadersAndHopByHopOnesAreDropped) {
   }
 }
 
+// RFC 9110 §15: outside 100..599 a status is invalid and read as a server error; passed on,
+// no server could frame it.
+TEST_P(UpstreamForward, AnInvalidStatusIsReadAsAServerError) {
+  for (const char* status : {"999", "600", "099"}) {
+    SCOPED_TRACE(status);
+    RawServer server([status](int fd, int) {
+      std::string pending;
+      if (read_request(fd, pending).text.empty()) return;
+      send_all(fd, std::string("HTTP/1.1 ") + status +
+                       " Odd\r\nX-App: yes\r\nContent-Length: 5\r\n\r\nhello");
+      read_to_close(fd);
+    });
+    const auto pool = make_pool(server.url());
+
+    const auto reply = forward(pool, post(), 1);
+
+    ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+    EXPECT_EQ(reply.response.status, 502);
+    EXPECT_EQ(reply.response.body, "the upstream answered with an invalid status code\n");
+    EXPECT_EQ(header(reply.response, "X-App"), "") << "none of the upstream's own";
+    EXPECT_EQ(reply.error, std::string("the upstream answered with status ") +
+                               std::to_string(std::stoi(status)));
+  }
+}
+
+// `*` names the server as a whole (OPTIONS): there is no path to put it under.
+TEST_P(UpstreamForward, AnAsteriskTargetIsSentWithoutTheBasePath) {
+  std::promise<ReceivedRequest> received;
+  RawServer server([&](int fd, int) {
+    std::string pending;
+    received.set_value(read_request(fd, pending));
+    send_all(fd, "HTTP/1.1 204 No Content\r\n\r\n");
+    read_to_close(fd);
+  });
+  const auto pool = make_pool(server.url() + "/base");
+
+  const auto reply = forward(pool, {.method = "OPTIONS", .path = "*"}, 1);
+
+  ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+  EXPECT_EQ(reply.response.status, 204);
+  auto future = received.get_future();
+  ASSERT_EQ(future.wait_for(kWait), std::future_status::ready);
+  const auto text = future.get().text;
+  EXPECT_EQ(text.rfind("OPTIONS * HTTP/1.1\r\n", 0), 0u) << text;
+}
+
 // De-chunked, a `gzip, chunked` body is still gzip, and its coding's name goes with the
 // hop-by-hop field: passed on, the caller would read gzip bytes as plain. Dropped instead, as a
 // body over the limit is; the connection stays usable, its framing having been read whole.

@@ -24,18 +24,20 @@
 
 namespace idempotency::detail {
 
-/// kTokenChars[b] says whether byte `b` may appear in a token (RFC 9110 tchar): a table, since
-/// headers are checked a byte at a time on every request.
-inline constexpr std::array<bool, 256> kTokenChars = [] {
+/// alnum_and() is the byte table of ASCII letters and digits and the bytes of `extra`: how the
+/// grammar's character classes below are built.
+[[nodiscard]] constexpr std::array<bool, 256> alnum_and(std::string_view extra) noexcept {
   std::array<bool, 256> table{};
   for (int c = '0'; c <= '9'; ++c) table[static_cast<std::size_t>(c)] = true;
   for (int c = 'a'; c <= 'z'; ++c) table[static_cast<std::size_t>(c)] = true;
   for (int c = 'A'; c <= 'Z'; ++c) table[static_cast<std::size_t>(c)] = true;
-  for (const char c : std::string_view("!#$%&'*+-.^_`|~")) {
-    table[static_cast<unsigned char>(c)] = true;
-  }
+  for (const char c : extra) table[static_cast<unsigned char>(c)] = true;
   return table;
-}();
+}
+
+/// kTokenChars[b] says whether byte `b` may appear in a token (RFC 9110 tchar): a table, since
+/// headers are checked a byte at a time on every request.
+inline constexpr std::array<bool, 256> kTokenChars = alnum_and("!#$%&'*+-.^_`|~");
 
 /// kValueChars[b] says whether byte `b` may appear in a field value: HTAB, SP, VCHAR and
 /// obs-text, so no control byte (no CR, LF or NUL) and no DEL.
@@ -64,6 +66,36 @@ inline constexpr std::array<bool, 256> kTargetChars = [] {
   if (name.empty()) return false;
   for (const char c : name) {
     if (!is_token_char(c)) return false;
+  }
+  return true;
+}
+
+/// kRegNameChars[b] says whether byte `b` may appear in a reg-name or an IPv4 address (RFC 3986
+/// §3.2.2: unreserved, pct-encoded and sub-delims bytes); kIpLiteralChars adds the colon of an
+/// IPv6 address, inside the brackets of an IP literal.
+inline constexpr std::array<bool, 256> kRegNameChars = alnum_and("-._~%!$&'()*+,;=");
+inline constexpr std::array<bool, 256> kIpLiteralChars = alnum_and("-._~%!$&'()*+,;=:");
+
+/// is_host() says whether `value` is `uri-host [ ":" port ]` (RFC 9110 §7.2): a reg-name or
+/// IPv4 address, or an IP literal in brackets, then optionally a colon and digits. Empty too,
+/// which a target without an authority is sent with. Nothing else: "@", "/", "?", a space or a
+/// second colon would let one Host name two places.
+[[nodiscard]] constexpr bool is_host(std::string_view value) noexcept {
+  std::size_t i = 0;
+  if (!value.empty() && value.front() == '[') {
+    const auto close = value.find(']');
+    if (close == std::string_view::npos || close == 1) return false;
+    for (i = 1; i < close; ++i) {
+      if (!kIpLiteralChars[static_cast<unsigned char>(value[i])]) return false;
+    }
+    ++i;  // past ']'
+  } else {
+    while (i < value.size() && kRegNameChars[static_cast<unsigned char>(value[i])]) ++i;
+  }
+  if (i == value.size()) return true;
+  if (value[i] != ':') return false;
+  for (++i; i < value.size(); ++i) {
+    if (value[i] < '0' || value[i] > '9') return false;
   }
   return true;
 }
