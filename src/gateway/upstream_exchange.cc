@@ -24,30 +24,14 @@
 
 namespace idempotency::gateway {
 
-namespace upstream_detail {
-
-UpstreamReply not_sent(std::string error) {
-  UpstreamReply reply;
-  reply.kind = UpstreamReply::Kind::kNotSent;
-  reply.error = std::move(error);
-  return reply;
-}
-
-UpstreamReply no_answer(std::string error) {
-  UpstreamReply reply;
-  reply.kind = UpstreamReply::Kind::kNoAnswer;
-  reply.error = std::move(error);
-  return reply;
-}
-
-}  // namespace upstream_detail
-
 using upstream_detail::Clock;
 using upstream_detail::Connection;
 using upstream_detail::IdleConnections;
 using upstream_detail::no_answer;
 using upstream_detail::not_sent;
 using upstream_detail::one_line;
+using upstream_detail::read_reply;
+using upstream_detail::write_failed;
 namespace asio = upstream_detail::asio;
 namespace beast = upstream_detail::beast;
 namespace http = upstream_detail::http;
@@ -58,72 +42,10 @@ namespace {
 constexpr std::uint32_t kHeaderLimit = 64 * 1024;
 static_assert(upstream_detail::kSimpleHeaderLimit < kHeaderLimit,
               "a header the fast reading takes is one Beast's parser takes too");
-// The valid statuses (RFC 9110 §15); Beast's parser reads any three digits.
-constexpr int kMinStatus = 100;
-constexpr int kMaxStatus = 599;
 // At most this much is read at once, as Beast's own reads.
 constexpr std::size_t kReadSize = 65'536;
 
 using Parser = upstream_detail::ResponseParser;
-
-// The reply for a write that failed (`ec`) after `written` bytes. Plain TCP reports exactly what
-// the kernel took; TLS counts plaintext, so any started TLS write may have put a record on the
-// wire.
-UpstreamReply write_failed(const beast::error_code& ec, std::size_t written, bool tls,
-                           bool timed_out, bool& maybe_sent) {
-  if (!tls && written == 0) {
-    maybe_sent = false;
-    return not_sent(timed_out ? "timed out before the request was written"
-                              : "write: " + one_line(ec.message()));
-  }
-  return no_answer(timed_out ? "timed out writing the request"
-                             : "the connection broke while writing: " + one_line(ec.message()));
-}
-
-// The reply from what was read into `parser`, `ec` saying how the last read ended: no complete
-// response header (kNoAnswer), or the final response, its body truncated when `ec` is set.
-UpstreamReply read_reply(Parser& parser, const beast::error_code& ec, bool timed_out) {
-  if (!parser.is_header_done() && ec != http::error::body_limit) {
-    if (timed_out) return no_answer("timed out waiting for the response");
-    if (ec == http::error::end_of_stream || ec == asio::error::eof ||
-        ec == asio::error::connection_reset) {
-      return no_answer("the connection closed before a response: " + one_line(ec.message()));
-    }
-    return no_answer("no valid HTTP response: " + one_line(ec.message()));
-  }
-  UpstreamReply reply;
-  reply.response = std::move(parser.response());
-  if (const int status = reply.response.status; status < kMinStatus || status > kMaxStatus) {
-    // RFC 9110 §15: a status outside 100..599 is invalid, and a client treats it as a server
-    // error. Passed on, no server could frame it; taken for a success or a mere no-answer, it
-    // would be stored, or hold the key for a whole lease.
-    reply.response = {.status = 502,
-                      .headers = {{"Content-Type", "text/plain; charset=utf-8"}},
-                      .body = "the upstream answered with an invalid status code\n"};
-    reply.error = "the upstream answered with status " + std::to_string(status);
-    return reply;
-  }
-  upstream_detail::drop_hop_by_hop(reply.response);
-  if (!ec && parser.foreign_coding() && !reply.response.body.empty()) {
-    // De-chunked, the body is still in the other coding, and its name went with the field.
-    std::string().swap(reply.response.body);
-    reply.truncated = true;
-    reply.foreign_coding = true;
-    reply.error = "the response body came in a transfer coding besides chunked";
-    return reply;
-  }
-  if (ec) {
-    // The status and header arrived, so the upstream answered; the body did not all come.
-    std::string().swap(reply.response.body);  // its memory too
-    reply.truncated = true;
-    if (ec != http::error::body_limit) {
-      reply.error = timed_out ? "timed out reading the response body"
-                              : "the response body broke off: " + one_line(ec.message());
-    }
-    return reply;
-  }
-  return reply;
-}
 
 // One exchange, a chain of callbacks on `executor_` (one operation pending at a time, so its
 // steps never overlap): its state lives here, held by whichever handler is pending.

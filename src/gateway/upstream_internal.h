@@ -44,6 +44,7 @@
 #include <string_view>
 #include <vector>
 
+#include "idempotency/detail/field_syntax.h"
 #include "upstream_pool.h"
 
 namespace idempotency::gateway {
@@ -99,7 +100,7 @@ class ResponseParser : public http::basic_parser<false> {
   explicit ResponseParser(bool keep_content = true) : keep_content_(keep_content) {}
 
   /// Whether a Transfer-Encoding field named a coding besides chunked (when content is kept).
-  [[nodiscard]] bool foreign_coding() const { return foreign_coding_; }
+  [[nodiscard]] bool foreign_coding() const { return codings_.codings() > codings_.chunked(); }
 
   [[nodiscard]] pubsub::PushResponse& response() { return response_; }
 
@@ -121,7 +122,7 @@ class ResponseParser : public http::basic_parser<false> {
   void on_finish_impl(error_code& ec) override;
 
   bool keep_content_;
-  bool foreign_coding_ = false;
+  idempotency::detail::TransferCodings codings_;  // the Transfer-Encoding fields', when kept
   pubsub::PushResponse response_;
 };
 
@@ -233,9 +234,21 @@ class IdleConnections : public asio::execution_context::service {
 // The calling thread's own io_context, which forward() runs the exchange on.
 asio::io_context& thread_io();
 
-// Replies for a request that provably was not acted on, or may have been.
+// Replies for a request that provably was not acted on, or may have been (upstream_reply.cc).
 UpstreamReply not_sent(std::string error);
 UpstreamReply no_answer(std::string error);
+
+// The reply for a write that failed (`ec`) after `written` bytes: kNotSent only when plain TCP
+// took none of it (`maybe_sent` cleared then); TLS counts plaintext, so any started TLS write
+// may have put a record on the wire.
+UpstreamReply write_failed(const beast::error_code& ec, std::size_t written, bool tls,
+                           bool timed_out, bool& maybe_sent);
+
+// The reply from what was read into `parser`, `ec` saying how the last read ended: no complete
+// response header (kNoAnswer), or the final response minus its hop-by-hop fields, its body
+// dropped (`truncated`) when `ec` is set or its transfer coding is not undone, and a status
+// outside 100..599 replaced by a 502 of the client's own.
+UpstreamReply read_reply(ResponseParser& parser, const beast::error_code& ec, bool timed_out);
 
 }  // namespace upstream_detail
 

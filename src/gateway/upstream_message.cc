@@ -137,10 +137,7 @@ void ResponseParser::on_response_impl(int code, string_view /*reason*/, int /*ve
 void ResponseParser::on_field_impl(http::field name, string_view name_string, string_view value,
                                    error_code& /*ec*/) {
   if (!keep_content_) return;
-  if (name == http::field::transfer_encoding &&
-      !idempotency::detail::iequals_ascii(view(value), "chunked")) {
-    foreign_coding_ = true;
-  }
+  if (name == http::field::transfer_encoding) codings_.add(view(value));
   response_.headers.push_back({std::string(view(name_string)), std::string(view(value))});
 }
 

@@ -1,6 +1,5 @@
 #include "request_head.h"
 
-#include <algorithm>
 #include <cstddef>
 #include <string>
 
@@ -12,7 +11,7 @@ namespace {
 
 using idempotency::detail::iequals_ascii;
 using idempotency::detail::is_host;
-using idempotency::detail::trim_ows;
+using idempotency::detail::TransferCodings;
 
 // The part of an absolute-form target after "http://" or "https://" (the scheme in any case),
 // or nullopt when the target does not start so.
@@ -26,40 +25,19 @@ std::optional<std::string_view> after_http_scheme(std::string_view target) {
   return std::nullopt;
 }
 
-// The transfer codings a request's Transfer-Encoding fields name: one list across them all, in
-// order, empty elements skipped (RFC 9110 §5.6.1), as the parser reads them.
-class TransferCodings {
- public:
-  void add(std::string_view value) {
-    for (std::size_t start = 0; start <= value.size();) {
-      const std::size_t comma = std::min(value.find(',', start), value.size());
-      const std::string_view coding = trim_ows(value.substr(start, comma - start));
-      if (!coding.empty()) {
-        last_is_chunked_ = iequals_ascii(coding, "chunked");
-        chunked_ += last_is_chunked_ ? 1 : 0;
-        ++codings_;
-      }
-      start = comma + 1;
-    }
+// RFC 9112 §6.1, §6.3: without chunked last the body's end cannot be known, and chunked twice
+// is no framing at all (both 400). Any other coding before it would reach the handler still
+// applied, its name gone with the field: one this server does not undo (501).
+std::optional<HeadRefusal> judge(const TransferCodings& codings) {
+  if (!codings.last_is_chunked()) {
+    return HeadRefusal{400, "a request's last transfer coding must be chunked"};
   }
-
-  // RFC 9112 §6.1, §6.3: without chunked last the body's end cannot be known, and chunked twice
-  // is no framing at all (both 400). Any other coding before it would reach the handler still
-  // applied, its name gone with the field: one this server does not undo (501).
-  [[nodiscard]] std::optional<HeadRefusal> verdict() const {
-    if (!last_is_chunked_) {
-      return HeadRefusal{400, "a request's last transfer coding must be chunked"};
-    }
-    if (chunked_ > 1) return HeadRefusal{400, "the chunked transfer coding applied twice"};
-    if (codings_ > 1) return HeadRefusal{501, "only the chunked transfer coding is accepted"};
-    return std::nullopt;
+  if (codings.chunked() > 1) return HeadRefusal{400, "the chunked transfer coding applied twice"};
+  if (codings.codings() > 1) {
+    return HeadRefusal{501, "only the chunked transfer coding is accepted"};
   }
-
- private:
-  std::size_t codings_ = 0;
-  std::size_t chunked_ = 0;
-  bool last_is_chunked_ = false;
-};
+  return std::nullopt;
+}
 
 }  // namespace
 
@@ -81,7 +59,7 @@ std::optional<HeadRefusal> settle_head(pubsub::PushRequest& request, unsigned ve
     }
   }
   if (codings) {
-    if (auto refusal = codings->verdict()) return refusal;
+    if (auto refusal = judge(*codings)) return refusal;
   }
   if (hosts > 1) return HeadRefusal{400, "more than one Host field"};
   if (hosts == 0 && version >= kHttp11) {

@@ -7,6 +7,7 @@
 // Thread safety: pure functions.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cstddef>
@@ -122,6 +123,36 @@ inline constexpr std::array<bool, 256> kIpLiteralChars = alnum_and("-._~%!$&'()*
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
   return s;
 }
+
+/// TransferCodings reads the transfer codings a message's Transfer-Encoding fields name: one
+/// list across them all, in order, empty elements skipped (RFC 9110 §5.6.1), as Beast's parser
+/// reads them. The server judges a request's by it, the upstream client a response's.
+class TransferCodings {
+ public:
+  /// add() reads one Transfer-Encoding field's value.
+  constexpr void add(std::string_view value) noexcept {
+    for (std::size_t start = 0; start <= value.size();) {
+      const std::size_t comma = std::min(value.find(',', start), value.size());
+      const std::string_view coding = trim_ows(value.substr(start, comma - start));
+      if (!coding.empty()) {
+        last_is_chunked_ = iequals_ascii(coding, "chunked");
+        chunked_ += last_is_chunked_ ? 1 : 0;
+        ++codings_;
+      }
+      start = comma + 1;
+    }
+  }
+  /// codings() is how many codings were named, chunked() how many of them are chunked.
+  [[nodiscard]] constexpr std::size_t codings() const noexcept { return codings_; }
+  [[nodiscard]] constexpr std::size_t chunked() const noexcept { return chunked_; }
+  /// last_is_chunked() says whether the last coding named is chunked: the body's framing.
+  [[nodiscard]] constexpr bool last_is_chunked() const noexcept { return last_is_chunked_; }
+
+ private:
+  std::size_t codings_ = 0;
+  std::size_t chunked_ = 0;
+  bool last_is_chunked_ = false;
+};
 
 /// skip_field_value() returns the first index from `i` of a byte that a field value cannot
 /// hold (the CR ending its line, when the line is sound), or text.size(). Sixteen bytes a step
