@@ -15,7 +15,7 @@
 #   complete    the same script: complete of each key just claimed (fence 1)
 #   fresh       what a claim sends first on Redis 7 instead of the script (a fresh key's whole
 #               claim): SET NX PX GET of the record's fresh form, then PEXPIRETIME (its lease)
-#   fresh_complete  the script's complete of each such fresh record
+#   fresh_complete  the script's complete of each such fresh record (its short path)
 #   held        a claim of a key that `fresh` claimed, by another token, after a claim that met
 #               a holder: the same SET NX PX GET (which writes nothing) and PEXPIRETIME, and TIME
 #   held_script the script's claim of such a key (what a held key cost before `held`)

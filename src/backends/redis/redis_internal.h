@@ -83,9 +83,9 @@ struct StoredRecord {
 };
 
 /// decode_stored_record() reads a record in its string form (redis_script.lua), as SET NX GET
-/// returns it; `key_expiry` is the key's PEXPIRETIME (-1 when unknown), read only for the fresh
-/// form. nullopt for a value the script would call malformed, or a fresh form without an
-/// expiry: the script then judges it.
+/// returns it; `key_expiry` is the key's PEXPIRETIME (-1 when unknown), read only for the two
+/// forms whose expires_at it is (F and E). nullopt for a value the script would call malformed,
+/// or one of those forms without an expiry: the script then judges it.
 [[nodiscard]] std::optional<StoredRecord> decode_stored_record(std::string_view value,
                                                                std::int64_t key_expiry);
 

@@ -153,10 +153,12 @@ std::optional<std::int64_t> header_int(std::string_view field, bool may_be_negat
 }  // namespace
 
 std::optional<StoredRecord> decode_stored_record(std::string_view value, std::int64_t key_expiry) {
-  // redis_script.lua's two header lines, then token, fingerprint and result back to back:
+  // redis_script.lua's three header lines, then token, fingerprint and result back to back:
   //   "<C|D> <fence> <lease_expiry> <expires_at> <token bytes> <fingerprint bytes> <result
-  //   bytes>\n", or the fresh form "F <expires_at - lease_expiry> <token bytes> <fingerprint
-  //   bytes>\n" (fence 1, CLAIMED, expires_at the key's expiry); -1 bytes for an absent one.
+  //   bytes>\n"; the fresh form "F <expires_at - lease_expiry> <token bytes> <fingerprint
+  //   bytes>\n" (fence 1, CLAIMED, expires_at the key's expiry); or a complete's of it, "E
+  //   <fence> <lease_expiry> <token bytes> <fingerprint bytes> <result bytes>\n" (DONE,
+  //   expires_at the key's expiry). -1 bytes for an absent one.
   // Read no more leniently than the script reads them, so a record the script would call
   // malformed is never answered from here.
   const std::size_t eol = value.find('\n');
@@ -181,20 +183,30 @@ std::optional<StoredRecord> decode_stored_record(std::string_view value, std::in
     rec.lease_expiry = key_expiry - *offset;
     token_len = *token;
     fingerprint_len = *fingerprint;
-  } else if (value[0] == 'C' || value[0] == 'D') {
-    const auto f = header_fields<6>(header);
-    if (!f) return std::nullopt;
-    const auto fence = header_int((*f)[0], false, true);
-    const auto lease = header_int((*f)[1], true, true);
-    const auto expires_at = header_int((*f)[2], true, true);
-    const auto token = header_int((*f)[3], false, false);
-    const auto fingerprint = header_int((*f)[4], true, false);
-    const auto result = header_int((*f)[5], true, false);
+  } else if (value[0] == 'C' || value[0] == 'D' || value[0] == 'E') {
+    // E is D without its expires_at, which is the key's expiry.
+    const bool by_key = value[0] == 'E';
+    std::array<std::string_view, 6> f;
+    if (by_key) {
+      const auto e = header_fields<5>(header);
+      if (!e || key_expiry < 0) return std::nullopt;
+      f = {(*e)[0], (*e)[1], std::string_view(), (*e)[2], (*e)[3], (*e)[4]};
+    } else {
+      const auto cd = header_fields<6>(header);
+      if (!cd) return std::nullopt;
+      f = *cd;
+    }
+    const auto fence = header_int(f[0], false, true);
+    const auto lease = header_int(f[1], true, true);
+    const auto expires_at = by_key ? std::optional(key_expiry) : header_int(f[2], true, true);
+    const auto token = header_int(f[3], false, false);
+    const auto fingerprint = header_int(f[4], true, false);
+    const auto result = header_int(f[5], true, false);
     // The fence, as the script reads it: starting with 1 to 9.
-    if (!fence || (*f)[0][0] == '0' || !lease || !expires_at || !token || !fingerprint || !result) {
+    if (!fence || f[0][0] == '0' || !lease || !expires_at || !token || !fingerprint || !result) {
       return std::nullopt;
     }
-    rec.state = value[0] == 'D' ? RecordState::kDone : RecordState::kClaimed;
+    rec.state = value[0] == 'C' ? RecordState::kClaimed : RecordState::kDone;
     rec.fence = *fence;
     rec.lease_expiry = *lease;
     rec.expires_at = *expires_at;

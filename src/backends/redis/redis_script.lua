@@ -30,6 +30,11 @@
 --   "F <expires_at - lease_expiry> <token bytes> <fingerprint bytes>\n" .. token .. fingerprint
 -- is fence 1, CLAIMED, with expires_at the key's own expiry (PEXPIRETIME: Redis 7; before
 -- it, now + PTTL, as the client writes this form only until its first PEXPIRETIME is refused).
+-- A complete of such a record writes
+--   "E <fence> <lease_expiry> <token bytes> <fingerprint bytes> <result bytes>\n" .. claim_token
+--   .. fingerprint .. result
+-- DONE, its expires_at again the key's own expiry (set by SET ... PX ttl), so that the
+-- complete reads no clock.
 -- The client also reads what SET ... GET returns, in every form (decode_stored_record), and answers
 -- from it a claim that writes nothing. A hash (state, fence, lease_expiry, expires_at, claim_token,
 -- result, fingerprint) is a record of an earlier version of this script: read as well, and stored
@@ -62,6 +67,40 @@ local kDecimal = '^%-?%d+$'  -- a decimal integer, as text
 -- The string record's header lines (above): each capture a decimal, then where its strings start.
 local kFull = '^[CD] (%d+) (%-?%d+) (%-?%d+) (%d+) (%-?%d+) (%-?%d+)\n()'
 local kFresh = '^F (%d+) (%d+) (%-?%d+)\n()'
+local kDoneByKey = '^E (%d+) (%-?%d+) (%d+) (%-?%d+) (%-?%d+)\n()'
+
+-- The complete of a fresh-form record (its claim was the client's SET NX PX GET) by the
+-- server's clock, with fence 1, a ttl and a result as they should be: nearly every complete.
+-- It writes the DONE record in the form whose expires_at is its key's expiry, by SET ... PX
+-- ttl, so no clock is read and no PEXPIREAT sent: GET, PTTL, PEXPIRETIME, SET and PUBLISH
+-- instead of TIME, GET, PEXPIRETIME, SET, PEXPIREAT and PUBLISH, and none of the general
+-- path's decoding (BENCHMARKS.md, "A complete in five commands"). Anything else, and a
+-- record at its expires_at, goes on to the general path below, which answers it.
+local stored  -- GET's reply, when the path below read it first (nil: not read yet)
+if op == 'complete' and ARGV[2] == '' and ARGV[3] == '1' then
+  stored = redis.pcall('GET', key)
+  local raw, ttl, result_arg = stored, ARGV[4], ARGV[5]
+  if type(raw) == 'string' and byte(raw) == 70 and ttl ~= nil and #ttl <= 15 and  -- 'F'
+      find(ttl, kDecimal) ~= nil and ttl + 0 > 0 and
+      (result_arg == '-' or (result_arg ~= nil and byte(result_arg) == 43)) then  -- '+'
+    -- Its header as the general path reads it (a malformed one goes on to be refused there),
+    -- its key's expiry (PEXPIRETIME refused: the general path reads PTTL instead), and live
+    -- while its key has time left: PTTL is 0 at expires_at itself, where it is absent.
+    local offset, token_len, fingerprint_len, at = match(raw, kFresh)
+    local fingerprint_bytes = fingerprint_len == '-1' and 0 or tonumber(fingerprint_len)
+    local expiry = offset ~= nil and #offset <= 15 and fingerprint_bytes >= 0 and
+        at + token_len + fingerprint_bytes - 1 == #raw and redis.pcall('PEXPIRETIME', key)
+    if type(expiry) == 'number' and expiry >= 0 and redis.call('PTTL', key) > 0 then
+      local lease_expiry = expiry - offset
+      local result = result_arg ~= '-' and sub(result_arg, 2) or nil
+      redis.call('SET', key, 'E 1 ' .. format('%d', lease_expiry) .. ' ' .. token_len .. ' ' ..
+          fingerprint_len .. ' ' .. (result and format('%d', #result) or '-1') .. '\n' ..
+          sub(raw, at) .. (result or ''), 'PX', ttl)
+      redis.call('PUBLISH', key, 'complete')
+      return 'complete:1'
+    end
+  end
+end
 
 -- A decimal integer of at most 15 characters: exact as a Lua number (a double). Arguments and
 -- hash fields are strings or nil.
@@ -105,7 +144,8 @@ local function malformed()
   error('idempotency script: the stored record is malformed', 0)
 end
 do
-  local raw = redis.pcall('GET', key)
+  local raw = stored
+  if raw == nil then raw = redis.pcall('GET', key) end
   if type(raw) == 'table' then
     -- A hash, written by an earlier version of this script (or an error, passed on as it is).
     if raw.err == nil or find(raw.err, '^WRONGTYPE') == nil then return raw end
@@ -130,46 +170,47 @@ do
     expires_at = tonumber(expires_text)
   elseif raw then
     -- The patterns read each number as digits: only the lengths of the texts are checked.
-    if byte(raw) == 70 then  -- 'F'
-      local offset, token_len, fingerprint_len, at = match(raw, kFresh)
+    local form = byte(raw)
+    local fence, lease, expires, token_len, fingerprint_len, result_len, at, offset
+    if form == 70 then  -- 'F': CLAIMED, fence 1, no result; expires_at its key's expiry
+      offset, token_len, fingerprint_len, at = match(raw, kFresh)
       if offset == nil or #offset > 15 then malformed() end
-      token_len_text, fingerprint_len_text = token_len, fingerprint_len
-      token_len = token_len + 0
-      fingerprint_len = fingerprint_len == '-1' and -1 or fingerprint_len + 0
-      local token_end = at + token_len - 1
-      local fingerprint_end = token_end + (fingerprint_len < 0 and 0 or fingerprint_len)
-      if fingerprint_end ~= #raw or fingerprint_len < -1 then malformed() end
+      fence, result_len = '1', '-1'
+    elseif form == 69 then  -- 'E': DONE; expires_at its key's expiry
+      fence, lease, token_len, fingerprint_len, result_len, at = match(raw, kDoneByKey)
+    else
+      fence, lease, expires, token_len, fingerprint_len, result_len, at = match(raw, kFull)
+    end
+    -- The fence starts with 1 to 9; every number has at most 15 characters (exact as a double).
+    if fence == nil or #fence > 15 or byte(fence) == 48 or (lease ~= nil and #lease > 15) or
+        (expires ~= nil and #expires > 15) then
+      malformed()
+    end
+    token_len_text, fingerprint_len_text, result_len_text = token_len, fingerprint_len, result_len
+    token_len = token_len + 0
+    fingerprint_len = fingerprint_len == '-1' and -1 or fingerprint_len + 0
+    result_len = result_len == '-1' and -1 or result_len + 0
+    local token_end = at + token_len - 1
+    local fingerprint_end = token_end + (fingerprint_len < 0 and 0 or fingerprint_len)
+    local result_end = fingerprint_end + (result_len < 0 and 0 or result_len)
+    if result_end ~= #raw or fingerprint_len < -1 or result_len < -1 then malformed() end
+    if expires ~= nil then
+      expires_at = expires + 0
+    else
       expires_at = redis.pcall('PEXPIRETIME', key)
       if type(expires_at) ~= 'number' then
-        -- Before Redis 7 (the client stops writing this form at the first refusal).
+        -- Before Redis 7 (the client stops writing the fresh form at the first refusal).
         local pttl = redis.call('PTTL', key)
         if pttl < 0 then malformed() end
         expires_at = now + pttl
       end
       if expires_at < 0 then malformed() end
-      state, fence_text, claim_token = 'CLAIMED', '1', sub(raw, at, token_end)
-      lease_number = expires_at - offset
-      if fingerprint_len >= 0 then fingerprint = sub(raw, token_end + 1, fingerprint_end) end
-    else
-      local fence, lease, expires, token_len, fingerprint_len, result_len, at = match(raw, kFull)
-      -- The fence starts with 1 to 9; every number has at most 15 characters (exact as a double).
-      if fence == nil or #fence > 15 or byte(fence) == 48 or #lease > 15 or #expires > 15 then
-        malformed()
-      end
-      token_len_text, fingerprint_len_text, result_len_text = token_len, fingerprint_len, result_len
-      token_len = token_len + 0
-      fingerprint_len = fingerprint_len == '-1' and -1 or fingerprint_len + 0
-      result_len = result_len == '-1' and -1 or result_len + 0
-      local token_end = at + token_len - 1
-      local fingerprint_end = token_end + (fingerprint_len < 0 and 0 or fingerprint_len)
-      local result_end = fingerprint_end + (result_len < 0 and 0 or result_len)
-      if result_end ~= #raw or fingerprint_len < -1 or result_len < -1 then malformed() end
-      state = byte(raw) == 68 and 'DONE' or 'CLAIMED'  -- 'D'
-      fence_text, lease_text, claim_token = fence, lease, sub(raw, at, token_end)
-      expires_at = expires + 0
-      if fingerprint_len >= 0 then fingerprint = sub(raw, token_end + 1, fingerprint_end) end
-      if result_len >= 0 then result = sub(raw, fingerprint_end + 1, result_end) end
     end
+    state = form == 67 and 'CLAIMED' or (form == 70 and 'CLAIMED' or 'DONE')  -- 'C', 'F'
+    fence_text, claim_token = fence, sub(raw, at, token_end)
+    if offset ~= nil then lease_number = expires_at - offset else lease_text = lease end
+    if fingerprint_len >= 0 then fingerprint = sub(raw, token_end + 1, fingerprint_end) end
+    if result_len >= 0 then result = sub(raw, fingerprint_end + 1, result_end) end
   end
   -- fence and lease_expiry are converted only where an operation needs their values.
   if state ~= nil then live = now < expires_at end

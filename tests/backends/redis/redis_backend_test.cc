@@ -25,6 +25,13 @@
 namespace idempotency::testing {
 namespace {
 
+// The server's clock in epoch ms, as the script reads TIME.
+Millis redis_now(RawRedis& raw) {
+  const RedisReplyPtr t = raw.command({"TIME"});
+  return std::stoll(std::string(t->element[0]->str)) * 1000 +
+         std::stoll(std::string(t->element[1]->str)) / 1000;
+}
+
 using std::chrono::milliseconds;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -301,6 +308,25 @@ TEST(RedisReply, UnexpectedShapesAreStoreErrorsNeverGuesses) {
                                    .fingerprint = "fp"}));
   EXPECT_EQ(decode_stored_record(std::string("F 60000 3 2\ntokfp"), -1), std::nullopt)
       << "a fresh form without the key's expiry";
+  // A complete's of the fresh form: the full DONE form without its expires_at, which is the
+  // key's expiry.
+  const auto done_by_key =
+      decode_stored_record(std::string("E 1 40000 3 2 6\ntokfpresult"), 100'000);
+  ASSERT_TRUE(done_by_key);
+  EXPECT_FALSE(done_by_key->fresh_form);
+  Record by_key = done->record;
+  by_key.fence = 1;
+  by_key.lease_expiry = 40'000;
+  by_key.expires_at = 100'000;
+  EXPECT_EQ(done_by_key->record, by_key);
+  const auto done_bare = decode_stored_record(std::string("E 7 -3 3 -1 -1\ntok"), 100'000);
+  ASSERT_TRUE(done_bare);
+  EXPECT_EQ(done_bare->record.fence, 7);
+  EXPECT_EQ(done_bare->record.lease_expiry, -3);
+  EXPECT_EQ(done_bare->record.result, std::nullopt);
+  EXPECT_EQ(done_bare->record.fingerprint, std::nullopt);
+  EXPECT_EQ(decode_stored_record(std::string("E 1 40000 3 2 6\ntokfpresult"), -1), std::nullopt)
+      << "a complete's form without the key's expiry";
   const std::vector<std::string> malformed = {
       "D 0 10 20 3 -1 -1\ntok",                             // fence 0
       "D 1 10 20 3 -1 -1\ntoken",                           // longer than it says
@@ -322,6 +348,11 @@ TEST(RedisReply, UnexpectedShapesAreStoreErrorsNeverGuesses) {
       "F 60000 3\ntok",                                     // a field missing
       "F 60000 3 -1 -1\ntok",                               // a result the fresh form has not
       "F 1234567890123456 3 -1\ntok",                       // over 15 digits
+      "E 1 10 20 3 -1 -1\ntok",                             // an expires_at the form has not
+      "E 1 10 3 -1\ntok",                                   // a field missing
+      "E 0 10 3 -1 -1\ntok",                                // fence 0
+      "E 1 10 3 -1 2\ntok",                                 // shorter than it says
+      "E 1 1234567890123456 3 -1 -1\ntok",                  // over 15 digits
       "X 1 10 20 3 -1 -1\ntok",                             // no such form
       "",                                                   // nothing
   };
@@ -449,16 +480,43 @@ TEST(RedisLockTest, EachRecordIsOneStringWhoseExpiryIsItsExpiresAt) {
   EXPECT_EQ(r->fingerprint, std::optional<std::string>("fp"));
   EXPECT_EQ(raw.text({"PEXPIRETIME", redis_key}), std::to_string(r->expires_at));
 
+  // Its complete: the form whose expires_at is again the key's expiry (no clock read), its
+  // lease the claim's to the millisecond, its retention the ttl from the complete.
+  const Millis before_complete = redis_now(raw);
   ASSERT_TRUE(lock->complete(c, "result-bytes"));
+  const Millis after_complete = redis_now(raw);
   r = lock->inspect("k");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->state, RecordState::kDone);
+  EXPECT_EQ(r->fence, 1);
+  EXPECT_EQ(r->lease_expiry, to_millis(c.lease_expiry));
+  EXPECT_EQ(r->claim_token, c.claim_token);
+  EXPECT_EQ(r->fingerprint, std::optional<std::string>("fp"));
   EXPECT_EQ(r->result, std::optional<std::string>("result-bytes"));
+  EXPECT_GE(r->expires_at, before_complete + 5 * 60'000);
+  EXPECT_LE(r->expires_at, after_complete + 5 * 60'000);
   EXPECT_EQ(raw.text({"PEXPIRETIME", redis_key}), std::to_string(r->expires_at));
-  EXPECT_EQ(raw.text({"GET", redis_key}), "D 1 " + std::to_string(r->lease_expiry) + " " +
-                                              std::to_string(r->expires_at) + " " +
+  EXPECT_EQ(raw.text({"GET", redis_key}), "E 1 " + std::to_string(r->lease_expiry) + " " +
                                               std::to_string(c.claim_token.size()) + " 2 12\n" +
                                               c.claim_token + "fp" + "result-bytes");
+  // Completed again (a reply lost), it stays as it is; another fence does not complete it.
+  ASSERT_TRUE(lock->complete(c, "other bytes"));
+  EXPECT_FALSE(lock->complete(Claim{"k", 2, c.lease_expiry, c.claim_token}, "other bytes"));
+  EXPECT_EQ(lock->inspect("k"), r);
+
+  // A record the script claimed (fence 3, after a release) completes in the full form, its
+  // expires_at written out.
+  Claim c2 = won(lock->claim("k2", milliseconds(60'000)));
+  lock->release(c2);
+  c2 = won(lock->claim("k2", milliseconds(60'000)));
+  ASSERT_EQ(c2.fence, 3);  // the release moved it to 2
+  ASSERT_TRUE(lock->complete(c2, std::nullopt));
+  std::optional<Record> r2 = lock->inspect("k2");
+  ASSERT_TRUE(r2);
+  EXPECT_EQ(raw.text({"GET", lock->key_prefix() + "k2"}),
+            "D 3 " + std::to_string(r2->lease_expiry) + " " + std::to_string(r2->expires_at) + " " +
+                std::to_string(c2.claim_token.size()) + " -1 -1\n" + c2.claim_token);
+  EXPECT_EQ(raw.text({"PEXPIRETIME", lock->key_prefix() + "k2"}), std::to_string(r2->expires_at));
   EXPECT_EQ(lock->purge_expired(), 0U);
 }
 
@@ -583,19 +641,23 @@ TEST(RedisLockTest, ALiveHolderIsAnsweredFromItsRecordWithoutTheScript) {
     return at == std::string::npos ? 0 : std::stoi(stats.substr(at + tag.size()));
   };
   const auto scripts_run = [&] { return calls("evalsha"); };
-  // Every script run reads TIME once (the server's clock); the rest came from the client.
-  const auto times_sent = [&] { return calls("time") - scripts_run(); };
+  // Every script run reads TIME once (the server's clock), but a fresh-form record's complete,
+  // which reads none; the rest came from the client.
+  int fresh_completes = 0;
+  const auto times_sent = [&] { return calls("time") - (scripts_run() - fresh_completes); };
   ASSERT_EQ(raw.text({"CONFIG", "RESETSTAT"}), "OK");
   const Claim first =
       won(lock.claim("k", milliseconds(60'000), ClaimRequest{.claim_token = "first-holder"}));
   const Claim done = won(lock.claim("done", milliseconds(60'000)));
   ASSERT_TRUE(lock.complete(done));
+  ++fresh_completes;
   ASSERT_TRUE(std::holds_alternative<AlreadyDone>(lock.claim("done", milliseconds(60'000))));
   EXPECT_EQ(times_sent(), 0) << "a fresh key's claim or a replay sent TIME";
 
   // The first claim to meet a holder has no TIME with it: the script answers, and the next
   // claims send TIME along.
   ASSERT_EQ(raw.text({"CONFIG", "RESETSTAT"}), "OK");
+  fresh_completes = 0;
   for (int i = 0; i < 3; ++i) {
     const ClaimResult held =
         lock.claim("k", milliseconds(60'000), ClaimRequest{.fingerprint = "x"});
