@@ -206,7 +206,7 @@ do
       end
       if expires_at < 0 then malformed() end
     end
-    state = form == 67 and 'CLAIMED' or (form == 70 and 'CLAIMED' or 'DONE')  -- 'C', 'F'
+    state = (form == 68 or form == 69) and 'DONE' or 'CLAIMED'  -- 'D', 'E'
     fence_text, claim_token = fence, sub(raw, at, token_end)
     if offset ~= nil then lease_number = expires_at - offset else lease_text = lease end
     if fingerprint_len >= 0 then fingerprint = sub(raw, token_end + 1, fingerprint_end) end
