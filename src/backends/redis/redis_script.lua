@@ -80,12 +80,15 @@ local stored  -- GET's reply, when the path below read it first (nil: not read y
 if op == 'complete' and ARGV[2] == '' and ARGV[3] == '1' then
   stored = redis.pcall('GET', key)
   local raw, ttl, result_arg = stored, ARGV[4], ARGV[5]
+  -- The ttl as SET ... PX takes it: digits without a leading zero (the general path reads
+  -- '05' as 5; SET would refuse it).
   if type(raw) == 'string' and byte(raw) == 70 and ttl ~= nil and #ttl <= 15 and  -- 'F'
-      find(ttl, kDecimal) ~= nil and ttl + 0 > 0 and
+      find(ttl, kDecimal) ~= nil and byte(ttl) ~= 48 and ttl + 0 > 0 and  -- '0'
       (result_arg == '-' or (result_arg ~= nil and byte(result_arg) == 43)) then  -- '+'
     -- Its header as the general path reads it (a malformed one goes on to be refused there),
-    -- its key's expiry (PEXPIRETIME refused: the general path reads PTTL instead), and live
-    -- while its key has time left: PTTL is 0 at expires_at itself, where it is absent.
+    -- its key's expiry (PEXPIRETIME refused, before Redis 7: the general path, which reads
+    -- PTTL instead), and live while its key has time left: PTTL is 0 at expires_at itself,
+    -- where it is absent. PTTL is in PEXPIRETIME's ACL categories (@keyspace, @read, @fast).
     local offset, token_len, fingerprint_len, at = match(raw, kFresh)
     local fingerprint_bytes = fingerprint_len == '-1' and 0 or tonumber(fingerprint_len)
     local expiry = offset ~= nil and #offset <= 15 and fingerprint_bytes >= 0 and

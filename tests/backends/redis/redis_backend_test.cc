@@ -520,6 +520,25 @@ TEST(RedisLockTest, EachRecordIsOneStringWhoseExpiryIsItsExpiresAt) {
   EXPECT_EQ(lock->purge_expired(), 0U);
 }
 
+// The short complete takes only what SET ... PX takes: a ttl with a leading zero, which the
+// general path reads as a number and SET would refuse, goes on to the general path.
+TEST(RedisLockTest, TheShortCompleteLeavesWhatSetWouldRefuseToTheGeneralPath) {
+  auto lock = fixture_lock(BackendOptions{.ttl = std::chrono::minutes(5)});
+  RawRedis raw(fixture_redis_url());
+  const std::string sha = raw.text({"SCRIPT", "LOAD", std::string(redis_detail::kScript)});
+  const Claim c = won(lock->claim("lz", milliseconds(60'000)));
+  const std::string redis_key = lock->key_prefix() + "lz";
+  ASSERT_EQ(raw.text({"GET", redis_key}).substr(0, 2), "F ");
+  EXPECT_EQ(raw.text({"EVALSHA", sha, "1", redis_key, "complete", "", "1", "0300000", "+r"}),
+            "complete:1");
+  const std::optional<Record> r = lock->inspect("lz");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->state, RecordState::kDone);
+  EXPECT_EQ(r->result, std::optional<std::string>("r"));
+  EXPECT_EQ(r->lease_expiry, to_millis(c.lease_expiry));
+  EXPECT_EQ(raw.text({"GET", redis_key}).substr(0, 2), "D ") << "the general path's form";
+}
+
 // A record an earlier version stored as a hash is read as the record it is, and the next
 // write stores it as a string: an upgrade neither loses a claim nor replays a stale answer.
 TEST(RedisLockTest, ARecordStoredAsAHashByAnEarlierVersionIsReadAndRewritten) {
