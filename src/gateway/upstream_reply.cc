@@ -31,9 +31,7 @@ UpstreamReply no_answer(std::string error) {
   return reply;
 }
 
-// The reply for a write that failed (`ec`) after `written` bytes. Plain TCP reports exactly what
-// the kernel took; TLS counts plaintext, so any started TLS write may have put a record on the
-// wire.
+// Plain TCP reports exactly what the kernel took (upstream_internal.h says the rest).
 UpstreamReply write_failed(const beast::error_code& ec, std::size_t written, bool tls,
                            bool timed_out, bool& maybe_sent) {
   if (!tls && written == 0) {
@@ -45,8 +43,6 @@ UpstreamReply write_failed(const beast::error_code& ec, std::size_t written, boo
                              : "the connection broke while writing: " + one_line(ec.message()));
 }
 
-// The reply from what was read into `parser`, `ec` saying how the last read ended: no complete
-// response header (kNoAnswer), or the final response, its body truncated when `ec` is set.
 UpstreamReply read_reply(ResponseParser& parser, const beast::error_code& ec, bool timed_out) {
   if (!parser.is_header_done() && ec != http::error::body_limit) {
     if (timed_out) return no_answer("timed out waiting for the response");
@@ -68,7 +64,7 @@ UpstreamReply read_reply(ResponseParser& parser, const beast::error_code& ec, bo
     reply.error = "the upstream answered with status " + std::to_string(status);
     return reply;
   }
-  upstream_detail::drop_hop_by_hop(reply.response);
+  drop_hop_by_hop(reply.response);
   if (!ec && parser.foreign_coding() && !reply.response.body.empty()) {
     // De-chunked, the body is still in the other coding, and its name went with the field.
     std::string().swap(reply.response.body);
@@ -85,7 +81,6 @@ UpstreamReply read_reply(ResponseParser& parser, const beast::error_code& ec, bo
       reply.error = timed_out ? "timed out reading the response body"
                               : "the response body broke off: " + one_line(ec.message());
     }
-    return reply;
   }
   return reply;
 }

@@ -25,13 +25,6 @@
 namespace idempotency::testing {
 namespace {
 
-// The server's clock in epoch ms, as the script reads TIME.
-Millis redis_now(RawRedis& raw) {
-  const RedisReplyPtr t = raw.command({"TIME"});
-  return std::stoll(std::string(t->element[0]->str)) * 1000 +
-         std::stoll(std::string(t->element[1]->str)) / 1000;
-}
-
 using std::chrono::milliseconds;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -482,9 +475,9 @@ TEST(RedisLockTest, EachRecordIsOneStringWhoseExpiryIsItsExpiresAt) {
 
   // Its complete: the form whose expires_at is again the key's expiry (no clock read), its
   // lease the claim's to the millisecond, its retention the ttl from the complete.
-  const Millis before_complete = redis_now(raw);
+  const Millis before_complete = raw.time_ms();
   ASSERT_TRUE(lock->complete(c, "result-bytes"));
-  const Millis after_complete = redis_now(raw);
+  const Millis after_complete = raw.time_ms();
   r = lock->inspect("k");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->state, RecordState::kDone);
@@ -544,9 +537,7 @@ TEST(RedisLockTest, TheShortCompleteLeavesWhatSetWouldRefuseToTheGeneralPath) {
 TEST(RedisLockTest, ARecordStoredAsAHashByAnEarlierVersionIsReadAndRewritten) {
   auto lock = fixture_lock(BackendOptions{.ttl = std::chrono::minutes(5)});
   RawRedis raw(fixture_redis_url());
-  RedisReplyPtr t = raw.command({"TIME"});
-  const long long now = std::stoll(std::string(t->element[0]->str)) * 1000 +
-                        std::stoll(std::string(t->element[1]->str)) / 1000;
+  const long long now = raw.time_ms();
   const std::string lease = std::to_string(now + 60'000);
   const std::string expires = std::to_string(now + 360'000);
   const std::string done_key = lock->key_prefix() + "done";
@@ -586,15 +577,10 @@ TEST(RedisLockTest, WhereTheFreshFormCannotBeUsedTheScriptMakesTheRecord) {
   PrivateRedis server({"--rename-command", "PEXPIRETIME", "pexpiretime-renamed"});
   RawRedis raw(server.url());
   const BackendOptions backend{.ttl = std::chrono::minutes(5)};
-  auto server_ms = [&] {
-    RedisReplyPtr t = raw.command({"TIME"});
-    return std::stoll(std::string(t->element[0]->str)) * 1000 +
-           std::stoll(std::string(t->element[1]->str)) / 1000;
-  };
   RedisLock lock(server.url(), RedisOptions{.backend = backend, .key_prefix = "old:"});
-  const long long before = server_ms();
+  const long long before = raw.time_ms();
   const Claim first = won(lock.claim("a", milliseconds(60'000)));
-  const long long after = server_ms();
+  const long long after = raw.time_ms();
   EXPECT_EQ(first.fence, 1);
   // The script rebuilds the lease from the script's clock and PTTL, two whole milliseconds
   // read microseconds apart: up to 1 ms early when a millisecond turns between them (the safe
