@@ -16,6 +16,8 @@
 #   fresh       what a claim sends first on Redis 7 instead of the script (a fresh key's whole
 #               claim): SET NX PX GET of the record's fresh form, then PEXPIRETIME (its lease)
 #   fresh_complete  the script's complete of each such fresh record (its short path)
+#   fresh_complete_many  the same completes joined 16 to a call (complete_many), as
+#               complete_async sends those queued for one write: the instructions per key
 #   held        a claim of a key that `fresh` claimed, by another token, after a claim that met
 #               a holder: the same SET NX PX GET (which writes nothing) and PEXPIRETIME, and TIME
 #   held_script the script's claim of such a key (what a held key cost before `held`)
@@ -72,6 +74,10 @@ for i in range(n):
         w.write(resp("TIME"))
     elif kind == "complete":
         w.write(resp("EVALSHA", sha, "1", key, "complete", "", "1", "3600000", "-"))
+    elif kind == "complete_many":
+        if i % 16 == 15:
+            keys = ["idempotency:w-%d" % j for j in range(i - 15, i + 1)]
+            w.write(resp("EVALSHA", sha, "16", *keys, "complete_many", "3600000", *(["-"] * 16)))
     elif kind != "none":
         w.write(resp("EVALSHA", sha, "1", key, "claim", "", token, "60000", "3600000", "-"))
 EOF
@@ -113,5 +119,6 @@ emit complete "$(instructions "$SCRIPT" claim complete)" "$claimed"
 fresh=$(instructions "$SCRIPT" fresh)
 emit fresh "$fresh"
 emit fresh_complete "$(instructions "$SCRIPT" fresh complete)" "$fresh"
+emit fresh_complete_many "$(instructions "$SCRIPT" fresh complete_many)" "$fresh"
 emit held "$(instructions "$SCRIPT" fresh held)" "$fresh"
 emit held_script "$(instructions "$SCRIPT" fresh claim)" "$fresh"

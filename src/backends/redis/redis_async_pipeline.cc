@@ -23,6 +23,15 @@ void finish(AsyncPipeline::Done& done, AsyncOutcome outcome) noexcept {
   }
 }
 
+// finish() for a joined call.
+void finish_joined(AsyncPipeline::JoinedDone& done, const AsyncOutcome& joined,
+                   std::size_t index) noexcept {
+  try {
+    done(joined, index);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): as finish()
+  }
+}
+
 AsyncOutcome never_sent(std::string error, bool unreachable) {
   return {
       .outcome = {.failure = IoFailure::kClosed, .maybe_sent = false, .error = std::move(error)},
@@ -32,11 +41,14 @@ AsyncOutcome never_sent(std::string error, bool unreachable) {
 }  // namespace
 
 struct AsyncPipeline::State {
-  explicit State(Pipelines::Connect c) : connect(std::move(c)) {}
+  State(Pipelines::Connect c, Join j) : connect(std::move(c)), join(std::move(j)) {}
 
   void run();
-  // Moves what is queued to `taken`.
+  // Moves what is queued to `taken`, the joined calls as one call at its end.
   void take_queued();
+  // Makes one call of `joined_taken` at the end of `taken`: its command from `join`, its
+  // outcome handed to each of them.
+  void join_taken();
   // Sends `taken` in one write, moving it in flight; on failure ends every call in flight.
   void send(bool fresh);
   // Hands every reply read whole to its call; false when the connection failed.
@@ -48,6 +60,12 @@ struct AsyncPipeline::State {
   // Ends every call queued, taken or in flight at once, and closes the connection: the
   // pipeline is being destroyed on this thread, by one of these callbacks.
   void end_now();
+  // Ends `c` with `outcome`: its callback, or each of a joined call's.
+  void end_call(Call c, AsyncOutcome outcome);
+  // Hands `outcome` to each of `dones` (a joined call's callers, left empty) in turn. One of
+  // their callbacks may destroy the pipeline (end_now()), which then ends those not yet handed
+  // theirs.
+  void end_joined(std::vector<JoinedDone>& dones, const AsyncOutcome& outcome);
 
   // Each call leaves its container before its callback runs, and the loops go back to the
   // containers after each one: a callback may queue calls, or end everything (end_now()).
@@ -57,26 +75,35 @@ struct AsyncPipeline::State {
     return c;
   }
   // Ends the first of `calls` with `outcome`.
-  static void finish_front(std::deque<Call>& calls, AsyncOutcome outcome) {
-    Call c = take_front(calls);
-    finish(c.done, std::move(outcome));
+  void finish_front(std::deque<Call>& calls, AsyncOutcome outcome) {
+    end_call(take_front(calls), std::move(outcome));
   }
 
   std::mutex mutex;
   std::condition_variable wake;
   std::vector<Call> queued;  // guarded by mutex
-  bool stopping = false;     // guarded by mutex
+  // call_joined()'s calls, each a part and its callback at one index.
+  std::vector<Part> parts_queued;        // guarded by mutex
+  std::vector<JoinedDone> dones_queued;  // guarded by mutex
+  bool stopping = false;                 // guarded by mutex
 
   // The I/O thread's own.
   Pipelines::Connect connect;
+  Join join;
+  std::vector<Part> parts_taken;  // out of `parts_queued`, not yet joined
+  std::vector<JoinedDone> dones_taken;
   ConnectionPtr connection;
   std::deque<Call> taken;  // out of `queued`, not yet sent
   std::deque<Call> in_flight;
   std::string batch;
+  // The joined call's callers that end_joined() is handing their outcome, and the next one's
+  // place: what end_now() must end when a callback destroys the pipeline meanwhile.
+  std::vector<JoinedDone> ending;
+  std::size_t ending_next = 0;
 };
 
-AsyncPipeline::AsyncPipeline(Pipelines::Connect connect)
-    : state_(std::make_shared<State>(std::move(connect))),
+AsyncPipeline::AsyncPipeline(Pipelines::Connect connect, Join join)
+    : state_(std::make_shared<State>(std::move(connect), std::move(join))),
       thread_([state = state_] { state->run(); }) {}
 
 AsyncPipeline::~AsyncPipeline() {
@@ -109,19 +136,86 @@ void AsyncPipeline::call(std::string command, Done done) {
   finish(done, never_sent("redis: not sent, the backend is shutting down", false));
 }
 
+void AsyncPipeline::call_joined(Part part, JoinedDone done) {
+  if (state_->join) {
+    std::unique_lock lock(state_->mutex);
+    if (!state_->stopping) {
+      state_->parts_queued.push_back(std::move(part));
+      try {
+        state_->dones_queued.push_back(std::move(done));
+      } catch (...) {
+        state_->parts_queued.pop_back();  // the two stay the same length
+        throw;
+      }
+      lock.unlock();
+      state_->wake.notify_one();
+      return;
+    }
+  }
+  const AsyncOutcome unsent = never_sent(
+      state_->join ? "redis: not sent, the backend is shutting down" : "redis: nothing joins calls",
+      false);
+  finish_joined(done, unsent, 0);
+}
+
 void AsyncPipeline::State::take_queued() {
   for (Call& c : queued) taken.push_back(std::move(c));
   queued.clear();
+  // Swapped, not copied: each side keeps a vector's capacity for its next batch.
+  if (!dones_queued.empty()) {
+    parts_taken.swap(parts_queued);
+    dones_taken.swap(dones_queued);
+  }
+}
+
+void AsyncPipeline::State::join_taken() {
+  if (dones_taken.empty()) return;
+  Call c;
+  bool joined = false;
+  try {
+    joined = join(parts_taken, c.command);
+  } catch (const std::bad_alloc&) {  // as a false from `join`, below
+  }
+  parts_taken.clear();
+  c.joined.swap(dones_taken);
+  if (joined) {
+    try {
+      taken.push_back(std::move(c));  // no effect when it throws (Call's move never throws)
+      return;
+    } catch (const std::bad_alloc&) {  // ends them below
+    }
+  }
+  end_joined(c.joined, never_sent("redis: out of memory", false));
+}
+
+void AsyncPipeline::State::end_call(Call c, AsyncOutcome outcome) {
+  if (c.done) {
+    finish(c.done, std::move(outcome));
+  } else {
+    end_joined(c.joined, outcome);
+  }
+}
+
+void AsyncPipeline::State::end_joined(std::vector<JoinedDone>& dones, const AsyncOutcome& outcome) {
+  ending.swap(dones);  // empty: end_now() empties it before anything else may end a call
+  ending_next = 0;
+  while (ending_next < ending.size()) {
+    const std::size_t index = ending_next++;
+    JoinedDone done = std::move(ending[index]);
+    finish_joined(done, outcome, index);
+  }
+  ending.clear();
 }
 
 void AsyncPipeline::State::run() {
   for (;;) {
     {
       std::unique_lock lock(mutex);
-      wake.wait(lock, [&] { return stopping || !queued.empty(); });
-      if (queued.empty()) return;  // stopping, and nothing is in flight here
+      wake.wait(lock, [&] { return stopping || !queued.empty() || !dones_queued.empty(); });
+      if (queued.empty() && dones_queued.empty()) return;  // stopping, nothing in flight here
       take_queued();
     }
+    join_taken();
     bool fresh = false;
     if (!connection) {
       try {
@@ -144,6 +238,7 @@ void AsyncPipeline::State::run() {
         const std::lock_guard lock(mutex);
         take_queued();
       }
+      join_taken();
       if (!taken.empty()) send(false);
     }
   }
@@ -175,7 +270,8 @@ bool AsyncPipeline::State::deliver() {
     ReplyPtr reply = connection->take_reply();
     if (!reply) return connection->failure() == IoFailure::kNone;
     Call c = take_front(in_flight);
-    finish(c.done, {.outcome = {.reply = std::move(reply)}, .fresh = c.fresh});
+    const bool fresh = c.fresh;
+    end_call(std::move(c), {.outcome = {.reply = std::move(reply)}, .fresh = fresh});
   }
   return true;
 }
@@ -191,8 +287,9 @@ void AsyncPipeline::State::end_in_flight(IoFailure failure, const std::string& e
   // A callback's next call is queued, never put in flight here: these are the ones sent.
   while (!in_flight.empty()) {
     Call c = take_front(in_flight);
-    finish(c.done,
-           {.outcome = {.failure = failure, .maybe_sent = true, .error = error}, .fresh = c.fresh});
+    const bool fresh = c.fresh;
+    end_call(std::move(c),
+             {.outcome = {.failure = failure, .maybe_sent = true, .error = error}, .fresh = fresh});
   }
 }
 
@@ -201,9 +298,21 @@ void AsyncPipeline::State::end_now() {
     const std::lock_guard lock(mutex);
     take_queued();
   }
+  join_taken();        // its call ends with `taken`'s below
   connection.reset();  // closed while what it uses (a TLS context) exists
   // kError, not kClosed: a closed connection is retried, and nothing may be retried now.
-  end_in_flight(IoFailure::kError, "redis: the backend was destroyed with the call in flight");
+  const std::string destroyed = "redis: the backend was destroyed with the call in flight";
+  if (ending_next < ending.size()) {  // a joined call's callers end_joined() has not reached
+    std::vector<JoinedDone> rest;
+    rest.swap(ending);  // so that end_joined() stops, and the calls below may use it
+    const AsyncOutcome failed{
+        .outcome = {.failure = IoFailure::kError, .maybe_sent = true, .error = destroyed}};
+    for (std::size_t i = ending_next; i < rest.size(); ++i) {
+      JoinedDone done = std::move(rest[i]);
+      finish_joined(done, failed, i);
+    }
+  }
+  end_in_flight(IoFailure::kError, destroyed);
   while (!taken.empty()) {
     finish_front(taken, never_sent("redis: not sent, the backend is shutting down", false));
   }

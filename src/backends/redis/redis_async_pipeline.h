@@ -40,9 +40,23 @@ class AsyncPipeline {
   /// Called once with a call's outcome, on the I/O thread; must not throw.
   using Done = std::function<void(AsyncOutcome)>;
 
+  /// Part is what one joined call adds to the command it shares (call_joined()).
+  struct Part {
+    std::string key;
+    std::string arg;
+  };
+  /// Join makes the command (formatted, as call()'s) of the parts of every call_joined() call
+  /// queued for one write, in order; false when it cannot (out of memory). Runs on the I/O
+  /// thread.
+  using Join = std::function<bool(const std::vector<Part>& parts, std::string& command)>;
+  /// Called once with the joined command's outcome and the call's place among its parts, on
+  /// the I/O thread; must not throw.
+  using JoinedDone = std::function<void(const AsyncOutcome& joined, std::size_t index)>;
+
   /// AsyncPipeline() starts the I/O thread, which opens a connection with `connect` when a
-  /// call first needs one, and again after one failed.
-  explicit AsyncPipeline(Pipelines::Connect connect);
+  /// call first needs one, and again after one failed. `join` (optional) serves
+  /// call_joined().
+  explicit AsyncPipeline(Pipelines::Connect connect, Join join = nullptr);
   /// ~AsyncPipeline() lets every call already made end (with its reply, or its connection's
   /// failure within the command timeout), then stops the thread. Calls made by callbacks
   /// meanwhile end at once, never sent. Destroyed by one of its own callbacks (on the I/O
@@ -58,11 +72,20 @@ class AsyncPipeline {
   /// once the pipeline is stopping).
   void call(std::string command, Done done);
 
+  /// call_joined() queues `part` and returns: the parts of every such call queued for one
+  /// write go out as one command, made by the constructor's `join` and sent after that write's
+  /// other calls, and `done` gets its outcome with this call's index. Many calls of one kind
+  /// then cost the server one command (a Redis script call's own cost paid once, not per
+  /// call). Without a `join`, `done` gets a failure at once, never sent.
+  void call_joined(Part part, JoinedDone done);
+
  private:
   struct Call {
     std::string command;
-    Done done;
+    Done done;  // empty for a joined call, which has `joined`
     bool fresh = false;
+    // The callers of a joined call (call_joined()), in the order of its parts.
+    std::vector<JoinedDone> joined;
   };
   // Everything the I/O thread uses, shared with it: a thread that outlives its pipeline (see
   // the destructor) still finds it.

@@ -65,6 +65,11 @@ using ReaderPtr = std::unique_ptr<redisReader, ReaderDeleter>;
 /// Throws `StoreError` for a reply of any other shape.
 [[nodiscard]] bool decode_flag_reply(const redisReply* reply, std::string_view op);
 
+/// decode_joined_complete() reads the reply to a `complete_many` of several keys (the script's
+/// integers, one a key): whether the key at `index` was completed by it. False for a 0, and for
+/// any other reply (an error, NOSCRIPT, another shape): the key's own complete then decides.
+[[nodiscard]] bool decode_joined_complete(const redisReply* reply, std::size_t index);
+
 /// decode_extend_reply() reads the script's `{"extend", lease_expiry | nil}` reply: the new
 /// lease expiry, or nullopt when the extend was refused. Throws `StoreError` for any other
 /// shape.

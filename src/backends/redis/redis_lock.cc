@@ -100,9 +100,10 @@ struct RedisLock::Impl {
   std::string wait_ms;
   std::vector<std::string_view> wait_command;
   std::unique_ptr<const redis_detail::TlsContext> tls;  // for rediss://, shared by connections
-  std::size_t shared;  // pipelined connections (per master on a cluster); 0: the pool
-  std::string script;  // kScript, with SPUBLISH for PUBLISH in cluster mode
-  std::string sha;     // of `script`, as the server reported it; set once in the constructor
+  std::size_t shared;    // pipelined connections (per master on a cluster); 0: the pool
+  std::string script;    // kScript, with SPUBLISH for PUBLISH in cluster mode
+  std::string sha;       // of `script`, as the server reported it; set once in the constructor
+  std::string ttl_text;  // the backend's ttl in ms, as complete_many takes it; set there too
   std::unique_ptr<redis_detail::ClusterRouter> cluster;  // for the cluster schemes only
   // How waits ended.
   store_detail::WaitTally waits;
@@ -131,9 +132,57 @@ struct RedisLock::Impl {
 
   redis_detail::AsyncPipeline& async_pipeline() {
     std::call_once(async_made, [this] {
-      async = std::make_unique<redis_detail::AsyncPipeline>([this] { return connect(); });
+      async = std::make_unique<redis_detail::AsyncPipeline>(
+          [this] { return connect(); },
+          [this](const std::vector<redis_detail::AsyncPipeline::Part>& parts,
+                 std::string& command) { return join_completes(parts, command); });
     });
     return *async;
+  }
+
+  // The completes queued for one write, joined into one call of the script (complete_many):
+  // its ~20k instructions of a complete's ~65k paid once for them all, on the server whose
+  // one core bounds a single node (BENCHMARKS.md, "Completes joined into one script call").
+  bool join_completes(const std::vector<redis_detail::AsyncPipeline::Part>& parts,
+                      std::string& command) const {
+    const std::string count = std::to_string(parts.size());
+    std::vector<std::string_view> args = {"EVALSHA", sha, count};
+    args.reserve(5 + 2 * parts.size());
+    for (const auto& p : parts) args.emplace_back(p.key);
+    args.emplace_back("complete_many");
+    args.emplace_back(ttl_text);
+    for (const auto& p : parts) args.emplace_back(p.arg);
+    return Connection::format(args, command);
+  }
+
+  // complete_joined() is complete_async of a fresh claim (fence 1, the server's clock): joined
+  // with the others queued for the same write; a key it did not complete (another form, a
+  // record at its expiry, NOSCRIPT, a failure safe to retry) is sent alone, to the script's
+  // general path, which decides.
+  void complete_joined(const Claim& claim, const std::optional<std::string>& result,
+                       CompleteDone done) {
+    std::string key = redis_key(claim.key);
+    std::string arg = optional_arg(result);
+    redis_detail::AsyncPipeline::Part part{key, arg};  // copies: the callback keeps its own
+    async_pipeline().call_joined(
+        std::move(part), [this, key = std::move(key), arg = std::move(arg), done = std::move(done)](
+                             const redis_detail::AsyncOutcome& joined, std::size_t index) mutable {
+          const redis_detail::PipelineOutcome& o = joined.outcome;
+          if (o.reply && redis_detail::decode_joined_complete(o.reply.get(), index)) {
+            done(true);
+            return;
+          }
+          if (!o.reply && !redis_detail::retry_is_safe(o, joined.fresh, joined.unreachable, true)) {
+            done(StoreFailure{o.error});
+            return;
+          }
+          eval_async(key, {"complete", "", "1", ttl_text, std::move(arg)},
+                     [done = std::move(done)](ReplyPtr r, std::string error) {
+                       done(async_outcome<bool>(r, std::move(error), [&] {
+                         return redis_detail::decode_flag_reply(r.get(), "complete");
+                       }));
+                     });
+        });
   }
 
   [[nodiscard]] bool claims_fresh() const {
@@ -362,6 +411,7 @@ struct RedisLock::Impl {
 
 RedisLock::RedisLock(std::string_view url, RedisOptions options)
     : LockBackend(options.backend), impl_(std::make_unique<Impl>(url, std::move(options))) {
+  impl_->ttl_text = std::to_string(ttl().count());
   // Connect now, so a wrong address or password fails at start-up rather than mid-traffic.
   if (impl_->cluster) {
     impl_->cluster->refresh();
@@ -439,6 +489,10 @@ void RedisLock::do_complete_async(const Claim& claim, std::optional<std::string>
                                   CompleteDone done) {
   if (!impl_->async_capable()) {
     LockBackend::do_complete_async(claim, std::move(result), std::move(done));
+    return;
+  }
+  if (impl_->claims_fresh() && claim.fence == 1) {
+    impl_->complete_joined(claim, result, std::move(done));
     return;
   }
   impl_->eval_async(impl_->redis_key(claim.key),

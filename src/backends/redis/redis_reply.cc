@@ -92,6 +92,14 @@ bool decode_flag_reply(const redisReply* reply, std::string_view op) {
   return text.back() == '1';
 }
 
+bool decode_joined_complete(const redisReply* reply, std::size_t index) {
+  if (reply == nullptr || reply->type != REDIS_REPLY_ARRAY || index >= reply->elements) {
+    return false;
+  }
+  const redisReply* flag = reply->element[index];
+  return flag != nullptr && flag->type == REDIS_REPLY_INTEGER && flag->integer == 1;
+}
+
 std::optional<Record> decode_record(const redisReply* reply) {
   constexpr std::string_view kWhat = "inspect";
   if (reply != nullptr && reply->type == REDIS_REPLY_NIL) return std::nullopt;

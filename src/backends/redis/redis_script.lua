@@ -2,7 +2,8 @@
 -- one claim, complete, release, extend or inspect on one key, decided atomically on the server.
 --
 -- KEYS[1]  the record's key
--- ARGV[1]  "claim" | "complete" | "release" | "extend" | "inspect"
+-- ARGV[1]  "claim" | "complete" | "release" | "extend" | "inspect" | "complete_many" (below:
+--          KEYS[1..n] and ARGV[2..n + 2] its own)
 -- ARGV[2]  now, epoch ms of an injected client clock; "" judges by the server's TIME
 -- claim:    ARGV[3] claim token, ARGV[4] lease ms, ARGV[5] ttl ms, ARGV[6] fingerprint
 -- complete: ARGV[3] fence, ARGV[4] ttl ms, ARGV[5] result
@@ -18,6 +19,7 @@
 --            string, which Lua interns when it compiles the script, where a table reply is an
 --            allocation and its conversion (5.7k instructions of a complete's 86k)
 --   extend   {"extend", lease_expiry} | {"extend", nil}
+--   complete_many  {1 | 0, ...}: a key's complete done, or left to its own complete call
 --   inspect  nil | {state, fence, lease_expiry, expires_at, claim_token, result, fingerprint}:
 --            the record as stored (past expires_at too), its numbers as text
 --
@@ -76,34 +78,59 @@ local kDoneByKey = '^E (%d+) (%-?%d+) (%d+) (%-?%d+) (%-?%d+)\n()'
 -- instead of TIME, GET, PEXPIRETIME, SET, PEXPIREAT and PUBLISH, and none of the general
 -- path's decoding (BENCHMARKS.md, "A complete in five commands"). Anything else, and a
 -- record at its expires_at, goes on to the general path below, which answers it.
+--
+-- complete_many is that path for several keys in one call, each key's complete on its own:
+-- KEYS[1..n], ARGV[2] the ttl, ARGV[2 + i] KEYS[i]'s result (fence 1, the server's clock). The
+-- call's own cost (~20k instructions of a complete's ~65k) is paid once for all n, where the
+-- client joins the completes queued for one write (RedisLock's complete_async, one node). Its
+-- reply is n integers: 1 where the key was completed here, 0 where it was left untouched for
+-- the general path, to which the client then sends that key's complete.
 local stored  -- GET's reply, when the path below read it first (nil: not read yet)
-if op == 'complete' and ARGV[2] == '' and ARGV[3] == '1' then
-  stored = redis.pcall('GET', key)
-  local raw, ttl, result_arg = stored, ARGV[4], ARGV[5]
-  -- The ttl as SET ... PX takes it: is_int's check, written out (the helpers below are made
-  -- only past this path; making one here cost a complete 1.7k), and no leading zero (the
-  -- general path reads '05' as 5; SET would refuse it).
-  if type(raw) == 'string' and byte(raw) == 70 and ttl ~= nil and #ttl <= 15 and  -- 'F'
-      find(ttl, kDecimal) ~= nil and byte(ttl) ~= 48 and ttl + 0 > 0 and  -- '0'
-      (result_arg == '-' or (result_arg ~= nil and byte(result_arg) == 43)) then  -- '+'
-    -- Its header as the general path reads it (a malformed one goes on to be refused there),
-    -- its key's expiry (PEXPIRETIME refused, before Redis 7: the general path, which reads
-    -- PTTL instead), and live while its key has time left: PTTL is 0 at expires_at itself,
-    -- where it is absent. PTTL is in PEXPIRETIME's ACL categories (@keyspace, @read, @fast).
-    local offset, token_len, fingerprint_len, at = match(raw, kFresh)
-    local fingerprint_bytes = fingerprint_len == '-1' and 0 or tonumber(fingerprint_len)
-    local expiry = offset ~= nil and #offset <= 15 and fingerprint_bytes >= 0 and
-        at + token_len + fingerprint_bytes - 1 == #raw and redis.pcall('PEXPIRETIME', key)
-    if type(expiry) == 'number' and expiry >= 0 and redis.call('PTTL', key) > 0 then
-      local lease_expiry = expiry - offset
-      local result = result_arg ~= '-' and sub(result_arg, 2) or nil
-      redis.call('SET', key, 'E 1 ' .. format('%d', lease_expiry) .. ' ' .. token_len .. ' ' ..
-          fingerprint_len .. ' ' .. (result and format('%d', #result) or '-1') .. '\n' ..
-          sub(raw, at) .. (result or ''), 'PX', ttl)
-      redis.call('PUBLISH', key, 'complete')
+local many = op == 'complete_many'
+if many or (op == 'complete' and ARGV[2] == '' and ARGV[3] == '1') then
+  local ttl = many and ARGV[2] or ARGV[4]
+  local ttl_ok  -- checked when a key first needs it
+  local completed = many and {} or nil
+  for i = 1, many and #KEYS or 1 do
+    local k, result_arg, done = KEYS[i], ARGV[many and 2 + i or 5], false
+    stored = redis.pcall('GET', k)
+    local raw = stored
+    if type(raw) == 'string' and byte(raw) == 70 and  -- 'F'
+        (result_arg == '-' or (result_arg ~= nil and byte(result_arg) == 43)) then  -- '+'
+      -- The ttl as SET ... PX takes it: is_int's check, written out (the helpers below are
+      -- made only past this path; making one here cost a complete 1.7k), and no leading zero
+      -- (the general path reads '05' as 5; SET would refuse it).
+      if ttl_ok == nil then
+        ttl_ok = ttl ~= nil and #ttl <= 15 and find(ttl, kDecimal) ~= nil and
+            byte(ttl) ~= 48 and ttl + 0 > 0  -- '0'
+      end
+      -- Its header as the general path reads it (a malformed one goes on to be refused
+      -- there), its key's expiry (PEXPIRETIME refused, before Redis 7: the general path, which
+      -- reads PTTL instead), and live while its key has time left: PTTL is 0 at expires_at
+      -- itself, where it is absent. PTTL is in PEXPIRETIME's ACL categories (@keyspace,
+      -- @read, @fast).
+      local offset, token_len, fingerprint_len, at
+      if ttl_ok then offset, token_len, fingerprint_len, at = match(raw, kFresh) end
+      local fingerprint_bytes = fingerprint_len == '-1' and 0 or tonumber(fingerprint_len)
+      local expiry = offset ~= nil and #offset <= 15 and fingerprint_bytes >= 0 and
+          at + token_len + fingerprint_bytes - 1 == #raw and redis.pcall('PEXPIRETIME', k)
+      if type(expiry) == 'number' and expiry >= 0 and redis.call('PTTL', k) > 0 then
+        local lease_expiry = expiry - offset
+        local result = result_arg ~= '-' and sub(result_arg, 2) or nil
+        redis.call('SET', k, 'E 1 ' .. format('%d', lease_expiry) .. ' ' .. token_len .. ' ' ..
+            fingerprint_len .. ' ' .. (result and format('%d', #result) or '-1') .. '\n' ..
+            sub(raw, at) .. (result or ''), 'PX', ttl)
+        redis.call('PUBLISH', k, 'complete')
+        done = true
+      end
+    end
+    if many then
+      completed[i] = done and 1 or 0
+    elseif done then
       return 'complete:1'
     end
   end
+  if many then return completed end
 end
 
 -- A decimal integer of at most 15 characters: exact as a Lua number (a double). Arguments and

@@ -79,6 +79,13 @@ long long RawRedis::time_ms() {
          std::stoll(std::string(r->element[1]->str)) / 1000;
 }
 
+int RawRedis::calls(const std::string& command) {
+  const std::string stats = text({"INFO", "commandstats"});
+  const std::string tag = "cmdstat_" + command + ":calls=";
+  const std::size_t at = stats.find(tag);
+  return at == std::string::npos ? 0 : std::stoi(stats.substr(at + tag.size()));
+}
+
 PrivateRedis::PrivateRedis(std::vector<std::string> extra_args)
     : extra_args_(std::move(extra_args)) {
   std::string tmpl = (std::filesystem::temp_directory_path() / "idem-redis-XXXXXX").string();

@@ -40,6 +40,9 @@ class RawRedis {
   std::string text(const std::vector<std::string>& args);
   /// time_ms() is the server's clock (TIME) in milliseconds since the epoch.
   long long time_ms();
+  /// calls() is how many times the server ran `command` (lower case, as INFO commandstats
+  /// names it) since it started or since CONFIG RESETSTAT.
+  int calls(const std::string& command);
 
  private:
   RedisContextPtr ctx_;

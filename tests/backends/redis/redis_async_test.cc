@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -269,6 +270,159 @@ TEST(RedisAsync, AFreshKeyIsClaimedWithoutTheScriptAndReadAsTheRecordItIs) {
   ASSERT_TRUE(taken);
   EXPECT_EQ(taken->fence, 2);
   EXPECT_FALSE(lock.complete(lapsed));
+}
+
+// complete_async of N fresh claims, queued while an earlier write waits, each told its own
+// outcome through `done` (index, completed); returns once all N have answered.
+void complete_all_paused(RedisLock& lock, RawRedis& admin, const std::vector<Claim>& claims,
+                         const std::function<void(std::size_t, AsyncCompleteResult)>& done) {
+  // EVALSHA may write, so the server holds it: the first complete goes out alone and waits,
+  // and the rest queue up behind it for the next write.
+  ASSERT_EQ(admin.text({"CLIENT", "PAUSE", "10000", "WRITE"}), "OK");
+  std::atomic<std::size_t> answered{0};
+  for (std::size_t i = 0; i < claims.size(); ++i) {
+    lock.complete_async(claims[i], "result-of-" + claims[i].key, [&, i](AsyncCompleteResult r) {
+      done(i, std::move(r));
+      ++answered;
+    });
+  }
+  ASSERT_EQ(admin.text({"CLIENT", "UNPAUSE"}), "OK");
+  ASSERT_TRUE(eventually([&] { return answered.load() == claims.size(); }))
+      << answered.load() << " of " << claims.size() << " completes answered";
+}
+
+// The completes of fresh claims queued for one write go to the server as one script call
+// (complete_many): each key is completed on its own, with its own result, each caller is told
+// its own outcome, and each key still wakes its waiters (a PUBLISH each).
+TEST(RedisAsync, CompletesQueuedForOneWriteAreOneScriptCall) {
+  PrivateRedis server;
+  RawRedis admin(server.url());
+  RedisLock lock(server.url(), RedisOptions{.backend = {.ttl = std::chrono::minutes(5)}});
+  constexpr int kKeys = 20;
+  std::vector<Claim> claims;
+  for (int i = 0; i < kKeys; ++i)
+    claims.push_back(won(lock.claim("j" + std::to_string(i), kLease)));
+  ASSERT_EQ(admin.text({"CONFIG", "RESETSTAT"}), "OK");
+  Problems problems;
+  complete_all_paused(lock, admin, claims, [&](std::size_t i, AsyncCompleteResult r) {
+    if (!std::holds_alternative<bool>(r) || !std::get<bool>(r)) {
+      problems.add(claims[i].key + " was not completed");
+    }
+  });
+  EXPECT_TRUE(problems.list().empty()) << problems.list().front();
+  EXPECT_LE(admin.calls("evalsha"), 2) << "one call for the first complete, one for the rest";
+  EXPECT_EQ(admin.calls("publish"), kKeys);
+  for (const Claim& c : claims) {
+    EXPECT_EQ(admin.text({"GET", lock.key_prefix() + c.key}).substr(0, 4), "E 1 ");
+    const std::optional<Record> r = lock.inspect(c.key);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->state, RecordState::kDone);
+    EXPECT_EQ(r->result, std::optional<std::string>("result-of-" + c.key));
+    EXPECT_EQ(r->lease_expiry, to_millis(c.lease_expiry));
+  }
+}
+
+// A key the joined call cannot complete is left untouched by it and sent alone, to the
+// script's general path, which decides: a fence-1 record the script wrote is completed in its
+// own form, and a key with no record is not completed.
+TEST(RedisAsync, AKeyAJoinedCompleteLeavesGoesToItsOwnCall) {
+  PrivateRedis server;
+  RawRedis admin(server.url());
+  RedisLock lock(server.url(), RedisOptions{.backend = {.ttl = std::chrono::minutes(5)}});
+  const Claim fresh = won(lock.claim("fresh", kLease));
+  const long long now = admin.time_ms();
+  const std::string scripted_key = lock.key_prefix() + "scripted";
+  admin.command({"SET", scripted_key,
+                 "C 1 " + std::to_string(now + 60'000) + " " + std::to_string(now + 360'000) +
+                     " 5 -1 -1\ntoken"});
+  admin.command({"PEXPIREAT", scripted_key, std::to_string(now + 360'000)});
+  const Claim scripted{"scripted", 1, from_millis(now + 60'000), "token"};
+  const Claim absent{"absent", 1, from_millis(now + 60'000), "gone"};
+  std::vector<std::optional<AsyncCompleteResult>> out(3);
+  std::mutex mutex;
+  complete_all_paused(lock, admin, {fresh, scripted, absent},
+                      [&](std::size_t i, AsyncCompleteResult r) {
+                        const std::lock_guard hold(mutex);
+                        out[i] = std::move(r);
+                      });
+  const std::lock_guard hold(mutex);
+  for (const auto& r : out) {
+    ASSERT_TRUE(r && std::holds_alternative<bool>(*r)) << std::get<StoreFailure>(*r).message;
+  }
+  EXPECT_TRUE(std::get<bool>(*out[0]));
+  EXPECT_TRUE(std::get<bool>(*out[1]));
+  EXPECT_FALSE(std::get<bool>(*out[2]));
+  EXPECT_EQ(admin.text({"GET", lock.key_prefix() + "fresh"}).substr(0, 2), "E ");
+  EXPECT_EQ(admin.text({"GET", scripted_key}).substr(0, 2), "D ") << "the general path's form";
+  const std::optional<Record> done = lock.inspect("scripted");
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->state, RecordState::kDone);
+  EXPECT_EQ(done->result, std::optional<std::string>("result-of-scripted"));
+  EXPECT_FALSE(lock.inspect("absent"));
+}
+
+// A server that dies with a joined call in flight ends each of its callers once, a failure:
+// the retry the stale connection allows finds no server either.
+TEST(RedisAsync, AServerThatDiesWithJoinedCompletesInFlightEndsEachOnce) {
+  PrivateRedis server;
+  RawRedis admin(server.url());
+  RedisLock lock(server.url());
+  constexpr int kKeys = 10;
+  std::vector<Claim> claims;
+  for (int i = 0; i < kKeys; ++i)
+    claims.push_back(won(lock.claim("d" + std::to_string(i), kLease)));
+  std::atomic<int> answered{0};
+  std::atomic<int> failures{0};
+  ASSERT_EQ(admin.text({"CLIENT", "PAUSE", "10000", "WRITE"}), "OK");
+  for (const Claim& c : claims) {
+    lock.complete_async(c, std::nullopt, [&](AsyncCompleteResult r) {
+      if (std::holds_alternative<StoreFailure>(r)) ++failures;
+      ++answered;
+    });
+  }
+  server.kill(SIGKILL);
+  ASSERT_TRUE(eventually([&] { return answered.load() == kKeys; }))
+      << answered.load() << " of " << kKeys << " callbacks ran";
+  std::this_thread::sleep_for(milliseconds(50));  // a second callback would show here
+  EXPECT_EQ(answered.load(), kKeys);
+  EXPECT_EQ(failures.load(), kKeys);
+}
+
+// A callback of a joined call's caller that destroys the backend ends the callers after it at
+// once, each once, as failures: they are never handed to a backend that is gone.
+TEST(RedisAsync, ABackendDestroyedByAJoinedCallersCallbackEndsTheOthersAtOnce) {
+  PrivateRedis server;
+  RawRedis admin(server.url());
+  constexpr int kKeys = 10;
+  auto lock = std::make_shared<RedisLock>(server.url());
+  std::vector<Claim> claims;
+  for (int i = 0; i < kKeys; ++i) {
+    claims.push_back(won(lock->claim("x" + std::to_string(i), kLease)));
+  }
+  std::atomic<int> answered{0};
+  std::atomic<int> completed{0};
+  std::promise<void> destroyed;
+  ASSERT_EQ(admin.text({"CLIENT", "PAUSE", "10000", "WRITE"}), "OK");
+  // The first goes out alone; the second heads the joined call of the rest and destroys the
+  // backend from its callback.
+  lock->complete_async(claims[0], std::nullopt, [&](AsyncCompleteResult) { ++answered; });
+  lock->complete_async(claims[1], std::nullopt,
+                       [keep = lock, &destroyed, &answered](AsyncCompleteResult) mutable {
+                         keep.reset();  // the last reference: the backend goes here
+                         ++answered;
+                         destroyed.set_value();
+                       });
+  for (int i = 2; i < kKeys; ++i) {
+    lock->complete_async(claims[i], std::nullopt, [&](AsyncCompleteResult r) {
+      if (std::holds_alternative<bool>(r)) ++completed;
+      ++answered;
+    });
+  }
+  lock.reset();
+  ASSERT_EQ(admin.text({"CLIENT", "UNPAUSE"}), "OK");
+  ASSERT_EQ(destroyed.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_EQ(answered.load(), kKeys);  // all of them before the backend was gone
+  EXPECT_EQ(completed.load(), 0) << "a caller after the destroying one was handed its outcome";
 }
 
 TEST(RedisAsync, DestroyingTheBackendEndsEveryCallInFlightFirst) {

@@ -11,6 +11,7 @@
 #include <stop_token>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "idempotency/errors.h"
@@ -532,6 +533,49 @@ TEST(RedisLockTest, TheShortCompleteLeavesWhatSetWouldRefuseToTheGeneralPath) {
   EXPECT_EQ(raw.text({"GET", redis_key}).substr(0, 2), "D ") << "the general path's form";
 }
 
+// complete_many completes each key in the fresh form (its claim's lease, its own result) and
+// leaves every other key as it was, answering 0 for it: the client then sends that key's own
+// complete, whose general path decides. A ttl SET would refuse leaves every key.
+TEST(RedisLockTest, CompleteManyCompletesEachFreshKeyAndLeavesTheRestUntouched) {
+  auto lock = fixture_lock(BackendOptions{.ttl = std::chrono::minutes(5)});
+  RawRedis raw(fixture_redis_url());
+  const std::string sha = raw.text({"SCRIPT", "LOAD", std::string(redis_detail::kScript)});
+  const Claim a = won(lock->claim("many-a", milliseconds(60'000)));
+  const Claim done = won(lock->claim("many-done", milliseconds(60'000)));
+  ASSERT_TRUE(lock->complete(done, "first"));
+  const Claim b = won(lock->claim("many-b", milliseconds(60'000)));
+  const std::string p = lock->key_prefix();
+  const std::string done_before = raw.text({"GET", p + "many-done"});
+  const std::string b_before = raw.text({"GET", p + "many-b"});
+
+  const RedisReplyPtr refused =
+      raw.command({"EVALSHA", sha, "1", p + "many-b", "complete_many", "0300000", "+late"});
+  ASSERT_EQ(refused->type, REDIS_REPLY_ARRAY);
+  ASSERT_EQ(refused->elements, 1U);
+  EXPECT_EQ(refused->element[0]->integer, 0);
+  EXPECT_EQ(raw.text({"GET", p + "many-b"}), b_before);
+
+  const RedisReplyPtr r =
+      raw.command({"EVALSHA", sha, "4", p + "many-a", p + "many-absent", p + "many-done",
+                   p + "many-b", "complete_many", "300000", "+ra", "+rx", "+again", "-"});
+  ASSERT_EQ(r->type, REDIS_REPLY_ARRAY);
+  ASSERT_EQ(r->elements, 4U);
+  const std::vector<long long> flags = {r->element[0]->integer, r->element[1]->integer,
+                                        r->element[2]->integer, r->element[3]->integer};
+  EXPECT_EQ(flags, (std::vector<long long>{1, 0, 0, 1}));
+  EXPECT_EQ(raw.text({"EXISTS", p + "many-absent"}), "0");
+  EXPECT_EQ(raw.text({"GET", p + "many-done"}), done_before);
+  for (const auto& [claim, result] : {std::pair{a, std::optional<std::string>("ra")},
+                                      std::pair{b, std::optional<std::string>()}}) {
+    EXPECT_EQ(raw.text({"GET", p + claim.key}).substr(0, 4), "E 1 ");
+    const std::optional<Record> rec = lock->inspect(claim.key);
+    ASSERT_TRUE(rec);
+    EXPECT_EQ(rec->state, RecordState::kDone);
+    EXPECT_EQ(rec->result, result);
+    EXPECT_EQ(rec->lease_expiry, to_millis(claim.lease_expiry));
+  }
+}
+
 // A record an earlier version stored as a hash is read as the record it is, and the next
 // write stores it as a string: an upgrade neither loses a claim nor replays a stale answer.
 TEST(RedisLockTest, ARecordStoredAsAHashByAnEarlierVersionIsReadAndRewritten) {
@@ -639,12 +683,7 @@ TEST(RedisLockTest, ALiveHolderIsAnsweredFromItsRecordWithoutTheScript) {
   PrivateRedis server;
   RawRedis raw(server.url());
   RedisLock lock(server.url(), RedisOptions{.backend = {.ttl = std::chrono::minutes(5)}});
-  const auto calls = [&](const std::string& command) {
-    const std::string stats = raw.text({"INFO", "commandstats"});
-    const std::string tag = "cmdstat_" + command + ":calls=";
-    const std::size_t at = stats.find(tag);
-    return at == std::string::npos ? 0 : std::stoi(stats.substr(at + tag.size()));
-  };
+  const auto calls = [&](const std::string& command) { return raw.calls(command); };
   const auto scripts_run = [&] { return calls("evalsha"); };
   // Every script run reads TIME once (the server's clock), but a fresh-form record's complete,
   // which reads none; the rest came from the client.
