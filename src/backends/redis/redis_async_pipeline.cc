@@ -1,11 +1,14 @@
 #include "redis_async_pipeline.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <deque>
 #include <exception>
 #include <iterator>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -62,10 +65,10 @@ struct AsyncPipeline::State {
   void end_now();
   // Ends `c` with `outcome`: its callback, or each of a joined call's.
   void end_call(Call c, AsyncOutcome outcome);
-  // Hands `outcome` to each of `dones` (a joined call's callers, left empty) in turn. One of
-  // their callbacks may destroy the pipeline (end_now()), which then ends those not yet handed
-  // theirs.
-  void end_joined(std::vector<JoinedDone>& dones, const AsyncOutcome& outcome);
+  // Hands `outcome` to each of `dones` from `first` on (a joined call's callers; `dones` is
+  // left empty) in turn, with its index from `first`. One of their callbacks may destroy the
+  // pipeline (end_now()), which then ends those not yet handed theirs.
+  void end_joined(std::vector<JoinedDone>& dones, std::size_t first, const AsyncOutcome& outcome);
 
   // Each call leaves its container before its callback runs, and the loops go back to the
   // containers after each one: a callback may queue calls, or end everything (end_now()).
@@ -99,6 +102,7 @@ struct AsyncPipeline::State {
   // The joined call's callers that end_joined() is handing their outcome, and the next one's
   // place: what end_now() must end when a callback destroys the pipeline meanwhile.
   std::vector<JoinedDone> ending;
+  std::size_t ending_first = 0;
   std::size_t ending_next = 0;
 };
 
@@ -169,40 +173,57 @@ void AsyncPipeline::State::take_queued() {
 }
 
 void AsyncPipeline::State::join_taken() {
-  if (dones_taken.empty()) return;
-  Call c;
-  bool joined = false;
+  const std::size_t total = dones_taken.size();
+  std::size_t from = 0;
   try {
-    joined = join(parts_taken, c.command);
-  } catch (const std::bad_alloc&) {  // as a false from `join`, below
-  }
-  parts_taken.clear();
-  c.joined.swap(dones_taken);
-  if (joined) {
-    try {
-      taken.push_back(std::move(c));  // no effect when it throws (Call's move never throws)
-      return;
-    } catch (const std::bad_alloc&) {  // ends them below
+    while (from < total) {
+      const std::size_t count = std::min(kMaxJoined, total - from);
+      Call c;
+      if (!join(std::span<const Part>(parts_taken).subspan(from, count), c.command)) break;
+      if (count == total) {
+        c.joined.swap(dones_taken);
+      } else {
+        c.joined.reserve(count);
+        for (std::size_t i = from; i < from + count; ++i) {
+          c.joined.push_back(std::move(dones_taken[i]));  // reserved: no throw
+        }
+      }
+      from += count;
+      try {
+        taken.push_back(std::move(c));  // no effect when it throws (Call's move never throws)
+      } catch (const std::bad_alloc&) {
+        end_joined(c.joined, 0, never_sent("redis: out of memory", false));
+        throw;
+      }
     }
+  } catch (const std::bad_alloc&) {  // the calls not yet in `taken` end below, never sent
   }
-  end_joined(c.joined, never_sent("redis: out of memory", false));
+  // What did not make it into `taken` (out of memory: `join` said so, or threw). A call moved
+  // out above is in a Call that ends it; the rest are still here.
+  parts_taken.clear();
+  if (from < dones_taken.size()) {
+    end_joined(dones_taken, from, never_sent("redis: out of memory", false));
+  }
+  dones_taken.clear();
 }
 
 void AsyncPipeline::State::end_call(Call c, AsyncOutcome outcome) {
   if (c.done) {
     finish(c.done, std::move(outcome));
   } else {
-    end_joined(c.joined, outcome);
+    end_joined(c.joined, 0, outcome);
   }
 }
 
-void AsyncPipeline::State::end_joined(std::vector<JoinedDone>& dones, const AsyncOutcome& outcome) {
+void AsyncPipeline::State::end_joined(std::vector<JoinedDone>& dones, std::size_t first,
+                                      const AsyncOutcome& outcome) {
   ending.swap(dones);  // empty: end_now() empties it before anything else may end a call
-  ending_next = 0;
+  ending_first = first;
+  ending_next = first;
   while (ending_next < ending.size()) {
-    const std::size_t index = ending_next++;
-    JoinedDone done = std::move(ending[index]);
-    finish_joined(done, outcome, index);
+    const std::size_t at = ending_next++;
+    JoinedDone done = std::move(ending[at]);
+    finish_joined(done, outcome, at - first);
   }
   ending.clear();
 }
@@ -309,7 +330,7 @@ void AsyncPipeline::State::end_now() {
         .outcome = {.failure = IoFailure::kError, .maybe_sent = true, .error = destroyed}};
     for (std::size_t i = ending_next; i < rest.size(); ++i) {
       JoinedDone done = std::move(rest[i]);
-      finish_joined(done, failed, i);
+      finish_joined(done, failed, i - ending_first);
     }
   }
   end_in_flight(IoFailure::kError, destroyed);

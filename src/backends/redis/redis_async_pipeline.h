@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,10 +46,13 @@ class AsyncPipeline {
     std::string key;
     std::string arg;
   };
-  /// Join makes the command (formatted, as call()'s) of the parts of every call_joined() call
-  /// queued for one write, in order; false when it cannot (out of memory). Runs on the I/O
-  /// thread.
-  using Join = std::function<bool(const std::vector<Part>& parts, std::string& command)>;
+  /// Join makes the command (formatted, as call()'s) of the parts of call_joined() calls
+  /// queued for one write, in order, at most kMaxJoined of them; false when it cannot (out of
+  /// memory). Runs on the I/O thread.
+  using Join = std::function<bool(std::span<const Part> parts, std::string& command)>;
+  /// The most calls one joined command carries: a Redis script runs alone on the server, and
+  /// 64 completes are about a millisecond of it.
+  static constexpr std::size_t kMaxJoined = 64;
   /// Called once with the joined command's outcome and the call's place among its parts, on
   /// the I/O thread; must not throw.
   using JoinedDone = std::function<void(const AsyncOutcome& joined, std::size_t index)>;
@@ -72,9 +76,10 @@ class AsyncPipeline {
   /// once the pipeline is stopping).
   void call(std::string command, Done done);
 
-  /// call_joined() queues `part` and returns: the parts of every such call queued for one
-  /// write go out as one command, made by the constructor's `join` and sent after that write's
-  /// other calls, and `done` gets its outcome with this call's index. Many calls of one kind
+  /// call_joined() queues `part` and returns: the parts of the calls queued so for one write
+  /// go out as one command (up to kMaxJoined parts each), made by the constructor's `join` and
+  /// sent after that write's other calls, and `done` gets its outcome with this call's index
+  /// among that command's parts. Many calls of one kind
   /// then cost the server one command (a Redis script call's own cost paid once, not per
   /// call). Without a `join`, `done` gets a failure at once, never sent.
   void call_joined(Part part, JoinedDone done);

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <stop_token>
 #include <string>
@@ -134,8 +135,9 @@ struct RedisLock::Impl {
     std::call_once(async_made, [this] {
       async = std::make_unique<redis_detail::AsyncPipeline>(
           [this] { return connect(); },
-          [this](const std::vector<redis_detail::AsyncPipeline::Part>& parts,
-                 std::string& command) { return join_completes(parts, command); });
+          [this](std::span<const redis_detail::AsyncPipeline::Part> parts, std::string& command) {
+            return join_completes(parts, command);
+          });
     });
     return *async;
   }
@@ -143,7 +145,7 @@ struct RedisLock::Impl {
   // The completes queued for one write, joined into one call of the script (complete_many):
   // its ~20k instructions of a complete's ~65k paid once for them all, on the server whose
   // one core bounds a single node (BENCHMARKS.md, "Completes joined into one script call").
-  bool join_completes(const std::vector<redis_detail::AsyncPipeline::Part>& parts,
+  bool join_completes(std::span<const redis_detail::AsyncPipeline::Part> parts,
                       std::string& command) const {
     const std::string count = std::to_string(parts.size());
     std::vector<std::string_view> args = {"EVALSHA", sha, count};

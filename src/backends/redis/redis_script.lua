@@ -81,8 +81,9 @@ local kDoneByKey = '^E (%d+) (%-?%d+) (%d+) (%-?%d+) (%-?%d+)\n()'
 --
 -- complete_many is that path for several keys in one call, each key's complete on its own:
 -- KEYS[1..n], ARGV[2] the ttl, ARGV[2 + i] KEYS[i]'s result (fence 1, the server's clock). The
--- call's own cost (~20k instructions of a complete's ~65k) is paid once for all n, where the
--- client joins the completes queued for one write (RedisLock's complete_async, one node). Its
+-- call's own cost (~20k instructions of a complete's ~65k) is paid once for all n, and so is a
+-- TIME instead of a PTTL a key, where the client joins the completes queued for one write
+-- (RedisLock's complete_async, one node; at most 64, a script runs alone on the server). Its
 -- reply is n integers: 1 where the key was completed here, 0 where it was left untouched for
 -- the general path, to which the client then sends that key's complete.
 local stored  -- GET's reply, when the path below read it first (nil: not read yet)
@@ -91,6 +92,14 @@ if many or (op == 'complete' and ARGV[2] == '' and ARGV[3] == '1') then
   local ttl = many and ARGV[2] or ARGV[4]
   local ttl_ok  -- checked when a key first needs it
   local completed = many and {} or nil
+  -- complete_many judges each key's liveness by the server's TIME, read once for them all (the
+  -- general path's `now`), where a lone complete asks its key's PTTL, which costs as much.
+  local now_ms
+  if many then
+    local t = redis.call('TIME')
+    local us = t[2] + 0
+    now_ms = t[1] * 1000 + (us - us % 1000) / 1000
+  end
   for i = 1, many and #KEYS or 1 do
     local k, result_arg, done = KEYS[i], ARGV[many and 2 + i or 5], false
     stored = redis.pcall('GET', k)
@@ -114,7 +123,8 @@ if many or (op == 'complete' and ARGV[2] == '' and ARGV[3] == '1') then
       local fingerprint_bytes = fingerprint_len == '-1' and 0 or tonumber(fingerprint_len)
       local expiry = offset ~= nil and #offset <= 15 and fingerprint_bytes >= 0 and
           at + token_len + fingerprint_bytes - 1 == #raw and redis.pcall('PEXPIRETIME', k)
-      if type(expiry) == 'number' and expiry >= 0 and redis.call('PTTL', k) > 0 then
+      if type(expiry) == 'number' and expiry >= 0 and
+          (many and now_ms < expiry or not many and redis.call('PTTL', k) > 0) then
         local lease_expiry = expiry - offset
         local result = result_arg ~= '-' and sub(result_arg, 2) or nil
         redis.call('SET', k, 'E 1 ' .. format('%d', lease_expiry) .. ' ' .. token_len .. ' ' ..
