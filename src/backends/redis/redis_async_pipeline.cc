@@ -35,6 +35,15 @@ void finish_joined(AsyncPipeline::JoinedDone& done, const AsyncOutcome& joined,
   }
 }
 
+// What a call still in flight, or a joined call's caller not yet handed its outcome, gets when
+// the pipeline is destroyed by a callback: kError, not kClosed, since a closed connection is
+// retried, and nothing may be retried now.
+AsyncOutcome destroyed_outcome() {
+  return {.outcome = {.failure = IoFailure::kError,
+                      .maybe_sent = true,
+                      .error = "redis: the backend was destroyed with the call in flight"}};
+}
+
 AsyncOutcome never_sent(std::string error, bool unreachable) {
   return {
       .outcome = {.failure = IoFailure::kClosed, .maybe_sent = false, .error = std::move(error)},
@@ -49,8 +58,8 @@ struct AsyncPipeline::State {
   void run();
   // Moves what is queued to `taken`, the joined calls as one call at its end.
   void take_queued();
-  // Makes one call of `joined_taken` at the end of `taken`: its command from `join`, its
-  // outcome handed to each of them.
+  // Makes calls of the joined calls taken (at most kMaxJoined each) at the end of `taken`:
+  // each one's command from `join`, its outcome handed to each of its callers.
   void join_taken();
   // Sends `taken` in one write, moving it in flight; on failure ends every call in flight.
   void send(bool fresh);
@@ -104,6 +113,7 @@ struct AsyncPipeline::State {
   std::vector<JoinedDone> ending;
   std::size_t ending_first = 0;
   std::size_t ending_next = 0;
+  bool ended = false;  // end_now() ran: nothing may be retried, the backend is going
 };
 
 AsyncPipeline::AsyncPipeline(Pipelines::Connect connect, Join join)
@@ -173,38 +183,42 @@ void AsyncPipeline::State::take_queued() {
 }
 
 void AsyncPipeline::State::join_taken() {
-  const std::size_t total = dones_taken.size();
+  if (dones_taken.empty()) return;
+  // Its own from here: a callback run below (out of memory) may destroy the pipeline, whose
+  // end_now() takes and joins what is queued then.
+  std::vector<Part> parts;
+  std::vector<JoinedDone> dones;
+  parts.swap(parts_taken);
+  dones.swap(dones_taken);
   std::size_t from = 0;
   try {
-    while (from < total) {
-      const std::size_t count = std::min(kMaxJoined, total - from);
+    while (from < dones.size()) {
+      const std::size_t count = std::min(kMaxJoined, dones.size() - from);
       Call c;
-      if (!join(std::span<const Part>(parts_taken).subspan(from, count), c.command)) break;
-      if (count == total) {
-        c.joined.swap(dones_taken);
-      } else {
-        c.joined.reserve(count);
-        for (std::size_t i = from; i < from + count; ++i) {
-          c.joined.push_back(std::move(dones_taken[i]));  // reserved: no throw
-        }
+      if (!join(std::span<const Part>(parts).subspan(from, count), c.command)) break;
+      c.joined.reserve(count);
+      for (std::size_t i = from; i < from + count; ++i) {
+        c.joined.push_back(std::move(dones[i]));  // reserved: no throw
       }
-      from += count;
       try {
         taken.push_back(std::move(c));  // no effect when it throws (Call's move never throws)
       } catch (const std::bad_alloc&) {
-        end_joined(c.joined, 0, never_sent("redis: out of memory", false));
+        for (std::size_t i = 0; i < count; ++i) dones[from + i] = std::move(c.joined[i]);
         throw;
       }
+      from += count;
     }
-  } catch (const std::bad_alloc&) {  // the calls not yet in `taken` end below, never sent
+  } catch (const std::bad_alloc&) {  // the calls not in `taken` end below, never sent
   }
-  // What did not make it into `taken` (out of memory: `join` said so, or threw). A call moved
-  // out above is in a Call that ends it; the rest are still here.
-  parts_taken.clear();
-  if (from < dones_taken.size()) {
-    end_joined(dones_taken, from, never_sent("redis: out of memory", false));
+  if (from < dones.size()) {
+    end_joined(dones, from,
+               ended ? destroyed_outcome() : never_sent("redis: out of memory", false));
   }
-  dones_taken.clear();
+  // The buffers back, for the next batch's capacity.
+  parts.clear();
+  dones.clear();
+  if (parts_taken.empty()) parts_taken.swap(parts);
+  if (dones_taken.empty()) dones_taken.swap(dones);
 }
 
 void AsyncPipeline::State::end_call(Call c, AsyncOutcome outcome) {
@@ -319,21 +333,19 @@ void AsyncPipeline::State::end_now() {
     const std::lock_guard lock(mutex);
     take_queued();
   }
-  join_taken();        // its call ends with `taken`'s below
+  ended = true;
+  join_taken();        // its calls end with `taken`'s below
   connection.reset();  // closed while what it uses (a TLS context) exists
-  // kError, not kClosed: a closed connection is retried, and nothing may be retried now.
-  const std::string destroyed = "redis: the backend was destroyed with the call in flight";
+  const AsyncOutcome destroyed = destroyed_outcome();
   if (ending_next < ending.size()) {  // a joined call's callers end_joined() has not reached
     std::vector<JoinedDone> rest;
     rest.swap(ending);  // so that end_joined() stops, and the calls below may use it
-    const AsyncOutcome failed{
-        .outcome = {.failure = IoFailure::kError, .maybe_sent = true, .error = destroyed}};
     for (std::size_t i = ending_next; i < rest.size(); ++i) {
       JoinedDone done = std::move(rest[i]);
-      finish_joined(done, failed, i - ending_first);
+      finish_joined(done, destroyed, i - ending_first);
     }
   }
-  end_in_flight(IoFailure::kError, destroyed);
+  end_in_flight(destroyed.outcome.failure, destroyed.outcome.error);
   while (!taken.empty()) {
     finish_front(taken, never_sent("redis: not sent, the backend is shutting down", false));
   }
