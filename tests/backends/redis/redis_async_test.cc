@@ -363,6 +363,30 @@ TEST(RedisAsync, AKeyAJoinedCompleteLeavesGoesToItsOwnCall) {
   EXPECT_FALSE(lock.inspect("absent"));
 }
 
+// A server that lost its scripts answers the joined call NOSCRIPT: each key is then sent alone,
+// which loads the script again, and each is completed.
+TEST(RedisAsync, AJoinedCallMetByNoscriptSendsEachKeyAloneAndReloads) {
+  PrivateRedis server;
+  RawRedis admin(server.url());
+  RedisLock lock(server.url());
+  std::vector<Claim> claims;
+  for (int i = 0; i < 8; ++i) claims.push_back(won(lock.claim("n" + std::to_string(i), kLease)));
+  ASSERT_EQ(admin.text({"SCRIPT", "FLUSH"}), "OK");
+  Problems problems;
+  complete_all_paused(lock, admin, claims, [&](std::size_t i, AsyncCompleteResult r) {
+    if (!std::holds_alternative<bool>(r) || !std::get<bool>(r)) {
+      problems.add(claims[i].key + " was not completed");
+    }
+  });
+  EXPECT_TRUE(problems.list().empty()) << problems.list().front();
+  for (const Claim& c : claims) {
+    const std::optional<Record> r = lock.inspect(c.key);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->state, RecordState::kDone);
+    EXPECT_EQ(r->result, std::optional<std::string>("result-of-" + c.key));
+  }
+}
+
 // A server that dies with a joined call in flight ends each of its callers once, a failure:
 // the retry the stale connection allows finds no server either.
 TEST(RedisAsync, AServerThatDiesWithJoinedCompletesInFlightEndsEachOnce) {
