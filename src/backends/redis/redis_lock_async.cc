@@ -36,14 +36,8 @@ void RedisLock::do_complete_async(const Claim& claim, std::optional<std::string>
     impl_->complete_joined(claim, result, std::move(done));
     return;
   }
-  impl_->eval_async(impl_->redis_key(claim.key),
-                    {"complete", impl_->now_arg(), std::to_string(claim.fence),
-                     std::to_string(ttl().count()), optional_arg(result)},
-                    [done = std::move(done)](ReplyPtr r, std::string error) {
-                      done(async_outcome<bool>(r, std::move(error), [&] {
-                        return redis_detail::decode_flag_reply(r.get(), "complete");
-                      }));
-                    });
+  impl_->complete_alone(impl_->redis_key(claim.key), std::to_string(claim.fence),
+                        optional_arg(result), std::move(done));
 }
 
 }  // namespace idempotency

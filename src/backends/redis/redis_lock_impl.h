@@ -187,13 +187,20 @@ struct RedisLock::Impl {
             done(StoreFailure{o.error});
             return;
           }
-          eval_async(key, {"complete", "", "1", ttl_text, std::move(arg)},
-                     [done = std::move(done)](ReplyPtr r, std::string error) {
-                       done(async_outcome<bool>(r, std::move(error), [&] {
-                         return redis_detail::decode_flag_reply(r.get(), "complete");
-                       }));
-                     });
+          complete_alone(key, "1", std::move(arg), std::move(done));
         });
+  }
+
+  // complete_alone() is complete_async as one script call of its own (the fence as text).
+  void complete_alone(const std::string& redis_key, std::string fence, std::string result_arg,
+                      CompleteDone done) {
+    eval_async(redis_key,
+               {"complete", now_arg(), std::move(fence), ttl_text, std::move(result_arg)},
+               [done = std::move(done)](ReplyPtr r, std::string error) {
+                 done(async_outcome<bool>(r, std::move(error), [&] {
+                   return redis_detail::decode_flag_reply(r.get(), "complete");
+                 }));
+               });
   }
 
   [[nodiscard]] bool claims_fresh() const {
