@@ -272,6 +272,14 @@ TEST(RedisAsync, AFreshKeyIsClaimedWithoutTheScriptAndReadAsTheRecordItIs) {
   EXPECT_FALSE(lock.complete(lapsed));
 }
 
+// won_claims() claims `count` fresh keys, `prefix` and a number each, and returns the claims.
+std::vector<Claim> won_claims(RedisLock& lock, const std::string& prefix, int count) {
+  std::vector<Claim> claims;
+  for (int i = 0; i < count; ++i)
+    claims.push_back(won(lock.claim(prefix + std::to_string(i), kLease)));
+  return claims;
+}
+
 // complete_async of N fresh claims, queued while an earlier write waits, each told its own
 // outcome through `done` (index, completed); returns once all N have answered.
 void complete_all_paused(RedisLock& lock, RawRedis& admin, const std::vector<Claim>& claims,
@@ -291,6 +299,19 @@ void complete_all_paused(RedisLock& lock, RawRedis& admin, const std::vector<Cla
       << answered.load() << " of " << claims.size() << " completes answered";
 }
 
+// not_completed() is complete_all_paused() of `claims`, and the keys whose complete did not
+// answer true.
+std::vector<std::string> not_completed(RedisLock& lock, RawRedis& admin,
+                                       const std::vector<Claim>& claims) {
+  Problems problems;
+  complete_all_paused(lock, admin, claims, [&](std::size_t i, AsyncCompleteResult r) {
+    if (!std::holds_alternative<bool>(r) || !std::get<bool>(r)) {
+      problems.add(claims[i].key + " was not completed");
+    }
+  });
+  return problems.list();
+}
+
 // The completes of fresh claims queued for one write go to the server as one script call
 // (complete_many) of at most 64 keys: each key is completed on its own, with its own result,
 // each caller is told its own outcome, and each key still wakes its waiters (a PUBLISH each).
@@ -299,17 +320,10 @@ TEST(RedisAsync, CompletesQueuedForOneWriteAreOneScriptCallOfAtMost64) {
   RawRedis admin(server.url());
   RedisLock lock(server.url(), RedisOptions{.backend = {.ttl = std::chrono::minutes(5)}});
   constexpr int kKeys = 129;
-  std::vector<Claim> claims;
-  for (int i = 0; i < kKeys; ++i)
-    claims.push_back(won(lock.claim("j" + std::to_string(i), kLease)));
+  const std::vector<Claim> claims = won_claims(lock, "j", kKeys);
   ASSERT_EQ(admin.text({"CONFIG", "RESETSTAT"}), "OK");
-  Problems problems;
-  complete_all_paused(lock, admin, claims, [&](std::size_t i, AsyncCompleteResult r) {
-    if (!std::holds_alternative<bool>(r) || !std::get<bool>(r)) {
-      problems.add(claims[i].key + " was not completed");
-    }
-  });
-  EXPECT_TRUE(problems.list().empty()) << problems.list().front();
+  const std::vector<std::string> missed = not_completed(lock, admin, claims);
+  EXPECT_TRUE(missed.empty()) << missed.front();
   // The first write took one or more, the next the rest: three calls whatever the split (one
   // call, or two, without the bound of 64).
   EXPECT_EQ(admin.calls("evalsha"), 3);
@@ -369,16 +383,10 @@ TEST(RedisAsync, AJoinedCallMetByNoscriptSendsEachKeyAloneAndReloads) {
   PrivateRedis server;
   RawRedis admin(server.url());
   RedisLock lock(server.url());
-  std::vector<Claim> claims;
-  for (int i = 0; i < 8; ++i) claims.push_back(won(lock.claim("n" + std::to_string(i), kLease)));
+  const std::vector<Claim> claims = won_claims(lock, "n", 8);
   ASSERT_EQ(admin.text({"SCRIPT", "FLUSH"}), "OK");
-  Problems problems;
-  complete_all_paused(lock, admin, claims, [&](std::size_t i, AsyncCompleteResult r) {
-    if (!std::holds_alternative<bool>(r) || !std::get<bool>(r)) {
-      problems.add(claims[i].key + " was not completed");
-    }
-  });
-  EXPECT_TRUE(problems.list().empty()) << problems.list().front();
+  const std::vector<std::string> missed = not_completed(lock, admin, claims);
+  EXPECT_TRUE(missed.empty()) << missed.front();
   for (const Claim& c : claims) {
     const std::optional<Record> r = lock.inspect(c.key);
     ASSERT_TRUE(r);
@@ -394,9 +402,7 @@ TEST(RedisAsync, AServerThatDiesWithJoinedCompletesInFlightEndsEachOnce) {
   RawRedis admin(server.url());
   RedisLock lock(server.url());
   constexpr int kKeys = 10;
-  std::vector<Claim> claims;
-  for (int i = 0; i < kKeys; ++i)
-    claims.push_back(won(lock.claim("d" + std::to_string(i), kLease)));
+  const std::vector<Claim> claims = won_claims(lock, "d", kKeys);
   std::atomic<int> answered{0};
   std::atomic<int> failures{0};
   ASSERT_EQ(admin.text({"CLIENT", "PAUSE", "10000", "WRITE"}), "OK");
@@ -421,10 +427,7 @@ TEST(RedisAsync, ABackendDestroyedByAJoinedCallersCallbackEndsTheOthersAtOnce) {
   RawRedis admin(server.url());
   constexpr int kKeys = 10;
   auto lock = std::make_shared<RedisLock>(server.url());
-  std::vector<Claim> claims;
-  for (int i = 0; i < kKeys; ++i) {
-    claims.push_back(won(lock->claim("x" + std::to_string(i), kLease)));
-  }
+  const std::vector<Claim> claims = won_claims(*lock, "x", kKeys);
   std::atomic<int> answered{0};
   std::atomic<int> completed{0};
   std::promise<void> destroyed;
