@@ -231,6 +231,13 @@ void follow_a_slot_moved_by_hand(const std::string& url) {
     if (m.id != from.id) to = m;
   }
   const Claim claim = won(lock.claim(key, std::chrono::minutes(1)));
+  // The cluster is shared by the tests running at once: another's key may sit in this slot.
+  // One is put there, so that the move must carry it as reshard would.
+  std::string neighbour;
+  for (int i = 0; neighbour.empty() || redis_detail::key_slot(neighbour) != slot; ++i) {
+    neighbour = prefix + "neighbour-" + std::to_string(i);
+  }
+  ASSERT_EQ(text(admin.on(from, {"SET", neighbour, "x", "EX", "60"})), "OK");
 
   ASSERT_EQ(text(admin.on(to, {"CLUSTER", "SETSLOT", slot_text, "IMPORTING", from.id})), "OK");
   ASSERT_EQ(text(admin.on(from, {"CLUSTER", "SETSLOT", slot_text, "MIGRATING", to.id})), "OK");
@@ -240,6 +247,17 @@ void follow_a_slot_moved_by_hand(const std::string& url) {
   // and the complete runs on the importing node after ASKING.
   EXPECT_TRUE(lock.complete(claim, "result"));
   EXPECT_EQ(admin.on(from, {"EXISTS", stored})->integer, 0);
+  // The old master gives the slot up only once it holds no key of it (bounded: a key new to
+  // the slot goes to the importing node by ASK).
+  for (int round = 0; round < 100; ++round) {
+    const ReplyPtr left = admin.on(from, {"CLUSTER", "GETKEYSINSLOT", slot_text, "100"});
+    ASSERT_EQ(left->type, REDIS_REPLY_ARRAY) << text(left);
+    if (left->elements == 0) break;
+    for (std::size_t i = 0; i < left->elements; ++i) {
+      const std::string other(left->element[i]->str, left->element[i]->len);
+      admin.on(from, {"MIGRATE", to.host, port, other, "0", "5000"});  // NOKEY if it expired
+    }
+  }
 
   for (const Master& m : {to, from}) {
     ASSERT_EQ(text(admin.on(m, {"CLUSTER", "SETSLOT", slot_text, "NODE", to.id})), "OK");
@@ -249,6 +267,7 @@ void follow_a_slot_moved_by_hand(const std::string& url) {
   ASSERT_EQ(outcome(replay), std::string("AlreadyDone"));
   EXPECT_EQ(std::get<AlreadyDone>(replay).result, "result");
   EXPECT_EQ(admin.on(to, {"EXISTS", stored})->integer, 1);
+  EXPECT_EQ(admin.on(to, {"EXISTS", neighbour})->integer, 1) << "the neighbour moved too";
 }
 
 TEST(RedisCluster, AClaimFollowsItsSlotThroughAskAndMovedWhileTheSlotMigrates) {
