@@ -2,9 +2,11 @@
 // do not wait (LockBackend::claim_async and complete_async). A call is queued with a callback
 // and the caller returns; the thread sends everything queued in one write, reads the replies
 // and hands each to its callback, in order (Redis answers in order). A callback may queue more
-// calls: they go out with the next write, before the thread blocks on a read again. So N calls
-// in flight cost about one send and one receive per batch, and no thread is woken per call —
-// what a blocking caller cannot avoid (Pipeline, redis_pipeline.h, serves those without a hop).
+// calls: they go out with the next write, after every 32 replies handed out and before the
+// thread blocks on a read again, so the server works on them while the rest's callbacks run.
+// So N calls in flight cost a few sends and one receive per batch, and no thread is woken per
+// call — what a blocking caller cannot avoid (Pipeline, redis_pipeline.h, serves those without
+// a hop).
 //
 // Thread safety: call() from any thread; callbacks run on the I/O thread, one at a time.
 #pragma once

@@ -454,6 +454,48 @@ TEST(RedisAsync, ABackendDestroyedByAJoinedCallersCallbackEndsTheOthersAtOnce) {
   EXPECT_EQ(completed.load(), 0) << "a caller after the destroying one was handed its outcome";
 }
 
+// Replies read together are handed to their callbacks in slices, and what a slice's callbacks
+// queued is sent before the next slice's run: the server works on it meanwhile, instead of
+// waiting for every callback of the batch (one wave at a time on the one connection).
+TEST(RedisAsync, WhatTheFirstCallbacksOfABatchQueueIsSentBeforeItsLastCallbackRuns) {
+  PrivateRedis server;
+  RawRedis admin(server.url());
+  RedisLock lock(server.url());
+  constexpr int kKeys = 64;
+  // The first claim goes out alone and the server holds it; the rest queue behind it and go
+  // in one write, whose replies come back together.
+  ASSERT_EQ(admin.text({"CLIENT", "PAUSE", "10000", "WRITE"}), "OK");
+  std::atomic<int> answered{0};
+  std::atomic<bool> landed{false};
+  const std::string first_of_batch = lock.key_prefix() + "s1";
+  for (int i = 0; i < kKeys; ++i) {
+    lock.claim_async("s" + std::to_string(i), kLease, {}, [&, i](AsyncClaimResult r) {
+      const auto* result = std::get_if<ClaimResult>(&r);
+      if (result != nullptr && std::holds_alternative<Won>(*result)) {
+        lock.complete_async(std::get<Won>(*result).claim, std::nullopt, [](AsyncCompleteResult) {});
+      }
+      if (i == kKeys - 1) {
+        // This callback holds the I/O thread: the batch's first key is completed only if its
+        // complete was sent before this ran.
+        landed = eventually(
+            [&] {
+              return admin.text({"GET", first_of_batch}).starts_with("E 1 ");
+            },
+            std::chrono::seconds(5));
+      }
+      ++answered;
+    });
+    if (i == 0) {
+      ASSERT_TRUE(eventually([&] {
+        return admin.text({"INFO", "clients"}).find("blocked_clients:1") != std::string::npos;
+      }));
+    }
+  }
+  ASSERT_EQ(admin.text({"CLIENT", "UNPAUSE"}), "OK");
+  ASSERT_TRUE(eventually([&] { return answered.load() == kKeys; }));
+  EXPECT_TRUE(landed.load()) << "the batch's completes waited for its last callback";
+}
+
 TEST(RedisAsync, DestroyingTheBackendEndsEveryCallInFlightFirst) {
   PrivateRedis server;
   RawRedis admin(server.url());
