@@ -63,6 +63,8 @@ struct AsyncPipeline::State {
   void join_taken();
   // Sends `taken` in one write, moving it in flight; on failure ends every call in flight.
   void send(bool fresh);
+  // Takes what is queued and sends it, on the connection already open.
+  void send_queued();
   // Hands the replies read whole to their calls, at most `most` (`more` set when it stopped
   // there); false when the connection failed.
   bool deliver(std::size_t most, bool& more);
@@ -274,19 +276,12 @@ void AsyncPipeline::State::run() {
         fail_in_flight();
         break;
       }
-      bool more = true;
-      while (more && connection) {
+      for (bool more = true; more && connection;) {
         if (!deliver(kSlice, more)) {
           fail_in_flight();
           break;
         }
-        // What queued meanwhile (the callbacks' next calls too) goes out before the next read.
-        {
-          const std::lock_guard lock(mutex);
-          take_queued();
-        }
-        join_taken();
-        if (!taken.empty()) send(false);
+        send_queued();  // the callbacks' next calls too, before the next slice and read
       }
     }
   }
@@ -311,6 +306,15 @@ void AsyncPipeline::State::send(bool fresh) {
   const bool sent = connection->send(batch);
   batch.clear();
   if (!sent) fail_in_flight();
+}
+
+void AsyncPipeline::State::send_queued() {
+  {
+    const std::lock_guard lock(mutex);
+    take_queued();
+  }
+  join_taken();
+  if (!taken.empty()) send(false);
 }
 
 bool AsyncPipeline::State::deliver(std::size_t most, bool& more) {

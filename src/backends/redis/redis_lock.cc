@@ -55,7 +55,7 @@ ClaimResult RedisLock::do_claim(std::string_view key, std::chrono::milliseconds 
   ReplyPtr r =
       impl_->eval(impl_->redis_key(key),
                   {"claim", impl_->now_arg(), request.claim_token, std::to_string(lease.count()),
-                   std::to_string(ttl().count()), optional_arg(request.fingerprint)},
+                   impl_->ttl_text, optional_arg(request.fingerprint)},
                   &waited);
   ClaimResult result = redis_detail::decode_claim_reply(r.get(), key, request.claim_token);
   // Only a win wrote something a failover could lose; a replay or a held key did not.
@@ -67,7 +67,7 @@ bool RedisLock::do_complete(const Claim& claim, std::optional<std::string> resul
   ReplyPtr waited;
   ReplyPtr r = impl_->eval(impl_->redis_key(claim.key),
                            {"complete", impl_->now_arg(), std::to_string(claim.fence),
-                            std::to_string(ttl().count()), optional_arg(result)},
+                            impl_->ttl_text, optional_arg(result)},
                            &waited);
   const bool completed = redis_detail::decode_flag_reply(r.get(), "complete");
   if (completed) impl_->require_replicas(waited, "complete");
@@ -75,17 +75,16 @@ bool RedisLock::do_complete(const Claim& claim, std::optional<std::string> resul
 }
 
 void RedisLock::do_release(const Claim& claim) {
-  ReplyPtr r = impl_->eval(
-      impl_->redis_key(claim.key),
-      {"release", impl_->now_arg(), std::to_string(claim.fence), std::to_string(ttl().count())});
+  ReplyPtr r =
+      impl_->eval(impl_->redis_key(claim.key),
+                  {"release", impl_->now_arg(), std::to_string(claim.fence), impl_->ttl_text});
   (void)redis_detail::decode_flag_reply(r.get(), "release");
 }
 
 std::optional<TimePoint> RedisLock::do_extend(const Claim& claim, std::chrono::milliseconds lease) {
-  ReplyPtr r =
-      impl_->eval(impl_->redis_key(claim.key),
-                  {"extend", impl_->now_arg(), std::to_string(claim.fence), claim.claim_token,
-                   std::to_string(lease.count()), std::to_string(ttl().count())});
+  ReplyPtr r = impl_->eval(impl_->redis_key(claim.key),
+                           {"extend", impl_->now_arg(), std::to_string(claim.fence),
+                            claim.claim_token, std::to_string(lease.count()), impl_->ttl_text});
   return redis_detail::decode_extend_reply(r.get());
 }
 

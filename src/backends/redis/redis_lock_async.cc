@@ -21,7 +21,7 @@ void RedisLock::do_claim_async(std::string_view key, std::chrono::milliseconds l
     impl_->claim_fresh_async(pipeline, std::string(key), lease, request, ttl(), std::move(done));
     return;
   }
-  impl_->claim_script_async(pipeline, std::string(key), lease, request, ttl(), std::move(done));
+  impl_->claim_script_async(pipeline, std::string(key), lease, request, std::move(done));
 }
 
 bool RedisLock::do_sends_async() const noexcept { return impl_->async_capable(); }

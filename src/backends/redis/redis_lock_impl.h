@@ -113,7 +113,7 @@ struct RedisLock::Impl {
   std::size_t shared;    // pipelined connections (per master on a cluster); 0: the pool
   std::string script;    // kScript, with SPUBLISH for PUBLISH in cluster mode
   std::string sha;       // of `script`, as the server reported it; set once in the constructor
-  std::string ttl_text;  // the backend's ttl in ms, as complete_many takes it; set there too
+  std::string ttl_text;  // the backend's ttl in ms, as the script takes it; set there too
   std::unique_ptr<redis_detail::ClusterRouter> cluster;  // for the cluster schemes only
   // How waits ended.
   store_detail::WaitTally waits;
@@ -230,13 +230,12 @@ struct RedisLock::Impl {
   // claim_script_async() is a claim by the script on `pipeline` (claim_async's).
   void claim_script_async(redis_detail::AsyncPipeline& pipeline, std::string key,
                           std::chrono::milliseconds lease, const ClaimRequest& request,
-                          std::chrono::milliseconds ttl, ClaimDone done) {
+                          ClaimDone done) {
     std::string command;
-    if (!Connection::format(
-            evalsha_args(redis_key(key),
-                         {"claim", now_arg(), request.claim_token, std::to_string(lease.count()),
-                          std::to_string(ttl.count()), optional_arg(request.fingerprint)}),
-            command)) {
+    if (!Connection::format(evalsha_args(redis_key(key), {"claim", now_arg(), request.claim_token,
+                                                          std::to_string(lease.count()), ttl_text,
+                                                          optional_arg(request.fingerprint)}),
+                            command)) {
       done(StoreFailure{"redis: out of memory"});
       return;
     }
@@ -258,7 +257,7 @@ struct RedisLock::Impl {
     redis_detail::claim_fresh_async(
         pipeline, std::move(stored), key, request, lease, ttl,
         meets_claimed.load(std::memory_order_relaxed),
-        [this, &pipeline, key, lease, request, ttl,
+        [this, &pipeline, key, lease, request,
          done](std::variant<redis_detail::FreshAnswer, StoreFailure> r) mutable {
           if (auto* failed = std::get_if<StoreFailure>(&r)) {
             done(std::move(*failed));
@@ -270,7 +269,7 @@ struct RedisLock::Impl {
             done(std::move(*a.answered));
             return;
           }
-          claim_script_async(pipeline, std::move(key), lease, request, ttl, std::move(done));
+          claim_script_async(pipeline, std::move(key), lease, request, std::move(done));
         });
   }
 
