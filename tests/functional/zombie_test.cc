@@ -74,17 +74,12 @@ class Zombie : public ::testing::Test {
     ASSERT_EQ(send(sink_->port(), "GET", "/held?key=" + kId).body, "1");
   }
 
-  // Redelivers the message to `gateway` (as Pub/Sub would, every 100 ms) until it is answered
-  // other than 503. Bounded. A 503 is the key held elsewhere: by the zombie until its lease
-  // lapses, or by the rescuer from its ack until its complete lands (the ack goes first).
+  // Redelivers the message to `gateway` until it is answered other than 503, for at most 20 s.
+  // A 503 is the key held elsewhere: by the zombie until its lease lapses, or by the rescuer
+  // from its ack until its complete lands (the ack goes first).
   [[nodiscard]] int redeliver(const ChildProcess& gateway) const {
-    const auto deadline = steady_clock::now() + std::chrono::seconds(20);
-    int status = post(gateway.port(), envelope(kId));
-    while (status == 503 && steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(milliseconds(100));
-      status = post(gateway.port(), envelope(kId));
-    }
-    return status;
+    return redeliver_until_not_503(gateway.port(), envelope(kId),
+                                   steady_clock::now() + std::chrono::seconds(20));
   }
 
   [[nodiscard]] std::vector<EffectRecord> effects() const {

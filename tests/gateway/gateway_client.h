@@ -4,8 +4,10 @@
 
 #include <httplib.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 
 #include "support/base64.h"
 
@@ -57,6 +59,18 @@ inline Reply send(int port, const std::string& method, const std::string& path,
 /// post() POSTs `body` to /push and returns the status.
 inline int post(int port, const std::string& body) {
   return send(port, "POST", "/push", body).status;
+}
+
+/// redeliver_until_not_503() posts `body` as Pub/Sub redelivers a nacked push, every 100 ms,
+/// until it is answered other than 503 or `deadline` passes; returns the last status.
+inline int redeliver_until_not_503(int port, const std::string& body,
+                                   std::chrono::steady_clock::time_point deadline) {
+  int status = post(port, body);
+  while (status == 503 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    status = post(port, body);
+  }
+  return status;
 }
 
 }  // namespace idempotency::testing

@@ -85,18 +85,6 @@ class GatewayTest : public ::testing::Test {
     ASSERT_GE(calls(id), n);
   }
 
-  // Redelivers `body` (as Pub/Sub would) until it is answered other than 503 or `deadline`
-  // passes; returns the last status.
-  static int redeliver_until_not_503(int port, const std::string& body,
-                                     std::chrono::steady_clock::time_point deadline) {
-    int status = post(port, body);
-    while (status == 503 && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      status = post(port, body);
-    }
-    return status;
-  }
-
   // Two instances on one store with a 2 s lease renewed every `heartbeat` ("0": never), for
   // the renewal tests. With 200 ms a renewal has 1.8 s to land, ample between two ASan
   // processes on a loaded box.

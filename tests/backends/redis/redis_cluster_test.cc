@@ -233,10 +233,8 @@ void follow_a_slot_moved_by_hand(const std::string& url) {
   const Claim claim = won(lock.claim(key, std::chrono::minutes(1)));
   // The cluster is shared by the tests running at once: another's key may sit in this slot.
   // One is put there, so that the move must carry it as reshard would.
-  std::string neighbour;
-  for (int i = 0; neighbour.empty() || redis_detail::key_slot(neighbour) != slot; ++i) {
-    neighbour = prefix + "neighbour-" + std::to_string(i);
-  }
+  const std::string neighbour = "{" + stored + "}-neighbour";  // the hash tag: the same slot
+  ASSERT_EQ(redis_detail::key_slot(neighbour), slot);
   ASSERT_EQ(text(admin.on(from, {"SET", neighbour, "x", "EX", "60"})), "OK");
 
   ASSERT_EQ(text(admin.on(to, {"CLUSTER", "SETSLOT", slot_text, "IMPORTING", from.id})), "OK");
