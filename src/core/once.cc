@@ -112,6 +112,19 @@ class alignas(64) Table {
     }
   }
 
+  // Requires `mutex`. Returns the entry of `k` (made if absent) for a call from this thread;
+  // throws ReentryError, leaving no empty entry behind, when this thread owns the key already.
+  Entry& entry_for_call(const TableKey& k, std::string_view key) {
+    Entry& entry = entries[k];
+    try {
+      check_reentry(entry, key);
+    } catch (...) {
+      erase_if_empty(k);
+      throw;
+    }
+    return entry;
+  }
+
   // Requires `mutex` and the flight's mutex: marks `flight` finished with `error` (or the
   // outcome already set) and takes it out of the table, so the next caller starts afresh.
   void retire(const TableKey& k, Flight& flight, std::exception_ptr error) {
@@ -304,13 +317,7 @@ ErasedOutcome run_once(std::string_view key, LockBackend& backend, const OnceOpt
   std::shared_ptr<Flight> flight;
   {
     std::unique_lock tl(table.mutex);
-    Entry& entry = table.entries[k];
-    try {
-      table.check_reentry(entry, key);
-    } catch (...) {
-      table.erase_if_empty(k);
-      throw;
-    }
+    Entry& entry = table.entry_for_call(k, key);
     if (!entry.flight) {
       entry.flight = std::make_shared<Flight>();
       entry.flight->type = hooks.type;
@@ -432,13 +439,7 @@ std::shared_ptr<void> register_guard(const LockBackend& backend, std::string_vie
   TableKey k{&backend, std::string(key)};
   Table& table = Table::for_key(k);
   std::lock_guard lock(table.mutex);
-  Entry& entry = table.entries[k];
-  try {
-    table.check_reentry(entry, key);
-  } catch (...) {
-    table.erase_if_empty(k);
-    throw;
-  }
+  Entry& entry = table.entry_for_call(k, key);
   const std::uint64_t id = table.next_guard_id++;
   entry.guards.emplace_back(id, std::this_thread::get_id());
   return std::make_shared<GuardRegistration>(std::move(k), id);
