@@ -7,7 +7,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
 #include <stdexcept>
 
 #include "support/file_tail.h"
@@ -21,24 +25,51 @@ std::string stderr_tail(const std::string& stderr_file) {
   return "; the end of its stderr (" + stderr_file + "): " + file_tail(stderr_file);
 }
 
+// A file of its own for a child's stderr when the test names none: were the child to hold
+// this process's stderr, which is ctest's pipe, a test killed before its destructors ran (a
+// sanitizer's halt) would leave ctest waiting on that pipe until the test's timeout.
+std::string make_stderr_file() {
+  std::string path = "/tmp/child-stderr-XXXXXX";
+  const int fd = mkstemp(path.data());
+  if (fd < 0) throw std::runtime_error("mkstemp failed");
+  close(fd);
+  return path;
+}
+
+// Copies what the child wrote to `path` to this process's stderr, where an inherited stderr
+// would have put it, and removes the file.
+void forward_and_remove(const std::string& path) {
+  std::ostringstream text;
+  text << std::ifstream(path, std::ios::binary).rdbuf();
+  std::cerr << text.str() << std::flush;
+  std::remove(path.c_str());
+}
+
 }  // namespace
 
 ChildProcess::ChildProcess(const std::string& program, std::vector<std::string> args,
                            std::vector<std::pair<std::string, std::string>> env,
-                           const std::string& stderr_file) {
+                           const std::string& named_stderr_file) {
+  if (named_stderr_file.empty()) own_stderr_file_ = make_stderr_file();
+  const std::string& stderr_file = named_stderr_file.empty() ? own_stderr_file_ : named_stderr_file;
   int out[2];
   if (pipe(out) != 0) throw std::runtime_error("pipe failed");
   pid_ = fork();
   if (pid_ < 0) throw std::runtime_error("fork failed");
   if (pid_ == 0) {
+    // Opened without O_CLOEXEC, which dup2() onto the same number would keep: whatever is left
+    // above stderr is closed below.
+    const int in = open("/dev/null", O_RDONLY);
+    if (in < 0) _exit(126);
+    dup2(in, STDIN_FILENO);
     dup2(out[1], STDOUT_FILENO);
     close(out[0]);
     close(out[1]);
-    if (!stderr_file.empty()) {
-      const int err = open(stderr_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-      if (err < 0) _exit(126);
-      dup2(err, STDERR_FILENO);
-    }
+    const int err = open(stderr_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (err < 0) _exit(126);
+    dup2(err, STDERR_FILENO);
+    // Nothing of this process's but the three above: no descriptor of ctest's or the test's.
+    closefrom(STDERR_FILENO + 1);
     for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
     std::vector<char*> argv;
     argv.push_back(const_cast<char*>(program.c_str()));
@@ -67,9 +98,12 @@ ChildProcess::ChildProcess(const std::string& program, std::vector<std::string> 
     }
   }
   const int status = terminate();
-  throw std::runtime_error(program + " did not report a listening port (exit status " +
-                           std::to_string(status) + "); it printed: " + seen +
-                           stderr_tail(stderr_file));
+  const std::string error = program + " did not report a listening port (exit status " +
+                            std::to_string(status) + "); it printed: " + seen +
+                            stderr_tail(stderr_file);
+  close(stdout_fd_);  // no destructor runs after a constructor throws
+  if (!own_stderr_file_.empty()) std::remove(own_stderr_file_.c_str());
+  throw std::runtime_error(error);
 }
 
 ChildProcess::~ChildProcess() {
@@ -78,6 +112,7 @@ ChildProcess::~ChildProcess() {
     waitpid(pid_, nullptr, 0);
   }
   if (stdout_fd_ >= 0) close(stdout_fd_);
+  if (!own_stderr_file_.empty()) forward_and_remove(own_stderr_file_);
 }
 
 void ChildProcess::crash() {

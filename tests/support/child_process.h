@@ -14,7 +14,9 @@ class ChildProcess {
  public:
   /// ChildProcess() starts `program` with `args` and `env` added to this environment, then
   /// waits (bounded) for it to print "listening on PORT". Its stderr goes to `stderr_file`
-  /// (appended) when one is named, else to this process's. Throws std::runtime_error on failure.
+  /// (appended) when one is named, else to a file of its own that the destructor copies to
+  /// this process's stderr. Its stdin is /dev/null, its stdout a pipe to this process, and it
+  /// inherits no other descriptor. Throws std::runtime_error on failure.
   ChildProcess(const std::string& program, std::vector<std::string> args,
                std::vector<std::pair<std::string, std::string>> env,
                const std::string& stderr_file = {});
@@ -40,6 +42,7 @@ class ChildProcess {
   pid_t pid_ = -1;
   int port_ = 0;
   int stdout_fd_ = -1;
+  std::string own_stderr_file_;  // empty when the test named one
 };
 
 }  // namespace idempotency::testing
