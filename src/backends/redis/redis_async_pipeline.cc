@@ -65,9 +65,11 @@ struct AsyncPipeline::State {
   void send(bool fresh);
   // Takes what is queued and sends it, on the connection already open.
   void send_queued();
-  // Hands the replies read whole to their calls, at most `most` (`more` set when it stopped
-  // there); false when the connection failed.
-  bool deliver(std::size_t most, bool& more);
+  // What deliver() did: handed out every reply read whole, stopped at its `most`, or met the
+  // connection's failure.
+  enum class Delivered { kAll, kMore, kFailed };
+  // Hands the replies read whole to their calls, at most `most`.
+  Delivered deliver(std::size_t most);
   // Replies read together are handed out this many at a time, and what their callbacks queued
   // is sent before the next ones run: the server works on it meanwhile. Sent only once a whole
   // batch's callbacks ran, the calls go in waves, each side idle while the other works
@@ -276,8 +278,9 @@ void AsyncPipeline::State::run() {
         fail_in_flight();
         break;
       }
-      for (bool more = true; more && connection;) {
-        if (!deliver(kSlice, more)) {
+      for (Delivered d = Delivered::kMore; d == Delivered::kMore && connection;) {
+        d = deliver(kSlice);
+        if (d == Delivered::kFailed) {
           fail_in_flight();
           break;
         }
@@ -317,20 +320,18 @@ void AsyncPipeline::State::send_queued() {
   if (!taken.empty()) send(false);
 }
 
-bool AsyncPipeline::State::deliver(std::size_t most, bool& more) {
-  more = false;
+AsyncPipeline::State::Delivered AsyncPipeline::State::deliver(std::size_t most) {
   for (std::size_t n = 0; !in_flight.empty(); ++n) {
-    if (n == most) {
-      more = true;
-      return true;
-    }
+    if (n == most) return Delivered::kMore;
     ReplyPtr reply = connection->take_reply();
-    if (!reply) return connection->failure() == IoFailure::kNone;
+    if (!reply) {
+      return connection->failure() == IoFailure::kNone ? Delivered::kAll : Delivered::kFailed;
+    }
     Call c = take_front(in_flight);
     const bool fresh = c.fresh;
     end_call(std::move(c), {.outcome = {.reply = std::move(reply)}, .fresh = fresh});
   }
-  return true;
+  return Delivered::kAll;
 }
 
 void AsyncPipeline::State::fail_in_flight() {
