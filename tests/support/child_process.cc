@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -21,28 +20,21 @@ namespace {
 
 // The last lines a failed start wrote to its stderr file, so that the failure explains itself.
 std::string stderr_tail(const std::string& stderr_file) {
-  if (stderr_file.empty()) return "";
   return "; the end of its stderr (" + stderr_file + "): " + file_tail(stderr_file);
 }
 
-// A file of its own for a child's stderr when the test names none: were the child to hold
-// this process's stderr, which is ctest's pipe, a test killed before its destructors ran (a
-// sanitizer's halt) would leave ctest waiting on that pipe until the test's timeout.
-std::string make_stderr_file() {
-  std::string path = "/tmp/child-stderr-XXXXXX";
-  const int fd = mkstemp(path.data());
-  if (fd < 0) throw std::runtime_error("mkstemp failed");
-  close(fd);
-  return path;
-}
+// The name of the child's stderr in own_stderr_dir_. A file of its own when the test names
+// none: were the child to hold this process's stderr, which is ctest's pipe, a test killed
+// before its destructors ran (a sanitizer's halt) would leave ctest waiting on that pipe until
+// the test's timeout.
+constexpr const char* kOwnStderr = "stderr";
 
 // Copies what the child wrote to `path` to this process's stderr, where an inherited stderr
-// would have put it, and removes the file.
-void forward_and_remove(const std::string& path) {
+// would have put it.
+void forward(const std::string& path) {
   std::ostringstream text;
   text << std::ifstream(path, std::ios::binary).rdbuf();
   std::cerr << text.str() << std::flush;
-  std::remove(path.c_str());
 }
 
 }  // namespace
@@ -50,8 +42,8 @@ void forward_and_remove(const std::string& path) {
 ChildProcess::ChildProcess(const std::string& program, std::vector<std::string> args,
                            std::vector<std::pair<std::string, std::string>> env,
                            const std::string& named_stderr_file) {
-  if (named_stderr_file.empty()) own_stderr_file_ = make_stderr_file();
-  const std::string& stderr_file = named_stderr_file.empty() ? own_stderr_file_ : named_stderr_file;
+  const std::string stderr_file =
+      named_stderr_file.empty() ? own_stderr_dir_.emplace().file(kOwnStderr) : named_stderr_file;
   int out[2];
   if (pipe(out) != 0) throw std::runtime_error("pipe failed");
   pid_ = fork();
@@ -101,8 +93,7 @@ ChildProcess::ChildProcess(const std::string& program, std::vector<std::string> 
   const std::string error = program + " did not report a listening port (exit status " +
                             std::to_string(status) + "); it printed: " + seen +
                             stderr_tail(stderr_file);
-  close(stdout_fd_);  // no destructor runs after a constructor throws
-  if (!own_stderr_file_.empty()) std::remove(own_stderr_file_.c_str());
+  close(stdout_fd_);  // no destructor runs after a constructor throws (own_stderr_dir_ goes)
   throw std::runtime_error(error);
 }
 
@@ -112,7 +103,7 @@ ChildProcess::~ChildProcess() {
     waitpid(pid_, nullptr, 0);
   }
   if (stdout_fd_ >= 0) close(stdout_fd_);
-  if (!own_stderr_file_.empty()) forward_and_remove(own_stderr_file_);
+  if (own_stderr_dir_) forward(own_stderr_dir_->file(kOwnStderr));
 }
 
 void ChildProcess::crash() {

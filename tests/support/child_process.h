@@ -4,9 +4,12 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "support/temp_dir.h"
 
 namespace idempotency::testing {
 
@@ -42,7 +45,7 @@ class ChildProcess {
   pid_t pid_ = -1;
   int port_ = 0;
   int stdout_fd_ = -1;
-  std::string own_stderr_file_;  // empty when the test named one
+  std::optional<TempDir> own_stderr_dir_;  // holds the child's stderr when the test named none
 };
 
 }  // namespace idempotency::testing

@@ -21,7 +21,7 @@
 namespace idempotency::testing {
 namespace {
 
-// The file (device and inode) that descriptor `fd` of process `pid` refers to.
+// Which file a path names, by device and inode: /proc/PID/fd/N names what descriptor N holds.
 struct FileId {
   dev_t device = 0;
   ino_t inode = 0;
