@@ -83,7 +83,7 @@ class [[nodiscard]] Guard {
 
   /// stop_token() is requested when the claim is lost (never without a heartbeat), for work
   /// that can stop early.
-  [[nodiscard]] std::stop_token stop_token() const noexcept { return keeper_.lost_token(); }
+  [[nodiscard]] std::stop_token stop_token() const noexcept { return lost_token_; }
 
  private:
   friend Guard lock(std::string_view, LockBackend&, const LockOptions&);
@@ -95,6 +95,7 @@ class [[nodiscard]] Guard {
   Claim claim_;
   std::shared_ptr<void> registration_;  // this thread owns the key: re-entry is an error
   detail::LeaseKeeper keeper_;          // the heartbeat, when LockOptions::heartbeat is set
+  std::stop_token lost_token_;          // the keeper's, made with the guard: stop_token() can't fail
   bool completes_;
   bool held_ = true;
   int exceptions_at_entry_;

@@ -52,6 +52,7 @@ Guard::Guard(LockBackend& backend, Claim claim, bool completes, std::shared_ptr<
       claim_(std::move(claim)),
       registration_(std::move(registration)),
       keeper_(backend, claim_, options.lease, options.heartbeat),
+      lost_token_(keeper_.lost_token()),
       completes_(completes),
       exceptions_at_entry_(std::uncaught_exceptions()) {}
 
@@ -60,6 +61,7 @@ Guard::Guard(Guard&& other) noexcept
       claim_(std::move(other.claim_)),
       registration_(std::move(other.registration_)),
       keeper_(std::move(other.keeper_)),
+      lost_token_(std::move(other.lost_token_)),
       completes_(other.completes_),
       held_(std::exchange(other.held_, false)),
       exceptions_at_entry_(other.exceptions_at_entry_) {}

@@ -1,4 +1,12 @@
-// The process's one heartbeat scheduler: a queue of due renewals and the thread that runs them.
+// The process's one heartbeat scheduler: queues of due renewals and the thread that runs them.
+//
+// Every guarded call starts a heartbeat and nearly all of them end long before their first
+// renewal, so starting and stopping one must cost no allocation: a Heartbeat is linked into a
+// queue in place. Heartbeats of one interval are due in the order they were queued (each is
+// queued at now + interval, with now read under the mutex), so each interval has a FIFO list,
+// and the next renewal due is the earliest of the lists' heads. A retry after a failed renewal
+// is due sooner than its interval: those go to a list of their own, kept in order by insertion
+// (failures are rare, and a failing store fails every heartbeat alike).
 #include "idempotency/detail/heartbeat.h"
 
 #include <algorithm>
@@ -13,53 +21,52 @@ namespace idempotency::detail {
 
 using SteadyClock = std::chrono::steady_clock;
 
-struct HeartbeatEntry {
-  HeartbeatSpec spec;
-  std::uint64_t id = 0;
-  std::atomic<bool> lost{false};
-  std::atomic<std::uint64_t> renewals{0};
-  // Guarded by the scheduler's mutex.
-  SteadyClock::time_point due;
-  bool running = false;  // its renew or on_lost is being called right now
-  bool stopped = false;  // removed, or lost: never queued again
+// Heartbeats linked in due order, earliest first.
+struct Heartbeat::Queue {
+  Heartbeat* head = nullptr;
+  Heartbeat* tail = nullptr;
 };
 
 namespace {
-
 // A failed renewal is retried well before the lease lapses, but not in a tight loop.
 constexpr std::chrono::milliseconds kMinRetry{10};
+}  // namespace
 
-class Scheduler {
+class HeartbeatScheduler {
  public:
-  static Scheduler& instance() {
-    static Scheduler scheduler;
+  static HeartbeatScheduler& instance() {
+    static HeartbeatScheduler scheduler;
     return scheduler;
   }
 
-  void add(const std::shared_ptr<HeartbeatEntry>& entry) {
+  void add(Heartbeat& beat) {
     std::lock_guard lock(mutex_);
-    entry->id = next_id_++;
-    enqueue(entry, SteadyClock::now() + entry->spec.interval);
+    // What may throw comes first: a heartbeat whose constructor throws must not stay queued.
     if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    Heartbeat::Queue& queue = by_interval_[beat.spec_.interval];
+    enqueue(beat, queue, SteadyClock::now() + beat.spec_.interval);
   }
 
-  void remove(HeartbeatEntry& entry) {
+  void remove(Heartbeat& beat) {
     std::unique_lock lock(mutex_);
-    queue_.erase({entry.due, entry.id});  // not there while running: then `stopped` tells it
-    entry.stopped = true;
-    // On the scheduler thread (an on_lost that ends the work, say) the call in flight is the
-    // caller itself: waiting would never end.
-    if (std::this_thread::get_id() != thread_.get_id()) {
-      settled_.wait(lock, [&] { return !entry.running; });
+    unlink(beat);  // not queued while running: then `stopped_` tells it
+    beat.stopped_ = true;
+    if (running_ != &beat) return;
+    if (std::this_thread::get_id() == thread_.get_id()) {
+      // Its own callback ends it (an on_lost that ends the work, say): the call in flight is
+      // the caller itself, and waiting would never end. The scheduler must not touch it again.
+      running_ = nullptr;
+      return;
     }
+    settled_.wait(lock, [&] { return running_ != &beat; });
   }
 
-  Scheduler(const Scheduler&) = delete;
-  Scheduler& operator=(const Scheduler&) = delete;
+  HeartbeatScheduler(const HeartbeatScheduler&) = delete;
+  HeartbeatScheduler& operator=(const HeartbeatScheduler&) = delete;
 
  private:
-  Scheduler() = default;
-  ~Scheduler() {
+  HeartbeatScheduler() = default;
+  ~HeartbeatScheduler() {
     {
       std::lock_guard lock(mutex_);
       stopping_ = true;
@@ -68,74 +75,108 @@ class Scheduler {
     if (thread_.joinable()) thread_.join();
   }
 
-  void enqueue(const std::shared_ptr<HeartbeatEntry>& entry, SteadyClock::time_point due) {
-    entry->due = due;
-    queue_.emplace(std::pair{due, entry->id}, entry);
-    // Wake the thread only when it would sleep past this renewal: every guarded request starts
-    // a heartbeat, and a wake-up (a context switch) per request would tax the hot path.
+  // Requires the mutex. Links `beat` into `queue` at `due`: at the tail, or for a retry, after
+  // the last one due no later.
+  void enqueue(Heartbeat& beat, Heartbeat::Queue& queue, SteadyClock::time_point due) {
+    beat.due_ = due;
+    beat.queue_ = &queue;
+    Heartbeat* after = queue.tail;
+    while (after != nullptr && after->due_ > due) after = after->prev_;
+    beat.prev_ = after;
+    beat.next_ = after != nullptr ? after->next_ : queue.head;
+    (beat.next_ != nullptr ? beat.next_->prev_ : queue.tail) = &beat;
+    (after != nullptr ? after->next_ : queue.head) = &beat;
+    // Wake the thread only when it would sleep past this renewal: every guarded call starts a
+    // heartbeat, and a wake-up (a context switch) per call would tax the hot path.
     if (due < sleeping_until_) wake_.notify_all();
+  }
+
+  // Requires the mutex. Takes `beat` out of its queue, if it is in one.
+  static void unlink(Heartbeat& beat) {
+    Heartbeat::Queue* queue = beat.queue_;
+    if (queue == nullptr) return;
+    (beat.prev_ != nullptr ? beat.prev_->next_ : queue->head) = beat.next_;
+    (beat.next_ != nullptr ? beat.next_->prev_ : queue->tail) = beat.prev_;
+    beat.queue_ = nullptr;
+    beat.prev_ = beat.next_ = nullptr;
+  }
+
+  // Requires the mutex. The heartbeat due first, or null when none is queued.
+  Heartbeat* first_due() {
+    Heartbeat* first = retries_.head;
+    for (auto& [interval, queue] : by_interval_) {
+      if (queue.head != nullptr && (first == nullptr || queue.head->due_ < first->due_)) {
+        first = queue.head;
+      }
+    }
+    return first;
   }
 
   void run() {
     std::unique_lock lock(mutex_);
     while (!stopping_) {
-      if (queue_.empty()) {
+      Heartbeat* first = first_due();
+      if (first == nullptr) {
         sleeping_until_ = SteadyClock::time_point::max();
         wake_.wait(lock);
         sleeping_until_ = SteadyClock::time_point::min();
         continue;
       }
-      const auto first = queue_.begin();
-      const auto due = first->first.first;
+      // A copy: the wait reads its deadline after the mutex was let go, when the heartbeat
+      // may be gone.
+      const SteadyClock::time_point due = first->due_;
       if (SteadyClock::now() < due) {
         sleeping_until_ = due;
         wake_.wait_until(lock, due);
         sleeping_until_ = SteadyClock::time_point::min();
         continue;
       }
-      // Held here, not only by its handle: an on_lost may destroy the handle on this thread.
-      const std::shared_ptr<HeartbeatEntry> entry = std::move(first->second);
-      queue_.erase(first);
-      entry->running = true;
-      lock.unlock();
-      renew_once(entry, lock);  // returns with the lock held
-      entry->running = false;
+      unlink(*first);
+      running_ = first;
+      renew_once(*first, lock);  // returns with the lock held
+      running_ = nullptr;
       settled_.notify_all();
     }
   }
 
-  // One renewal of `entry`, then its next due time, or the claim declared lost.
-  void renew_once(const std::shared_ptr<HeartbeatEntry>& handle,
-                  std::unique_lock<std::mutex>& lock) {
-    HeartbeatEntry& entry = *handle;
+  // Requires the mutex, held by `lock`; returns with it held. One renewal of `beat`, then its
+  // next due time, or the claim declared lost. The callbacks run without the mutex, and may
+  // end the heartbeat itself (remove() on this thread): it is not touched after that.
+  void renew_once(Heartbeat& beat, std::unique_lock<std::mutex>& lock) {
     enum class Result { kExtended, kRefused, kFailed } result = Result::kFailed;
     const auto started = SteadyClock::now();
+    // On this stack while it runs: a callback that ends the heartbeat destroys the spec.
+    std::function<bool()> renew = std::move(beat.spec_.renew);
+    lock.unlock();
     try {
-      result = entry.spec.renew() ? Result::kExtended : Result::kRefused;
+      result = renew() ? Result::kExtended : Result::kRefused;
     } catch (...) {
       result = Result::kFailed;  // a store hiccup: retried below while the lease lasts
     }
     lock.lock();
-    if (entry.stopped) return;  // stopped meanwhile: nothing more to do
+    if (running_ != &beat) return;  // ended by its own callback
+    beat.spec_.renew = std::move(renew);
+    if (beat.stopped_) return;  // stopped meanwhile: nothing more to do
     const auto now = SteadyClock::now();
     if (result == Result::kExtended) {
       // The store extended from its own now, no earlier than `started`.
-      entry.spec.held_until = started + entry.spec.lease;
-      entry.renewals.fetch_add(1);
-      enqueue(handle, now + entry.spec.interval);
+      beat.spec_.held_until = started + beat.spec_.lease;
+      beat.renewals_.fetch_add(1);
+      enqueue(beat, by_interval_[beat.spec_.interval], now + beat.spec_.interval);
       return;
     }
-    if (result == Result::kFailed && now < entry.spec.held_until) {
+    if (result == Result::kFailed && now < beat.spec_.held_until) {
       const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(entry.spec.held_until - now);
-      enqueue(handle, now + std::min(std::max(left / 2, kMinRetry), entry.spec.interval));
+          std::chrono::duration_cast<std::chrono::milliseconds>(beat.spec_.held_until - now);
+      enqueue(beat, retries_, now + std::min(std::max(left / 2, kMinRetry), beat.spec_.interval));
       return;
     }
-    entry.stopped = true;
-    entry.lost.store(true);
+    beat.stopped_ = true;
+    beat.lost_.store(true);
+    std::function<void()> on_lost = std::move(beat.spec_.on_lost);
     lock.unlock();
     try {
-      entry.spec.on_lost();
+      on_lost();
     } catch (...) {  // NOLINT(bugprone-empty-catch): the scheduler must outlive a bad callback
     }
     lock.lock();
@@ -144,41 +185,40 @@ class Scheduler {
   std::mutex mutex_;
   std::condition_variable wake_;     // an earlier renewal was queued, or stop
   std::condition_variable settled_;  // a renewal (or on_lost) returned
-  // The live heartbeats by due time (the id breaks ties), each in one node; one that is running
-  // or stopped is not here.
-  std::map<std::pair<SteadyClock::time_point, std::uint64_t>, std::shared_ptr<HeartbeatEntry>>
-      queue_;
-  std::uint64_t next_id_ = 1;
+  // The queued heartbeats: by interval, and the retries. One that is running or stopped is in
+  // none. A map node per distinct interval, made once.
+  std::map<std::chrono::milliseconds, Heartbeat::Queue> by_interval_;
+  Heartbeat::Queue retries_;
+  Heartbeat* running_ = nullptr;  // whose callback runs now; null once it ended itself
   bool stopping_ = false;
-  // When the thread's wait ends: min() while it is awake (it rereads the queue before waiting
-  // again), max() while the queue is empty.
+  // When the thread's wait ends: min() while it is awake (it rereads the queues before waiting
+  // again), max() while none is queued.
   SteadyClock::time_point sleeping_until_ = SteadyClock::time_point::min();
   std::thread thread_;  // started with the first heartbeat
 };
 
-}  // namespace
-
-Heartbeat::~Heartbeat() { Scheduler::instance().remove(*entry_); }
-
-bool Heartbeat::lost() const noexcept { return entry_->lost.load(); }
-
-std::uint64_t Heartbeat::renewals() const noexcept { return entry_->renewals.load(); }
-
-std::unique_ptr<Heartbeat> start_heartbeat(HeartbeatSpec spec) {
-  if (spec.interval.count() <= 0 || spec.interval >= spec.lease) {
+Heartbeat::Heartbeat(HeartbeatSpec spec) : spec_(std::move(spec)) {
+  if (spec_.interval.count() <= 0 || spec_.interval >= spec_.lease) {
     throw std::invalid_argument(
         "heartbeat: the interval must be positive and shorter than the lease");
   }
-  if (!spec.renew || !spec.on_lost) {
+  if (!spec_.renew || !spec_.on_lost) {
     throw std::invalid_argument("heartbeat: renew and on_lost must both be set");
   }
-  if (spec.held_until == SteadyClock::time_point{}) {
-    spec.held_until = SteadyClock::now() + spec.lease;
+  if (spec_.held_until == SteadyClock::time_point{}) {
+    spec_.held_until = SteadyClock::now() + spec_.lease;
   }
-  auto entry = std::make_shared<HeartbeatEntry>();
-  entry->spec = std::move(spec);
-  Scheduler::instance().add(entry);
-  return std::unique_ptr<Heartbeat>(new Heartbeat(std::move(entry)));
+  HeartbeatScheduler::instance().add(*this);
+}
+
+Heartbeat::~Heartbeat() { HeartbeatScheduler::instance().remove(*this); }
+
+bool Heartbeat::lost() const noexcept { return lost_.load(); }
+
+std::uint64_t Heartbeat::renewals() const noexcept { return renewals_.load(); }
+
+std::unique_ptr<Heartbeat> start_heartbeat(HeartbeatSpec spec) {
+  return std::make_unique<Heartbeat>(std::move(spec));
 }
 
 }  // namespace idempotency::detail

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -29,15 +31,21 @@ struct LeaseKeeper::State {
   LockBackend& backend;
   Claim claim;
   std::chrono::milliseconds lease;
-  std::stop_source lost;
   std::atomic<bool> finishing{false};  // the complete is under way: a refusal is expected
+  std::atomic<bool> lost{false};
+  // Made when the work first asks for a token: a stop source is an allocation, and the
+  // asynchronous deliveries never ask. Guarded by the mutex, as is its request once lost.
+  std::mutex lost_mutex;
+  std::stop_source lost_source{std::nostopstate};
+  // Last: stopped before what its callbacks read goes.
+  std::optional<Heartbeat> heartbeat;
 };
 
 LeaseKeeper::LeaseKeeper(LockBackend& backend, const Claim& claim, std::chrono::milliseconds lease,
                          std::chrono::milliseconds heartbeat) {
   state_ = std::unique_ptr<State>(new State{.backend = backend, .claim = claim, .lease = lease});
   if (heartbeat.count() == 0) return;
-  heartbeat_ = start_heartbeat(HeartbeatSpec{
+  state_->heartbeat.emplace(HeartbeatSpec{
       .interval = heartbeat,
       .lease = lease,
       .held_until = held_until(claim, lease),
@@ -58,8 +66,13 @@ LeaseKeeper::LeaseKeeper(LockBackend& backend, const Claim& claim, std::chrono::
                        {"fence", std::to_string(state->claim.fence)}}});
         // Through a copy: a stop callback may end the work and destroy this keeper (and the
         // state) on this thread, while request_stop() still runs on the stop state it shares.
-        std::stop_source lost = state->lost;
-        lost.request_stop();
+        std::stop_source lost;
+        {
+          std::lock_guard lock(state->lost_mutex);
+          state->lost.store(true);
+          lost = state->lost_source;
+        }
+        if (lost.stop_possible()) lost.request_stop();  // else no token was handed out yet
       },
   });
 }
@@ -72,20 +85,27 @@ LeaseKeeper& LeaseKeeper::operator=(LeaseKeeper&& other) noexcept {
   if (this == &other) return *this;
   stop();  // before the state its callbacks read goes
   state_ = std::move(other.state_);
-  heartbeat_ = std::move(other.heartbeat_);
   return *this;
 }
 
-void LeaseKeeper::stop() noexcept { heartbeat_.reset(); }
+void LeaseKeeper::stop() noexcept {
+  if (state_) state_->heartbeat.reset();
+}
 
 void LeaseKeeper::finishing() noexcept {
   if (state_) state_->finishing.store(true);
 }
 
-bool LeaseKeeper::lost() const noexcept { return state_ && state_->lost.stop_requested(); }
+bool LeaseKeeper::lost() const noexcept { return state_ && state_->lost.load(); }
 
-std::stop_token LeaseKeeper::lost_token() const noexcept {
-  return state_ ? state_->lost.get_token() : std::stop_token();
+std::stop_token LeaseKeeper::lost_token() const {
+  if (!state_ || !state_->heartbeat) return {};  // never lost: a token nothing can request
+  std::lock_guard lock(state_->lost_mutex);
+  if (!state_->lost_source.stop_possible()) {
+    state_->lost_source = std::stop_source();
+    if (state_->lost.load()) state_->lost_source.request_stop();  // lost before it was asked
+  }
+  return state_->lost_source.get_token();
 }
 
 }  // namespace idempotency::detail

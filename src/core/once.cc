@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -47,7 +48,9 @@ namespace {
 struct Flight {
   enum class Phase { kRunning, kFinished, kHandoff };
   std::mutex mutex;
-  std::condition_variable_any cv;
+  // Made by the first caller that blocks on the flight, under its mutex: a condition variable
+  // that takes a stop token is an allocation, and nearly every flight ends unjoined.
+  std::optional<std::condition_variable_any> cv;
   Phase phase = Phase::kRunning;
   std::thread::id owner = std::this_thread::get_id();
   std::type_index type = typeid(void);
@@ -246,14 +249,16 @@ void finish(const TableKey& k, const std::shared_ptr<Flight>& flight, std::excep
             ErasedOutcome outcome) {
   Table& table = Table::for_key(k);
   std::vector<JoinCallback> waiting;
+  bool blocked = false;  // a caller waits on the condition variable, or did
   {
     std::lock_guard tl(table.mutex);
     std::lock_guard fl(flight->mutex);
     flight->outcome = std::move(outcome);
     table.retire(k, *flight, std::move(error));
     waiting.swap(flight->async_waiters);
+    blocked = flight->cv.has_value();
   }
-  flight->cv.notify_all();
+  if (blocked) flight->cv->notify_all();
   // Outside the locks: a callback may start another flight. The flight is finished, so
   // nothing changes these fields any more.
   const ErasedOutcome joined = as_joined(flight->outcome);
@@ -270,6 +275,7 @@ void finish(const TableKey& k, const std::shared_ptr<Flight>& flight, std::excep
 void hand_off(const TableKey& k, const std::shared_ptr<Flight>& flight) {
   Table& table = Table::for_key(k);
   std::vector<JoinCallback> waiting;
+  bool blocked = false;  // a caller waits on the condition variable, or did
   {
     std::lock_guard tl(table.mutex);
     std::lock_guard fl(flight->mutex);
@@ -282,8 +288,9 @@ void hand_off(const TableKey& k, const std::shared_ptr<Flight>& flight) {
       table.retire(k, *flight, std::make_exception_ptr(Cancelled()));
     }
     waiting.swap(flight->async_waiters);
+    blocked = flight->cv.has_value();
   }
-  flight->cv.notify_all();
+  if (blocked) flight->cv->notify_all();
   // The owner's cancellation is not theirs: they start over (and join whoever takes over).
   for (auto& callback : waiting) callback(std::nullopt, nullptr);
 }
@@ -330,9 +337,10 @@ ErasedOutcome run_once(std::string_view key, LockBackend& backend, const OnceOpt
       }
       ++flight->waiters;
       // Join: wait for the owner's outcome, or take over if the owner is cancelled.
+      if (!flight->cv) flight->cv.emplace();
       while (true) {
         tl.unlock();  // never wait while holding the table
-        const bool settled = flight->cv.wait(
+        const bool settled = flight->cv->wait(
             fl, options.stop, [&] { return flight->phase != Flight::Phase::kRunning; });
         fl.unlock();
         tl.lock();  // re-take in the table -> flight order
@@ -363,21 +371,33 @@ ErasedOutcome run_once(std::string_view key, LockBackend& backend, const OnceOpt
   return run_as_owner(k, flight, backend, options, hooks);
 }
 
-struct AsyncFlight::State {
-  TableKey key;
-  std::shared_ptr<Flight> flight;
-  bool ended = false;
+namespace {
+
+// AsyncFlight's one kind: the flight, and the key as the table holds it (its node's, which
+// lives while the flight is the entry's: until finish() or hand_off() retires it).
+class OwnedAsyncFlight final : public AsyncFlight {
+ public:
+  OwnedAsyncFlight(const TableKey& key, std::shared_ptr<Flight> flight)
+      : key_(key), flight_(std::move(flight)) {}
+  ~OwnedAsyncFlight() override {
+    if (!ended_) hand_off(key_, flight_);
+  }
+  OwnedAsyncFlight(const OwnedAsyncFlight&) = delete;
+  OwnedAsyncFlight& operator=(const OwnedAsyncFlight&) = delete;
+
+  const TableKey& key_;
+  std::shared_ptr<Flight> flight_;
+  bool ended_ = false;
 };
 
-AsyncFlight::AsyncFlight(std::unique_ptr<State> state) : state_(std::move(state)) {}
+OwnedAsyncFlight& owned(AsyncFlight& flight) { return static_cast<OwnedAsyncFlight&>(flight); }
 
-AsyncFlight::~AsyncFlight() {
-  if (state_ && !state_->ended) hand_off(state_->key, state_->flight);
-}
+}  // namespace
 
 void AsyncFlight::decide(const ErasedOutcome& executed) noexcept {
-  if (state_->ended) return;
-  const std::shared_ptr<Flight>& flight = state_->flight;
+  OwnedAsyncFlight& self = owned(*this);
+  if (self.ended_) return;
+  const std::shared_ptr<Flight>& flight = self.flight_;
   std::vector<JoinCallback> waiting;
   {
     std::lock_guard fl(flight->mutex);
@@ -391,15 +411,17 @@ void AsyncFlight::decide(const ErasedOutcome& executed) noexcept {
 }
 
 void AsyncFlight::settle(ErasedOutcome outcome) noexcept {
-  if (state_->ended) return;
-  state_->ended = true;
-  finish(state_->key, state_->flight, nullptr, std::move(outcome));
+  OwnedAsyncFlight& self = owned(*this);
+  if (self.ended_) return;
+  self.ended_ = true;
+  finish(self.key_, self.flight_, nullptr, std::move(outcome));
 }
 
 void AsyncFlight::fail(std::exception_ptr error) noexcept {
-  if (state_->ended) return;
-  state_->ended = true;
-  finish(state_->key, state_->flight, std::move(error), {});
+  OwnedAsyncFlight& self = owned(*this);
+  if (self.ended_) return;
+  self.ended_ = true;
+  finish(self.key_, self.flight_, std::move(error), {});
 }
 
 std::unique_ptr<AsyncFlight> begin_async_flight(std::string_view key, const LockBackend& backend,
@@ -408,7 +430,9 @@ std::unique_ptr<AsyncFlight> begin_async_flight(std::string_view key, const Lock
   TableKey k{&backend, std::string(key)};
   Table& table = Table::for_key(k);
   std::unique_lock lock(table.mutex);
-  Entry& entry = table.entries[k];
+  // The key moved into the table's node, which the flight refers to, not copied.
+  const auto node = table.entries.try_emplace(std::move(k)).first;
+  Entry& entry = node->second;
   if (entry.flight) {
     std::optional<ErasedOutcome> decided;
     {
@@ -431,8 +455,7 @@ std::unique_ptr<AsyncFlight> begin_async_flight(std::string_view key, const Lock
   // No thread owns it: a thread that asks for the key meanwhile joins instead of being taken
   // for a re-entry.
   entry.flight->owner = std::thread::id();
-  return std::make_unique<AsyncFlight>(
-      std::make_unique<AsyncFlight::State>(AsyncFlight::State{std::move(k), entry.flight}));
+  return std::make_unique<OwnedAsyncFlight>(node->first, entry.flight);
 }
 
 std::shared_ptr<void> register_guard(const LockBackend& backend, std::string_view key) {

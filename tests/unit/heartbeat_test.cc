@@ -152,6 +152,26 @@ TEST(Heartbeat, EveryHeartbeatRunsOnOneSharedThread) {
   EXPECT_EQ(threads.count(std::this_thread::get_id()), 0U);
 }
 
+TEST(Heartbeat, EachIntervalAndEveryRetryKeepsItsOwnPaceBesideALongerOne) {
+  // The scheduler queues each interval apart, and retries apart from both: the next renewal
+  // due is the earliest of them all, whichever heartbeat was started first.
+  std::atomic<int> failures{0};
+  auto slow = start_heartbeat(
+      {.interval = 5s, .lease = 10s, .renew = [] { return true; }, .on_lost = [] {}});
+  auto failing = start_heartbeat({.interval = 3ms,
+                                  .lease = 10s,
+                                  .renew = [&]() -> bool {
+                                    ++failures;
+                                    throw std::runtime_error("store down");
+                                  },
+                                  .on_lost = [] {}});
+  auto fast = start_heartbeat(
+      {.interval = 2ms, .lease = 10s, .renew = [] { return true; }, .on_lost = [] {}});
+  ASSERT_TRUE(eventually([&] { return fast->renewals() >= 5 && failures.load() >= 5; }));
+  EXPECT_EQ(slow->renewals(), 0U) << "the 5 s heartbeat renewed before the others' fifth";
+  EXPECT_FALSE(failing->lost()) << "retried while its lease lasts";
+}
+
 TEST(Heartbeat, RefusesAnIntervalThatIsNotShorterThanTheLease) {
   auto yes = [] { return true; };
   auto nothing = [] {};

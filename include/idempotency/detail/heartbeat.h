@@ -12,6 +12,7 @@
 // Thread safety: start_heartbeat() and the handle's members may be used from any thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -36,11 +37,17 @@ struct HeartbeatSpec {
   std::function<void()> on_lost;
 };
 
-struct HeartbeatEntry;
+class HeartbeatScheduler;
 
-/// Heartbeat keeps renewing until destroyed.
+/// Heartbeat keeps renewing from its construction until its destruction. The scheduler links
+/// it into its queue in place, so starting one allocates nothing (a heartbeat starts with every
+/// guarded call); it is neither copied nor moved.
 class Heartbeat {
  public:
+  /// Heartbeat() schedules the first renewal one interval from now. Throws
+  /// std::invalid_argument when the interval is not positive and shorter than the lease, or a
+  /// callback is empty.
+  explicit Heartbeat(HeartbeatSpec spec);
   /// ~Heartbeat() stops the renewals; if one of its renewals is running on the scheduler
   /// thread, waits for it to return (except when destroyed on that thread), so `renew` and
   /// `on_lost` never run once the destructor has returned.
@@ -54,14 +61,22 @@ class Heartbeat {
   [[nodiscard]] std::uint64_t renewals() const noexcept;
 
  private:
-  friend std::unique_ptr<Heartbeat> start_heartbeat(HeartbeatSpec spec);
-  explicit Heartbeat(std::shared_ptr<HeartbeatEntry> entry) : entry_(std::move(entry)) {}
-  std::shared_ptr<HeartbeatEntry> entry_;
+  friend class HeartbeatScheduler;  // heartbeat.cc: the one thread that renews
+  struct Queue;
+
+  // Guarded by the scheduler's mutex, but for the atomics.
+  HeartbeatSpec spec_;
+  std::atomic<bool> lost_{false};
+  std::atomic<std::uint64_t> renewals_{0};
+  std::chrono::steady_clock::time_point due_;
+  Queue* queue_ = nullptr;  // the queue it is linked into; null while running or stopped
+  Heartbeat* prev_ = nullptr;
+  Heartbeat* next_ = nullptr;
+  bool stopped_ = false;  // removed, or lost: never queued again
 };
 
-/// start_heartbeat() schedules the first renewal one interval from now. Throws
-/// std::invalid_argument when the interval is not positive and shorter than the lease, or a
-/// callback is empty.
+/// start_heartbeat() starts a heartbeat on the heap, for an owner that must move or drop it
+/// independently; throws as Heartbeat() does.
 [[nodiscard]] std::unique_ptr<Heartbeat> start_heartbeat(HeartbeatSpec spec);
 
 }  // namespace idempotency::detail

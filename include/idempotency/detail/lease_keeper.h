@@ -19,8 +19,6 @@
 
 namespace idempotency::detail {
 
-class Heartbeat;
-
 class LeaseKeeper {
  public:
   /// LeaseKeeper() renews `claim` for `lease` every `heartbeat` (zero: never). `backend` must
@@ -43,15 +41,16 @@ class LeaseKeeper {
   void finishing() noexcept;
   /// lost() says whether the claim was lost.
   [[nodiscard]] bool lost() const noexcept;
-  /// lost_token() is requested when the claim is lost; never when the heartbeat is off.
-  [[nodiscard]] std::stop_token lost_token() const noexcept;
+  /// lost_token() is requested when the claim is lost (at once if it already was); never when
+  /// the heartbeat is off. Its stop state is made on the first call (std::bad_alloc).
+  [[nodiscard]] std::stop_token lost_token() const;
 
  private:
   struct State;
-  // What the heartbeat's callbacks read, by a plain pointer: a capture that needs no allocation,
-  // valid since the heartbeat is stopped before the state goes. Null only once moved from.
+  // The claim, the heartbeat and what its callbacks read (by a plain pointer: a capture that
+  // needs no allocation), in one allocation that stays put while the keeper moves. Null only
+  // once moved from.
   std::unique_ptr<State> state_;
-  std::unique_ptr<Heartbeat> heartbeat_;
 };
 
 }  // namespace idempotency::detail

@@ -94,11 +94,9 @@ ErasedOutcome run_once(std::string_view key, LockBackend& backend, const OnceOpt
 /// Thread safety: settle() or fail() once, from any thread.
 class AsyncFlight {
  public:
-  struct State;
-  explicit AsyncFlight(std::unique_ptr<State> state);
   /// ~AsyncFlight() without an outcome hands the flight to a joined caller, which claims the
   /// key itself (as when a blocking owner is cancelled); with none, the flight just ends.
-  ~AsyncFlight();
+  virtual ~AsyncFlight() = default;
   AsyncFlight(const AsyncFlight&) = delete;
   AsyncFlight& operator=(const AsyncFlight&) = delete;
 
@@ -112,8 +110,10 @@ class AsyncFlight {
   /// fail() publishes the owner's exception to the joined callers and ends the flight.
   void fail(std::exception_ptr error) noexcept;
 
- private:
-  std::unique_ptr<State> state_;
+ protected:
+  // The one kind there is (once.cc) holds the flight's state in the same allocation: a flight
+  // begins with every asynchronous delivery.
+  AsyncFlight() = default;
 };
 
 /// Told once, on the thread that ended the flight it joined: the owner's outcome (an execution
