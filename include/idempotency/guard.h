@@ -95,7 +95,8 @@ class [[nodiscard]] Guard {
   Claim claim_;
   std::shared_ptr<void> registration_;  // this thread owns the key: re-entry is an error
   detail::LeaseKeeper keeper_;          // the heartbeat, when LockOptions::heartbeat is set
-  std::stop_token lost_token_;          // the keeper's, made with the guard: stop_token() can't fail
+  // The keeper's, made with the guard, so that stop_token() cannot fail.
+  std::stop_token lost_token_;
   bool completes_;
   bool held_ = true;
   int exceptions_at_entry_;
