@@ -1,4 +1,5 @@
-// The process's one heartbeat scheduler: queues of due renewals and the thread that runs them.
+// The process's one heartbeat scheduler: queues of due renewals and the few threads that run
+// them.
 //
 // Every guarded call starts a heartbeat and nearly all of them end long before their first
 // renewal, so starting and stopping one must cost no allocation: a Heartbeat is linked into a
@@ -11,6 +12,8 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstddef>
+#include <list>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -27,9 +30,21 @@ struct Heartbeat::Queue {
   Heartbeat* tail = nullptr;
 };
 
+// A thread that renews: the watcher sleeps until the next renewal is due, the others renew or
+// wait to be needed.
+struct Heartbeat::Renewer {
+  std::thread thread;
+  std::thread::id id;
+  Heartbeat* running = nullptr;  // whose callback it runs now; null once that ended itself
+};
+
 namespace {
 // A failed renewal is retried well before the lease lapses, but not in a tight loop.
 constexpr std::chrono::milliseconds kMinRetry{10};
+// Threads that may renew at once. A renewal is a blocking store call: one stalled until the
+// store's timeout must not hold back every other claim's, nor must a slow store's round trips,
+// one after another, outlast a heartbeat's interval. Started one at a time, as needed.
+constexpr std::size_t kMaxRenewers = 4;
 }  // namespace
 
 class HeartbeatScheduler {
@@ -42,7 +57,7 @@ class HeartbeatScheduler {
   void add(Heartbeat& beat) {
     std::lock_guard lock(mutex_);
     // What may throw comes first: a heartbeat whose constructor throws must not stay queued.
-    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    if (renewers_.empty()) start_renewer();
     Heartbeat::Queue& queue = by_interval_[beat.spec_.interval];
     enqueue(beat, queue, SteadyClock::now() + beat.spec_.interval);
   }
@@ -51,14 +66,16 @@ class HeartbeatScheduler {
     std::unique_lock lock(mutex_);
     unlink(beat);  // not queued while running: then `stopped_` tells it
     beat.stopped_ = true;
-    if (running_ != &beat) return;
-    if (std::this_thread::get_id() == thread_.get_id()) {
+    Heartbeat::Renewer* renewer = beat.renewer_;
+    if (renewer == nullptr) return;
+    if (renewer->id == std::this_thread::get_id()) {
       // Its own callback ends it (an on_lost that ends the work, say): the call in flight is
-      // the caller itself, and waiting would never end. The scheduler must not touch it again.
-      running_ = nullptr;
+      // the caller itself, and waiting would never end. The renewer must not touch it again.
+      renewer->running = nullptr;
+      beat.renewer_ = nullptr;
       return;
     }
-    settled_.wait(lock, [&] { return running_ != &beat; });
+    settled_.wait(lock, [&] { return beat.renewer_ == nullptr; });
   }
 
   HeartbeatScheduler(const HeartbeatScheduler&) = delete;
@@ -72,7 +89,20 @@ class HeartbeatScheduler {
       stopping_ = true;
     }
     wake_.notify_all();
-    if (thread_.joinable()) thread_.join();
+    hire_.notify_all();
+    for (auto& renewer : renewers_) renewer.thread.join();
+  }
+
+  // Requires the mutex. Throws std::system_error when no thread can be started.
+  void start_renewer() {
+    Heartbeat::Renewer& renewer = renewers_.emplace_back();
+    try {
+      renewer.thread = std::thread([this, &renewer] { run(renewer); });
+    } catch (...) {
+      renewers_.pop_back();
+      throw;
+    }
+    renewer.id = renewer.thread.get_id();  // read by others under the mutex, held until here
   }
 
   // Requires the mutex. Links `beat` into `queue` at `due`: at the tail, or for a retry, after
@@ -86,7 +116,7 @@ class HeartbeatScheduler {
     beat.next_ = after != nullptr ? after->next_ : queue.head;
     (beat.next_ != nullptr ? beat.next_->prev_ : queue.tail) = &beat;
     (after != nullptr ? after->next_ : queue.head) = &beat;
-    // Wake the thread only when it would sleep past this renewal: every guarded call starts a
+    // Wake the watcher only when it would sleep past this renewal: every guarded call starts a
     // heartbeat, and a wake-up (a context switch) per call would tax the hot path.
     if (due < sleeping_until_) wake_.notify_all();
   }
@@ -112,8 +142,9 @@ class HeartbeatScheduler {
     return first;
   }
 
-  void run() {
-    std::unique_lock lock(mutex_);
+  // Requires the mutex, held by `lock`. As the watcher: sleeps until a renewal is due and
+  // returns it, or null once stopping.
+  Heartbeat* watch(std::unique_lock<std::mutex>& lock) {
     while (!stopping_) {
       Heartbeat* first = first_due();
       if (first == nullptr) {
@@ -131,18 +162,56 @@ class HeartbeatScheduler {
         sleeping_until_ = SteadyClock::time_point::min();
         continue;
       }
-      unlink(*first);
-      running_ = first;
-      renew_once(*first, lock);  // returns with the lock held
-      running_ = nullptr;
+      return first;
+    }
+    return nullptr;
+  }
+
+  // One renewer's life: the watcher while none is, else idle until needed; a renewal taken as
+  // the watcher is run after handing the watch on, so the queue is never left unwatched while
+  // a thread may still be started.
+  void run(Heartbeat::Renewer& self) {
+    std::unique_lock lock(mutex_);
+    while (!stopping_) {
+      if (watching_) {
+        ++idle_;
+        hire_.wait(lock);
+        --idle_;
+        continue;
+      }
+      watching_ = true;
+      Heartbeat* due = watch(lock);
+      watching_ = false;
+      if (due == nullptr) break;
+      unlink(*due);
+      hand_on_the_watch();
+      due->renewer_ = &self;
+      self.running = due;
+      renew_once(self, *due, lock);  // returns with the lock held
+      if (self.running != nullptr) self.running->renewer_ = nullptr;
+      self.running = nullptr;
       settled_.notify_all();
+    }
+  }
+
+  // Requires the mutex. Someone else watches while this thread renews: an idle renewer, or a
+  // new one while there are fewer than kMaxRenewers. Past that, the next renewer to finish.
+  void hand_on_the_watch() {
+    if (idle_ > 0) {
+      hire_.notify_one();
+      return;
+    }
+    if (renewers_.size() >= kMaxRenewers) return;
+    try {
+      start_renewer();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): no thread to spare; renewals queue instead
     }
   }
 
   // Requires the mutex, held by `lock`; returns with it held. One renewal of `beat`, then its
   // next due time, or the claim declared lost. The callbacks run without the mutex, and may
   // end the heartbeat itself (remove() on this thread): it is not touched after that.
-  void renew_once(Heartbeat& beat, std::unique_lock<std::mutex>& lock) {
+  void renew_once(Heartbeat::Renewer& self, Heartbeat& beat, std::unique_lock<std::mutex>& lock) {
     enum class Result { kExtended, kRefused, kFailed } result = Result::kFailed;
     const auto started = SteadyClock::now();
     // On this stack while it runs: a callback that ends the heartbeat destroys the spec.
@@ -154,7 +223,7 @@ class HeartbeatScheduler {
       result = Result::kFailed;  // a store hiccup: retried below while the lease lasts
     }
     lock.lock();
-    if (running_ != &beat) return;  // ended by its own callback
+    if (self.running != &beat) return;  // ended by its own callback
     beat.spec_.renew = std::move(renew);
     if (beat.stopped_) return;  // stopped meanwhile: nothing more to do
     const auto now = SteadyClock::now();
@@ -183,18 +252,20 @@ class HeartbeatScheduler {
   }
 
   std::mutex mutex_;
-  std::condition_variable wake_;     // an earlier renewal was queued, or stop
+  std::condition_variable wake_;     // for the watcher: an earlier renewal was queued, or stop
+  std::condition_variable hire_;     // for an idle renewer: the watch is free, or stop
   std::condition_variable settled_;  // a renewal (or on_lost) returned
   // The queued heartbeats: by interval, and the retries. One that is running or stopped is in
   // none. A map node per distinct interval, made once.
   std::map<std::chrono::milliseconds, Heartbeat::Queue> by_interval_;
   Heartbeat::Queue retries_;
-  Heartbeat* running_ = nullptr;  // whose callback runs now; null once it ended itself
+  std::list<Heartbeat::Renewer> renewers_;  // started as needed, up to kMaxRenewers
+  std::size_t idle_ = 0;                    // renewers waiting on hire_
+  bool watching_ = false;                   // a renewer is the watcher
   bool stopping_ = false;
-  // When the thread's wait ends: min() while it is awake (it rereads the queues before waiting
-  // again), max() while none is queued.
+  // When the watcher's wait ends: min() while it is awake or none watches (it rereads the
+  // queues before waiting again), max() while none is queued.
   SteadyClock::time_point sleeping_until_ = SteadyClock::time_point::min();
-  std::thread thread_;  // started with the first heartbeat
 };
 
 Heartbeat::Heartbeat(HeartbeatSpec spec) : spec_(std::move(spec)) {

@@ -1,15 +1,18 @@
-// Heartbeats (internal: guards and `once` use them): one thread per process renews every live
-// claim's lease at its interval, so work may run far longer than its lease while a crashed
+// Heartbeats (internal: guards and `once` use them): a few threads per process renew every
+// live claim's lease at its interval, so work may run far longer than its lease while a crashed
 // holder's key is still reclaimable one short lease after it died.
 //
-// One scheduler thread serves every heartbeat in the process (not a thread per claim). A
-// renewal is a call of the owner's `renew`, made on that thread: `true` means extended, `false`
-// means refused (the claim was fenced out, released or completed: lost for good), and a throw is
-// a transient failure, retried sooner until the lease as last extended would lapse, at which
-// point the claim counts as lost too. `on_lost` is called once, on the scheduler thread, and
-// renewals stop. Nothing a renewal does ever throws into the work.
+// The scheduler's threads serve every heartbeat in the process (not a thread per claim): one
+// watches for the next renewal due, and runs it after handing the watch to another, started as
+// needed up to four. So a renewal stalled in its store (until the store's timeout) holds back
+// no other while fewer than four stall at once. A renewal is a call of the owner's `renew`,
+// made on one of those threads: `true` means extended, `false` means refused (the claim was
+// fenced out, released or completed: lost for good), and a throw is a transient failure,
+// retried sooner until the lease as last extended would lapse, at which point the claim counts
+// as lost too. `on_lost` is called once, on one of those threads, and renewals stop. Nothing a
+// renewal does ever throws into the work.
 //
-// Thread safety: start_heartbeat() and the handle's members may be used from any thread.
+// Thread safety: Heartbeat's members and start_heartbeat() may be used from any thread.
 #pragma once
 
 #include <atomic>
@@ -33,7 +36,7 @@ struct HeartbeatSpec {
   /// One renewal: true = extended, false = refused (lost); a throw is a transient failure.
   std::function<bool()> renew;
   /// Called once when the claim is lost (refused, or failures outlasted the lease); must not
-  /// block for long: every other heartbeat waits meanwhile.
+  /// block for long: it holds one of the few renewing threads meanwhile.
   std::function<void()> on_lost;
 };
 
@@ -48,8 +51,8 @@ class Heartbeat {
   /// std::invalid_argument when the interval is not positive and shorter than the lease, or a
   /// callback is empty.
   explicit Heartbeat(HeartbeatSpec spec);
-  /// ~Heartbeat() stops the renewals; if one of its renewals is running on the scheduler
-  /// thread, waits for it to return (except when destroyed on that thread), so `renew` and
+  /// ~Heartbeat() stops the renewals; if one of its callbacks is running, waits for it to
+  /// return (except when destroyed by that very callback, on its thread), so `renew` and
   /// `on_lost` never run once the destructor has returned.
   ~Heartbeat();
   Heartbeat(const Heartbeat&) = delete;
@@ -61,15 +64,17 @@ class Heartbeat {
   [[nodiscard]] std::uint64_t renewals() const noexcept;
 
  private:
-  friend class HeartbeatScheduler;  // heartbeat.cc: the one thread that renews
+  friend class HeartbeatScheduler;  // heartbeat.cc: the threads that renew
   struct Queue;
+  struct Renewer;
 
   // Guarded by the scheduler's mutex, but for the atomics.
   HeartbeatSpec spec_;
   std::atomic<bool> lost_{false};
   std::atomic<std::uint64_t> renewals_{0};
   std::chrono::steady_clock::time_point due_;
-  Queue* queue_ = nullptr;  // the queue it is linked into; null while running or stopped
+  Queue* queue_ = nullptr;      // the queue it is linked into; null while running or stopped
+  Renewer* renewer_ = nullptr;  // the thread running its callback, if one is
   Heartbeat* prev_ = nullptr;
   Heartbeat* next_ = nullptr;
   bool stopped_ = false;  // removed, or lost: never queued again
