@@ -49,7 +49,7 @@ TEST(Heartbeat, ARefusedRenewalIsALostClaimToldOnce) {
 }
 
 TEST(Heartbeat, FailuresAreRetriedUntilTheLeaseWouldLapseThenTheClaimIsLost) {
-  // A lease long enough that the shared scheduler thread, however late its first call (TSan, a
+  // A lease long enough that the scheduler, however late its first call (TSan, a
   // loaded machine), still has time to retry (every interval, at most 5 ms apart) before it
   // lapses; the loss is then due only once the lease has run out, never sooner.
   constexpr auto kLease = 1s;

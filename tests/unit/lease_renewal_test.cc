@@ -24,7 +24,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// A renewal may run late (the one scheduler thread under TSan, a loaded machine) by up to the
+// A renewal may run late (the renewing threads under TSan, a loaded machine) by up to the
 // lease less the heartbeat, 1.9 s, before the rival can take the key: a rival's win is a
 // missing renewal, not a slow one. The work still outlives three leases (some sixty renewals),
 // and without renewals the key is lost within the first (WithoutAHeartbeat... below).
