@@ -31,6 +31,7 @@ struct LeaseKeeper::State {
   LockBackend& backend;
   Claim claim;
   std::chrono::milliseconds lease;
+  bool renews = false;                 // a heartbeat was asked for: only then can the claim be lost
   std::atomic<bool> finishing{false};  // the complete is under way: a refusal is expected
   std::atomic<bool> lost{false};
   // Made when the work first asks for a token: a stop source is an allocation, and the
@@ -45,6 +46,7 @@ LeaseKeeper::LeaseKeeper(LockBackend& backend, const Claim& claim, std::chrono::
                          std::chrono::milliseconds heartbeat) {
   state_ = std::unique_ptr<State>(new State{.backend = backend, .claim = claim, .lease = lease});
   if (heartbeat.count() == 0) return;
+  state_->renews = true;
   state_->heartbeat.emplace(HeartbeatSpec{
       .interval = heartbeat,
       .lease = lease,
@@ -99,7 +101,7 @@ void LeaseKeeper::finishing() noexcept {
 bool LeaseKeeper::lost() const noexcept { return state_ && state_->lost.load(); }
 
 std::stop_token LeaseKeeper::lost_token() const {
-  if (!state_ || !state_->heartbeat) return {};  // never lost: a token nothing can request
+  if (!state_ || !state_->renews) return {};  // never lost: a token nothing can request
   std::lock_guard lock(state_->lost_mutex);
   if (!state_->lost_source.stop_possible()) {
     state_->lost_source = std::stop_source();
