@@ -30,14 +30,6 @@ struct Heartbeat::Queue {
   Heartbeat* tail = nullptr;
 };
 
-// A thread that renews: the watcher sleeps until the next renewal is due, the others renew or
-// wait to be needed.
-struct Heartbeat::Renewer {
-  std::thread thread;
-  std::thread::id id;
-  Heartbeat* running = nullptr;  // whose callback it runs now; null once that ended itself
-};
-
 namespace {
 // A failed renewal is retried well before the lease lapses, but not in a tight loop.
 constexpr std::chrono::milliseconds kMinRetry{10};
@@ -48,6 +40,14 @@ constexpr std::size_t kMaxRenewers = 4;
 }  // namespace
 
 class HeartbeatScheduler {
+  // A thread that renews: the watcher sleeps until the next renewal is due, the others renew
+  // or wait to be needed.
+  struct Renewer {
+    std::thread thread;
+    std::thread::id id;
+    Heartbeat* running = nullptr;  // whose callback it runs now; null once that ended itself
+  };
+
  public:
   static HeartbeatScheduler& instance() {
     static HeartbeatScheduler scheduler;
@@ -66,16 +66,15 @@ class HeartbeatScheduler {
     std::unique_lock lock(mutex_);
     unlink(beat);  // not queued while running: then `stopped_` tells it
     beat.stopped_ = true;
-    Heartbeat::Renewer* renewer = beat.renewer_;
+    Renewer* renewer = renewer_of(beat);
     if (renewer == nullptr) return;
     if (renewer->id == std::this_thread::get_id()) {
       // Its own callback ends it (an on_lost that ends the work, say): the call in flight is
       // the caller itself, and waiting would never end. The renewer must not touch it again.
       renewer->running = nullptr;
-      beat.renewer_ = nullptr;
       return;
     }
-    settled_.wait(lock, [&] { return beat.renewer_ == nullptr; });
+    settled_.wait(lock, [&] { return renewer_of(beat) == nullptr; });
   }
 
   HeartbeatScheduler(const HeartbeatScheduler&) = delete;
@@ -93,9 +92,18 @@ class HeartbeatScheduler {
     for (auto& renewer : renewers_) renewer.thread.join();
   }
 
+  // Requires the mutex. The renewer running `beat`'s callback, if one is (of at most
+  // kMaxRenewers: a scan, and no second record of it to keep in step).
+  Renewer* renewer_of(const Heartbeat& beat) {
+    for (Renewer& renewer : renewers_) {
+      if (renewer.running == &beat) return &renewer;
+    }
+    return nullptr;
+  }
+
   // Requires the mutex. Throws std::system_error when no thread can be started.
   void start_renewer() {
-    Heartbeat::Renewer& renewer = renewers_.emplace_back();
+    Renewer& renewer = renewers_.emplace_back();
     try {
       renewer.thread = std::thread([this, &renewer] { run(renewer); });
     } catch (...) {
@@ -170,7 +178,7 @@ class HeartbeatScheduler {
   // One renewer's life: the watcher while none is, else idle until needed; a renewal taken as
   // the watcher is run after handing the watch on, so the queue is never left unwatched while
   // a thread may still be started.
-  void run(Heartbeat::Renewer& self) {
+  void run(Renewer& self) {
     std::unique_lock lock(mutex_);
     while (!stopping_) {
       if (watching_) {
@@ -185,10 +193,8 @@ class HeartbeatScheduler {
       if (due == nullptr) break;
       unlink(*due);
       hand_on_the_watch();
-      due->renewer_ = &self;
       self.running = due;
       renew_once(self, *due, lock);  // returns with the lock held
-      if (self.running != nullptr) self.running->renewer_ = nullptr;
       self.running = nullptr;
       settled_.notify_all();
     }
@@ -211,7 +217,7 @@ class HeartbeatScheduler {
   // Requires the mutex, held by `lock`; returns with it held. One renewal of `beat`, then its
   // next due time, or the claim declared lost. The callbacks run without the mutex, and may
   // end the heartbeat itself (remove() on this thread): it is not touched after that.
-  void renew_once(Heartbeat::Renewer& self, Heartbeat& beat, std::unique_lock<std::mutex>& lock) {
+  void renew_once(Renewer& self, Heartbeat& beat, std::unique_lock<std::mutex>& lock) {
     enum class Result { kExtended, kRefused, kFailed } result = Result::kFailed;
     const auto started = SteadyClock::now();
     // On this stack while it runs: a callback that ends the heartbeat destroys the spec.
@@ -259,9 +265,9 @@ class HeartbeatScheduler {
   // none. A map node per distinct interval, made once.
   std::map<std::chrono::milliseconds, Heartbeat::Queue> by_interval_;
   Heartbeat::Queue retries_;
-  std::list<Heartbeat::Renewer> renewers_;  // started as needed, up to kMaxRenewers
-  std::size_t idle_ = 0;                    // renewers waiting on hire_
-  bool watching_ = false;                   // a renewer is the watcher
+  std::list<Renewer> renewers_;  // started as needed, up to kMaxRenewers
+  std::size_t idle_ = 0;         // renewers waiting on hire_
+  bool watching_ = false;        // a renewer is the watcher
   bool stopping_ = false;
   // When the watcher's wait ends: min() while it is awake or none watches (it rereads the
   // queues before waiting again), max() while none is queued.
@@ -287,9 +293,5 @@ Heartbeat::~Heartbeat() { HeartbeatScheduler::instance().remove(*this); }
 bool Heartbeat::lost() const noexcept { return lost_.load(); }
 
 std::uint64_t Heartbeat::renewals() const noexcept { return renewals_.load(); }
-
-std::unique_ptr<Heartbeat> start_heartbeat(HeartbeatSpec spec) {
-  return std::make_unique<Heartbeat>(std::move(spec));
-}
 
 }  // namespace idempotency::detail

@@ -9,10 +9,12 @@
 #include <chrono>
 #include <functional>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace idempotency::detail {
@@ -20,6 +22,11 @@ namespace {
 
 using namespace std::chrono_literals;
 using idempotency::testing::eventually;
+
+// A heartbeat the test can drop when it likes, as an owner's member would be dropped.
+std::unique_ptr<Heartbeat> start_heartbeat(HeartbeatSpec spec) {
+  return std::make_unique<Heartbeat>(std::move(spec));
+}
 
 TEST(Heartbeat, RenewsUntilDestroyedAndNeverAfter) {
   std::atomic<int> calls{0};

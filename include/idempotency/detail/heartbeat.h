@@ -12,14 +12,13 @@
 // as lost too. `on_lost` is called once, on one of those threads, and renewals stop. Nothing a
 // renewal does ever throws into the work.
 //
-// Thread safety: Heartbeat's members and start_heartbeat() may be used from any thread.
+// Thread safety: Heartbeat's members may be used from any thread.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <utility>
 
 namespace idempotency::detail {
@@ -66,22 +65,16 @@ class Heartbeat {
  private:
   friend class HeartbeatScheduler;  // heartbeat.cc: the threads that renew
   struct Queue;
-  struct Renewer;
 
   // Guarded by the scheduler's mutex, but for the atomics.
   HeartbeatSpec spec_;
   std::atomic<bool> lost_{false};
   std::atomic<std::uint64_t> renewals_{0};
   std::chrono::steady_clock::time_point due_;
-  Queue* queue_ = nullptr;      // the queue it is linked into; null while running or stopped
-  Renewer* renewer_ = nullptr;  // the thread running its callback, if one is
+  Queue* queue_ = nullptr;  // the queue it is linked into; null while running or stopped
   Heartbeat* prev_ = nullptr;
   Heartbeat* next_ = nullptr;
   bool stopped_ = false;  // removed, or lost: never queued again
 };
-
-/// start_heartbeat() starts a heartbeat on the heap, for an owner that must move or drop it
-/// independently; throws as Heartbeat() does.
-[[nodiscard]] std::unique_ptr<Heartbeat> start_heartbeat(HeartbeatSpec spec);
 
 }  // namespace idempotency::detail
