@@ -485,6 +485,7 @@ redis_limit() {
   local round=$1 c=$2 port=$3 sha=$4 rate=$5 n csv rps p50 p99 what args keys rb_cpu cpu
   n=$(awk -v r="$rate" -v s="$STORE_SECONDS" 'BEGIN { n = int(r * s * 1.5); print (n < 20000 ? 20000 : n) }')
   for what in evalsha setnx; do
+    empty_redis "$port"
     if [ "$what" = evalsha ]; then
       args=(EVALSHA "$sha" 1 "idempotency:rb-$round-$c-__rand_int__" claim ""
         0123456789abcdef0123456789abcdef 60000 3600000 -)
@@ -526,7 +527,14 @@ pg_limit() {
   say "round $round pgbench -c $c: $tps pairs/s"
 }
 
-last_rate() { sed -n 's/.*"rate":\([0-9.]*\).*/\1/p' "$RECORDS" | tail -n 1; }
+# empty_redis PORT: the bench's Redis database emptied (synchronously: a background free would
+# share the cores with the next run).
+empty_redis() { redis-cli -p "$1" FLUSHDB SYNC >/dev/null; }
+
+# last_rate BACKEND PATH: the rate of the last record of BACKEND's PATH runs.
+last_rate() {
+  grep -F "\"backend\":\"$1\",\"path\":\"$2\"" "$RECORDS" | sed -n 's/.*"rate":\([0-9.]*\).*/\1/p' | tail -n 1
+}
 
 # peer_run ROUND ARGS...: one bench/peer/peer_bench.mjs invocation (the Powertools peer), its
 # JSON lines recorded with the round. Unlike store_bench's lines these are read after it exits,
@@ -588,17 +596,36 @@ part_store() {
         store_run "$round" run "sqlite://$sqlite_dir/ours.db" sqlite "$c" "$STORE_SECONDS" pair
         store_run "$round" sqlite-limit "$sqlite_dir/raw.db" "$c" "$STORE_SECONDS"
       fi
+      # Every Redis run of the round starts on an empty database: ours, the peer and the
+      # limit alike. Carried over, the keys of the run before made the next one pay Redis's
+      # incremental rehash of its main table; the peer, which ran right after our pairs in
+      # flight had added ~150k keys, read 11.5-12.7k messages a second at 8 calls in flight
+      # against 19-20k on an empty database (2026-12-06, BENCHMARKS.md).
+      # Ours (blocking threads, then as many pairs in flight by claim_async / complete_async,
+      # the way the peer keeps its calls in flight on one event loop) with the peer between
+      # the two, and the two swapped every other round: each ratio to the peer compares runs
+      # seconds apart, neither side always first. This VM has slow spells of 10-20 s; with
+      # three runs between ours and the peer, one spell fell on ours alone and read a round
+      # at 0.83x (2026-12-06 13:36, 8 threads, round 3).
+      local -a ours_paths=(pair async)
+      ((round % 2 == 0)) && ours_paths=(async pair)
       if has redis; then
-        store_run "$round" run "$redis_url" redis "$c" "$STORE_SECONDS" pair
-        # The same pairs with a connection per call (no pipelining): the gain, in the round.
-        store_run "$round" run "$redis_url?pipelines=0" redis-unpipelined "$c" "$STORE_SECONDS" pair
-        redis_limit "$round" "$c" "$redis_port" "$sha" "$(awk -v r="$(last_rate)" 'BEGIN { print r * 2 }')"
-        # As many pairs in flight from one thread by claim_async / complete_async, the way the
-        # peer keeps its calls in flight on one event loop: right before the peer's run.
-        store_run "$round" run "$redis_url" redis "$c" "$STORE_SECONDS" async
+        empty_redis "$redis_port"
+        store_run "$round" run "$redis_url" redis "$c" "$STORE_SECONDS" "${ours_paths[0]}"
       fi
-      # The peer right after our Redis runs at the same concurrency: a ratio within the round.
-      if has peer; then peer_run "$round" run "$redis_url" "$c" "$PEER_SECONDS" "$PEER_WARMUP"; fi
+      if has peer; then
+        empty_redis "$redis_port"
+        peer_run "$round" run "$redis_url" "$c" "$PEER_SECONDS" "$PEER_WARMUP"
+      fi
+      if has redis; then
+        empty_redis "$redis_port"
+        store_run "$round" run "$redis_url" redis "$c" "$STORE_SECONDS" "${ours_paths[1]}"
+        # The same pairs with a connection per call (no pipelining): the gain, in the round.
+        empty_redis "$redis_port"
+        store_run "$round" run "$redis_url?pipelines=0" redis-unpipelined "$c" "$STORE_SECONDS" pair
+        # The limit is held to our blocking pairs' rate (their last record of this round).
+        redis_limit "$round" "$c" "$redis_port" "$sha" "$(awk -v r="$(last_rate redis pair)" 'BEGIN { print r * 2 }')"
+      fi
       if has postgres; then
         # A pool sized to the load, as pgbench opens a connection per client: with 64 threads on
         # the default 8 connections, calls queue for the pool while the server could commit
