@@ -587,7 +587,9 @@ def peer_report(recs, groups, p):
           "`process.cpuUsage()` (user + system, the whole process) over the measured window ÷ "
           "messages. Ours: the Redis pair rows above (N threads, the default 2 pipelined "
           "connections), and N pairs in flight from one thread by `claim_async` / "
-          "`complete_async` (the backend's I/O thread and its connection)")
+          "`complete_async` (the backend's I/O thread and its connection). In each round the "
+          "peer runs between our two runs at the same count, and every Redis run (ours, the "
+          "peer's, redis-benchmark's) starts on an emptied database")
         p("")
     by_t = {}
     for r in peers:
