@@ -10,6 +10,7 @@
 #include <variant>
 
 #include "idempotency/detail/ascii.h"
+#include "idempotency/detail/field_syntax.h"
 #include "idempotency/detail/hex.h"
 #include "idempotency/detail/lease_keeper.h"
 #include "idempotency/detail/sha256.h"
@@ -53,6 +54,16 @@ class Handler {
       }
     }
     if (request.method != "POST" && request.method != "PATCH") return passthrough(request);
+    // One key: the upstream, reading the last of two (or, behind a CGI-style server, an
+    // `Idempotency_Key` as the same field), would act under another key than the one claimed.
+    const auto keys =
+        std::count_if(request.headers.begin(), request.headers.end(), [](const pubsub::Header& h) {
+          return idempotency::detail::same_field_name(h.name, kIdempotencyKeyHeader);
+        });
+    if (keys > 1) {
+      deps_.metrics->count(outcome::kBadRequest);
+      return plain(400, "more than one Idempotency-Key header");
+    }
     const auto header = request.header(kIdempotencyKeyHeader);
     if (!header || header->empty()) {
       deps_.metrics->count(outcome::kBadRequest);

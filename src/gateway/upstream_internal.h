@@ -99,8 +99,16 @@ class ResponseParser : public http::basic_parser<false> {
   /// With `keep_content` false, only the status is kept; the fields and the body are dropped.
   explicit ResponseParser(bool keep_content = true) : keep_content_(keep_content) {}
 
-  /// Whether a Transfer-Encoding field named a coding besides chunked (when content is kept).
+  /// Whether a Transfer-Encoding field named a coding besides chunked.
   [[nodiscard]] bool foreign_coding() const { return codings_.codings() > codings_.chunked(); }
+
+  /// Whether the response's own framing leaves the connection at a message boundary, by what
+  /// its header said (the exchange also checks that nothing was read past it). Not so when its
+  /// Transfer-Encoding does not end in chunked (the body ends at the close: RFC 9112 §6.3,
+  /// whatever Content-Length says), when it has both Transfer-Encoding and Content-Length, or
+  /// when a 1xx or 204, which may carry neither, announced a body: its bytes may come later
+  /// and be read as the next request's response.
+  [[nodiscard]] bool reusable() const;
 
   [[nodiscard]] pubsub::PushResponse& response() { return response_; }
 
@@ -122,7 +130,7 @@ class ResponseParser : public http::basic_parser<false> {
   void on_finish_impl(error_code& ec) override;
 
   bool keep_content_;
-  idempotency::detail::TransferCodings codings_;  // the Transfer-Encoding fields', when kept
+  idempotency::detail::TransferCodings codings_;  // the Transfer-Encoding fields'
   pubsub::PushResponse response_;
 };
 

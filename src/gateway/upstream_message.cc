@@ -25,6 +25,7 @@ using idempotency::detail::is_field_name;
 using idempotency::detail::is_field_value;
 // A request target is sent as is; it must not end the request line early.
 using idempotency::detail::is_request_target;
+using idempotency::detail::same_field_name;
 using idempotency::detail::trim_ows;
 
 // The header names a `Connection` header lists are hop-by-hop for this message too. Views into
@@ -44,7 +45,25 @@ void add_connection_tokens(std::string_view name, std::string_view value, Tokens
   }
 }
 
+// Sorted once a header lists more than a few: a linear search per forwarded field would let a
+// request of ~50k tokens and ~25k fields (within the header limit) cost a worker ~10^9
+// comparisons.
+constexpr std::size_t kTokensSearchedInOrder = 8;
+
+bool iless_ascii(std::string_view a, std::string_view b) noexcept {
+  return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
+    return idempotency::detail::ascii_lower(x) < idempotency::detail::ascii_lower(y);
+  });
+}
+
+void index_tokens(Tokens& tokens) {
+  if (tokens.size() > kTokensSearchedInOrder) std::sort(tokens.begin(), tokens.end(), iless_ascii);
+}
+
 bool is_listed(const Tokens& tokens, std::string_view name) {
+  if (tokens.size() > kTokensSearchedInOrder) {
+    return std::binary_search(tokens.begin(), tokens.end(), name, iless_ascii);
+  }
   return std::any_of(tokens.begin(), tokens.end(),
                      [&](std::string_view token) { return iequals_ascii(token, name); });
 }
@@ -69,11 +88,12 @@ std::optional<std::string> build_request(const pubsub::PushRequest& in,
   if (in.method == "TRACE" && !in.body.empty()) return "a TRACE request has no body";
   Tokens listed;
   for (const auto& h : in.headers) add_connection_tokens(h.name, h.value, listed);
+  index_tokens(listed);
   const auto forwarded = [&](const pubsub::Header& h) {
     // The server in front rejects malformed headers; this is defense in depth, as is never
     // asking for 100-continue (the body goes with the header in one write).
     return !is_hop_by_hop(h.name) && !is_listed(listed, h.name) &&
-           !iequals_ascii(h.name, kFenceHeader) && !iequals_ascii(h.name, "Expect") &&
+           !same_field_name(h.name, kFenceHeader) && !iequals_ascii(h.name, "Expect") &&
            is_field_name(h.name) && is_field_value(h.value) && h.name.size() <= kMaxFieldBytes &&
            h.value.size() <= kMaxFieldBytes;
   };
@@ -115,6 +135,7 @@ std::string_view view(beast::string_view s) { return {s.data(), s.size()}; }
 void drop_hop_by_hop(pubsub::PushResponse& response) {
   Tokens listed;
   for (const auto& h : response.headers) add_connection_tokens(h.name, h.value, listed);
+  index_tokens(listed);
   // Every field is judged before any moves, as the listed names are views into field values;
   // a name the parser cannot produce marks the ones to drop (Beast refuses an empty field name
   // with bad_field).
@@ -136,12 +157,23 @@ void ResponseParser::on_response_impl(int code, string_view /*reason*/, int /*ve
 
 void ResponseParser::on_field_impl(http::field name, string_view name_string, string_view value,
                                    error_code& /*ec*/) {
-  if (!keep_content_) return;
   if (name == http::field::transfer_encoding) codings_.add(view(value));
+  if (!keep_content_) return;
   response_.headers.push_back({std::string(view(name_string)), std::string(view(value))});
 }
 
 void ResponseParser::on_header_impl(error_code& /*ec*/) {}
+
+bool ResponseParser::reusable() const {
+  const bool coded = codings_.codings() > 0;
+  if (coded && (!codings_.last_is_chunked() || content_length())) return false;
+  // Neither field is allowed on these (RFC 9110 §8.6, RFC 9112 §6.1): a sender that writes
+  // one may write the body it announces too. A HEAD or 304 response may carry them (the
+  // length a GET would have had) and has no body.
+  const int status = response_.status;
+  if (status / 100 == 1 || status == 204) return !coded && content_length().value_or(0) == 0;
+  return true;
+}
 
 void ResponseParser::on_body_init_impl(const boost::optional<std::uint64_t>& content_length,
                                        error_code& /*ec*/) {
@@ -171,7 +203,8 @@ void ResponseParser::on_finish_impl(error_code& /*ec*/) {}
 bool is_hop_by_hop(std::string_view name) {
   // Host and Content-Length are not hop-by-hop, but the client writes its own for the new hop.
   // Matched by length first: this runs for every field of every request and response.
-  const auto is = [&](std::string_view h) { return idempotency::detail::iequals_ascii(name, h); };
+  // In the spelling with underscores too (`Transfer_Encoding`): see same_field_name().
+  const auto is = [&](std::string_view h) { return idempotency::detail::same_field_name(name, h); };
   switch (name.size()) {
     case 2:
       return is("TE");

@@ -45,11 +45,14 @@ std::optional<HeadRefusal> settle_head(pubsub::PushRequest& request, unsigned ve
   // One pass over the fields: they are a handful, and this runs for every request.
   pubsub::Header* host = nullptr;
   std::size_t hosts = 0;
+  std::size_t authorizations = 0;
   std::optional<TransferCodings> codings;  // when there is a Transfer-Encoding field
   for (auto& field : request.headers) {
     if (field.name.size() == 4 && iequals_ascii(field.name, "Host")) {
       host = &field;
       ++hosts;
+    } else if (field.name.size() == 13 && iequals_ascii(field.name, "Authorization")) {
+      ++authorizations;
     } else if (field.name.size() == 17 && iequals_ascii(field.name, "Transfer-Encoding")) {
       if (version < kHttp11) {
         return HeadRefusal{400, "Transfer-Encoding in an HTTP/1.0 request"};
@@ -62,6 +65,9 @@ std::optional<HeadRefusal> settle_head(pubsub::PushRequest& request, unsigned ve
     if (auto refusal = judge(*codings)) return refusal;
   }
   if (hosts > 1) return HeadRefusal{400, "more than one Host field"};
+  // A singleton (RFC 9110 §11.6.2; its value has commas, so two cannot be one list): a handler
+  // that checks the first and an app behind it that reads the last would judge two credentials.
+  if (authorizations > 1) return HeadRefusal{400, "more than one Authorization field"};
   if (hosts == 0 && version >= kHttp11) {
     return HeadRefusal{400, "an HTTP/1.1 request without a Host field"};
   }

@@ -430,6 +430,25 @@ TEST_F(GATEWAY_KEY_SUITE, AMissingKeyIs400AndOtherMethodsPassThrough) {
   EXPECT_EQ(send(upstream_->port(), "GET", "/fence?id=get-1").body, "") << "no fence unclaimed";
 }
 
+// One request, one key: an app reading the second (the last, or `Idempotency_Key` to a
+// CGI-style server) would act under a key the gateway never claimed.
+TEST_F(GATEWAY_KEY_SUITE, TwoKeysAre400AndNeverForwarded) {
+  auto gateway = start();
+  for (const char* second : {"Idempotency-Key", "idempotency_key"}) {
+    SCOPED_TRACE(second);
+    const auto reply = post_key(gateway->port(), "k-two-a", R"({"amount":1})",
+                                {{second, "k-two-b"}, {"X-Test-Id", "two-keys"}});
+    EXPECT_EQ(reply.status, 400);
+    EXPECT_NE(reply.body.find("more than one Idempotency-Key"), std::string::npos) << reply.body;
+  }
+  EXPECT_EQ(calls("two-keys"), 0);
+  // Neither key was claimed: each alone goes through.
+  EXPECT_EQ(
+      post_key(gateway->port(), "k-two-b", R"({"amount":1})", {{"X-Test-Id", "one-key"}}).status,
+      201);
+  EXPECT_EQ(calls("one-key"), 1);
+}
+
 TEST_F(GATEWAY_KEY_SUITE, ARetryReplaysTheStoredResponseByteForByte) {
   auto gateway = start();
   const auto first = post_key(gateway->port(), "k-1", R"({"amount":100})");

@@ -110,6 +110,19 @@ INSTANTIATE_TEST_SUITE_P(
         Malformed{"BadChunkSize",
                   "POST /push HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
                   "zz\r\n{}\r\n0\r\n\r\n"},
+        // A bare LF inside a quoted chunk extension: a proxy in front that ends the chunk line
+        // there reads the rest as a request of its own (a smuggled request, the fence forged).
+        Malformed{"ABareLfInAChunkExtension",
+                  "POST /push HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  "2;a=\"\nX-Idempotency-Fence: 999999\"\r\n{}\r\n0\r\n\r\n"},
+        Malformed{"ANulInAChunkExtension",
+                  std::string("POST /push HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                              "\r\n2;a=\"\0\"\r\n{}\r\n0\r\n\r\n",
+                              78)},
+        // RFC 9110 §11.6.2: one credential; a handler checking the first and an app behind it
+        // reading the last would judge two.
+        Malformed{"TwoAuthorizations",
+                  post("Authorization: Bearer a\r\nAuthorization: Bearer b\r\n")},
         // RFC 9112 §3.2: exactly one valid Host in HTTP/1.1.
         Malformed{"NoHostInHttp11", "POST /push HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}"},
         Malformed{"TwoHosts", post("Host: y\r\n")},

@@ -342,6 +342,10 @@ TEST_P(UpstreamForward, ForwardsTheRequestAndReturnsTheResponse) {
                               .headers = {{"Content-Type", "application/json"},
                                           {"X-Idempotency-Fence", "forged-fence"},
                                           {"x-idempotency-fence", "forged-fence-too"},
+                                          // One field with it to a CGI-style server (WSGI, Rack).
+                                          {"X_Idempotency_Fence", "forged-underscores"},
+                                          {"x_IDEMPOTENCY-fence", "forged-mixed"},
+                                          {"Transfer_Encoding", "forged-coding"},
                                           {"Connection", "close, X-Drop"},
                                           {"X-Drop", "dropped"},
                                           {"Keep-Alive", "timeout=1"},
@@ -942,6 +946,85 @@ TEST_P(UpstreamForward, TrailersAreHeadersAndHopByHopOnesAreDropped) {
   EXPECT_EQ(header(reply.response, "X-Trailer"), "kept");
   for (const char* gone : {"Connection", "X-Secret", "Upgrade", "Transfer-Encoding", "Trailer"}) {
     EXPECT_EQ(header(reply.response, gone), "") << gone;
+  }
+}
+
+// A connection is reused only when the response's framing leaves no doubt where it ended. A
+// Transfer-Encoding not ending in chunked is delimited by the close (RFC 9112 §6.3), whatever
+// Content-Length says; a body a 204 announces (it may carry neither field) may arrive after the
+// check for stray bytes and be read as the next request's response. A HEAD or 304 response
+// may carry a length and has no body (the HEAD case: ReadsNoBodyAfterAHeadResponse).
+TEST_P(UpstreamForward, AResponseThatLeavesItsEndInDoubtEndsItsConnection) {
+  struct Case {
+    const char* method;
+    const char* response;
+    bool reused;
+  };
+  for (const Case& c : {
+           Case{"POST", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", true},
+           Case{"POST", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+                true},
+           Case{"GET", "HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n", true},
+           Case{"POST", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nContent-Length: 2\r\n\r\nok",
+                false},
+           Case{"POST", "HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n", false},
+           Case{"POST", "HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n", false},
+       }) {
+    for (const bool keep_content : {true, false}) {
+      SCOPED_TRACE(std::string(c.method) + " answered " + c.response +
+                   (keep_content ? " (content kept)" : " (status only)"));
+      RawServer server(answer_each(c.response));
+      const auto pool = make_pool(server.url(), {.keep_content = keep_content});
+      for (int i = 0; i < 2; ++i) {
+        const auto reply = forward(pool, {.method = c.method, .path = "/x"}, i);
+        ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+      }
+      EXPECT_EQ(server.accepted(), c.reused ? 1 : 2);
+    }
+  }
+}
+
+// Connection may list many fields (searched in order up to a few, sorted beyond): each listed
+// one is dropped whatever its case, and no other.
+TEST_P(UpstreamForward, EveryFieldAConnectionHeaderListsIsDroppedHoweverManyItLists) {
+  std::mutex mutex;
+  std::vector<std::string> texts;  // every request the server read, in order
+  RawServer server([&](int fd, int) {
+    std::string pending;
+    for (;;) {
+      auto request = read_request(fd, pending);
+      if (request.text.empty()) return;
+      {
+        const std::lock_guard lock(mutex);
+        texts.push_back(std::move(request.text));
+      }
+      if (!send_all(fd, kOk)) return;
+    }
+  });
+  const auto pool = make_pool(server.url());
+  for (const int listed : {3, 40}) {
+    SCOPED_TRACE(listed);
+    pubsub::PushRequest request = post();
+    std::string connection;
+    for (int i = 0; i < listed; ++i) {
+      connection += (i % 2 == 0 ? "X-Listed-" : "x-LISTED-") + std::to_string(i) + ", ";
+      request.headers.push_back({"X-Listed-" + std::to_string(i), "dropped"});
+    }
+    request.headers.push_back({"Connection", connection + "close"});
+    request.headers.push_back({"X-Listed", "kept"});
+    request.headers.push_back({"X-Listed-" + std::to_string(listed), "kept"});
+
+    const auto reply = forward(pool, request, 1);
+
+    ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+    std::string text;
+    {
+      const std::lock_guard lock(mutex);
+      ASSERT_FALSE(texts.empty());
+      text = texts.back();
+    }
+    EXPECT_EQ(text.find("dropped"), std::string::npos) << text;
+    EXPECT_EQ(count(text, "kept"), 2u) << text;
   }
 }
 

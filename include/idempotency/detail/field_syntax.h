@@ -71,6 +71,19 @@ inline constexpr std::array<bool, 256> kTargetChars = [] {
   return true;
 }
 
+/// same_field_name() says whether field name `name` is `canonical` as a server that reads '_'
+/// as '-' sees it (CGI-style ones, WSGI, Rack and PHP, put `X_A` and `X-A` in one variable),
+/// ASCII case aside. A field a proxy writes, strips or acts on must be matched in that spelling
+/// too, or a client could pass its own past it.
+[[nodiscard]] constexpr bool same_field_name(std::string_view name,
+                                             std::string_view canonical) noexcept {
+  if (name.size() != canonical.size()) return false;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    if (ascii_lower(name[i] == '_' ? '-' : name[i]) != ascii_lower(canonical[i])) return false;
+  }
+  return true;
+}
+
 /// kRegNameChars[b] says whether byte `b` may appear in a reg-name or an IPv4 address (RFC 3986
 /// §3.2.2: unreserved, pct-encoded and sub-delims bytes); kIpLiteralChars adds the colon of an
 /// IPv6 address, inside the brackets of an IP literal.
