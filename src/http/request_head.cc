@@ -1,5 +1,6 @@
 #include "request_head.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 
@@ -39,6 +40,37 @@ std::optional<HeadRefusal> judge(const TransferCodings& codings) {
   return std::nullopt;
 }
 
+// Whether `segment` is "." or "..", each dot also as %2E (RFC 3986 §2.3: the same octet).
+bool is_dot_segment(std::string_view segment) {
+  std::size_t dots = 0;
+  for (std::size_t i = 0; i < segment.size(); ++dots) {
+    if (segment[i] == '.') {
+      i += 1;
+    } else if (segment.size() - i >= 3 && segment[i] == '%' && segment[i + 1] == '2' &&
+               (segment[i + 2] == 'e' || segment[i + 2] == 'E')) {
+      i += 3;
+    } else {
+      return false;
+    }
+  }
+  return dots == 1 || dots == 2;
+}
+
+// RFC 3986 §5.2.4: a client removes dot segments before it sends a target. One that arrives
+// anyway would reach the handler, and the app behind a proxy, under a path other than the
+// one it names: `/../admin` under the gateway's base path `/api` is `/admin` to most servers.
+std::optional<HeadRefusal> judge_path(std::string_view target) {
+  const std::string_view path = target.substr(0, target.find('?'));
+  for (std::size_t start = 0; start < path.size();) {
+    const std::size_t end = std::min(path.find('/', start + 1), path.size());
+    if (is_dot_segment(path.substr(start + 1, end - start - 1))) {
+      return HeadRefusal{400, "a . or .. segment in the request target"};
+    }
+    start = end;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<HeadRefusal> settle_head(pubsub::PushRequest& request, unsigned version) {
@@ -74,7 +106,7 @@ std::optional<HeadRefusal> settle_head(pubsub::PushRequest& request, unsigned ve
   if (host != nullptr && !is_host(host->value)) return HeadRefusal{400, "an invalid Host field"};
 
   std::string& target = request.path;
-  if (!target.empty() && target.front() == '/') return std::nullopt;  // origin-form
+  if (!target.empty() && target.front() == '/') return judge_path(target);  // origin-form
   if (target == "*") {
     if (request.method == "OPTIONS") return std::nullopt;  // asterisk-form
     return HeadRefusal{400, "the target * is for OPTIONS alone"};
@@ -86,6 +118,9 @@ std::optional<HeadRefusal> settle_head(pubsub::PushRequest& request, unsigned ve
   // An http URI names a host (RFC 9110 §4.2.1), and userinfo in one is an error (§4.2.4).
   if (authority.empty() || authority.front() == ':' || !is_host(authority)) {
     return HeadRefusal{400, "the request target's authority is not a valid host"};
+  }
+  if (authority_end != std::string_view::npos) {
+    if (auto refusal = judge_path(uri->substr(authority_end))) return refusal;
   }
   std::string host_value(authority);
   std::string origin(authority_end == std::string_view::npos ? std::string_view()

@@ -123,5 +123,20 @@ TEST(SettleHead, OtherTargetsAreRefusedAndTheRequestLeftAsItCame) {
   EXPECT_EQ(status(request("*", {{"Host", "a"}}, "GET")), 400);
 }
 
+// RFC 3986 §5.2.4: a client sends no dot segments; one that does would reach the handler (and
+// an app behind a base path) under another path than the one it names.
+TEST(SettleHead, ADotSegmentInThePathIsRefusedAnywhereElseItIsNot) {
+  for (const char* target : {"/../admin", "/a/./b", "/a/..", "/.", "/%2e%2E/x", "/a/.%2E/b",
+                             "http://h/../x", "HTTP://h/a/./b?q"}) {
+    SCOPED_TRACE(target);
+    EXPECT_EQ(status(request(target, {{"Host", "h"}})), 400);
+  }
+  for (const char* target : {"/", "/a/.b", "/...", "/a..b/c", "/.well-known/x", "/a/b?x=/../y",
+                             "/%2e%2e%2e", "/a%2F..", "http://h?/../", "//"}) {
+    SCOPED_TRACE(target);
+    EXPECT_EQ(status(request(target, {{"Host", "h"}})), 0);
+  }
+}
+
 }  // namespace
 }  // namespace idempotency::http::detail

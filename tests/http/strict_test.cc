@@ -142,7 +142,10 @@ INSTANTIATE_TEST_SUITE_P(
                   "POST push HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"},
         Malformed{"AnAbsoluteTargetWithUserinfo",
                   "POST http://user@x/push HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"},
-        Malformed{"AsteriskForAPost", "POST * HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"}),
+        Malformed{"AsteriskForAPost", "POST * HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"},
+        // RFC 3986 §5.2.4: `/api` + `/../admin` is `/admin` to the app behind a proxy.
+        Malformed{"ADotSegmentInTheTarget",
+                  "POST /push/../admin HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST_F(StrictServer, ATransferCodingBesidesChunkedIs501AndNeverReachesTheHandler) {
