@@ -5,10 +5,12 @@
 #include "idempotency/datastore_lock.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <thread>
 #include <utility>
@@ -29,7 +31,7 @@ using datastore_detail::format_timestamp;
 using datastore_detail::is_reserved_name;
 using datastore_detail::kDefaultDatabaseName;
 using datastore_detail::record_from_entity;
-using datastore_detail::replace_all;
+using datastore_detail::redact_keys;
 using datastore_detail::RpcFailure;
 
 constexpr const char* kProductionEndpoint = "https://datastore.googleapis.com";
@@ -157,8 +159,8 @@ struct DatastoreLock::Impl {
   // Runs `attempt` until it succeeds, retrying ABORTED and transient failures with jittered
   // exponential back-off; a permanent failure or the last one becomes a StoreError.
   template <class Attempt>
-  auto with_retries(const char* what, std::string_view key, const std::string& name,
-                    Attempt attempt) {
+  // `secrets`: the keys and entity names the call is about, kept out of its error message.
+  auto with_retries(const char* what, std::span<const std::string_view> secrets, Attempt attempt) {
     thread_local std::mt19937_64 rng{std::random_device{}()};
     RpcFailure last;
     for (int i = 0; i < options.max_attempts; ++i) {
@@ -172,9 +174,7 @@ struct DatastoreLock::Impl {
         return attempt();
       } catch (RpcFailure& f) {
         // Google's messages may quote the key name; keys are customer data.
-        if (!key.empty()) {
-          f.message = replace_all(replace_all(std::move(f.message), name, "<key>"), key, "<key>");
-        }
+        f.message = redact_keys(std::move(f.message), secrets);
         if (!f.retryable) throw StoreError(std::string("datastore: ") + what + ": " + f.describe());
         last = std::move(f);
       }
@@ -188,9 +188,9 @@ struct DatastoreLock::Impl {
   // retry of an ABORTED transaction names it as TransactionOptions.ReadWrite
   // .previousTransaction, as the v1 API asks of a retried transaction.
   template <class Body>
-  auto in_transaction(const char* what, std::string_view key, const std::string& name, Body body) {
+  auto in_transaction(const char* what, std::span<const std::string_view> secrets, Body body) {
     std::string aborted;
-    return with_retries(what, key, name, [&] {
+    return with_retries(what, secrets, [&] {
       const std::string tx = begin(aborted);
       bool committing = false;
       try {
@@ -209,7 +209,8 @@ struct DatastoreLock::Impl {
   // One operation: begin, lookup, transition(), commit when changed else rollback.
   Transition apply(const char* what, std::string_view key, const Operation& op) {
     const std::string name = datastore_key_name(key);
-    return in_transaction(what, key, name, [&](const std::string& tx, bool& committing) {
+    const std::array<std::string_view, 2> secrets{key, name};
+    return in_transaction(what, secrets, [&](const std::string& tx, bool& committing) {
       auto found = lookup({name}, tx);
       std::optional<Record> current;
       if (auto it = found.find(name); it != found.end()) current = record_from_entity(it->second);
@@ -234,7 +235,8 @@ struct DatastoreLock::Impl {
   // Deletes those of `names` still expired at `now`, in one transaction; returns how many.
   std::size_t delete_expired(const std::vector<std::string>& names, Millis at) {
     if (names.empty()) return 0;
-    return in_transaction("purge_expired", {}, {},
+    const std::vector<std::string_view> secrets(names.begin(), names.end());
+    return in_transaction("purge_expired", secrets,
                           [&](const std::string& tx, bool& committing) -> std::size_t {
                             auto found = lookup(names, tx);
                             Json mutations = Json::array();
@@ -280,7 +282,7 @@ struct DatastoreLock::Impl {
       Json b = body();
       b["partitionId"] = partition();
       b["query"] = query;
-      const Json r = with_retries("purge_expired", {}, {}, [&] { return call("runQuery", b); });
+      const Json r = with_retries("purge_expired", {}, [&] { return call("runQuery", b); });
       std::vector<std::string> names;
       std::string more;
       std::string end;
@@ -409,7 +411,8 @@ std::size_t DatastoreLock::do_purge_expired() { return impl_->purge(); }
 
 std::optional<Record> DatastoreLock::do_inspect(std::string_view key) {
   const std::string name = datastore_key_name(key);
-  return impl_->with_retries("record", key, name, [&]() -> std::optional<Record> {
+  const std::array<std::string_view, 2> secrets{key, name};
+  return impl_->with_retries("record", secrets, [&]() -> std::optional<Record> {
     auto found = impl_->lookup({name}, "");
     if (auto it = found.find(name); it != found.end()) return record_from_entity(it->second);
     return std::nullopt;

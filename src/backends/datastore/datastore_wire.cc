@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "idempotency/clock.h"
+#include "idempotency/detail/ascii.h"
 
 namespace idempotency::datastore_detail {
 
@@ -31,6 +32,20 @@ std::string replace_all(std::string text, std::string_view what, std::string_vie
     text.replace(pos, what.size(), with);
   }
   return text;
+}
+
+std::string redact_keys(std::string message, std::span<const std::string_view> secrets) {
+  for (const std::string_view secret : secrets)
+    message = replace_all(std::move(message), secret, "<key>");
+  constexpr std::string_view kGroups = "entity group";
+  const auto at =
+      std::search(message.begin(), message.end(), kGroups.begin(), kGroups.end(),
+                  [](char a, char b) { return idempotency::detail::ascii_lower(a) == b; });
+  if (at != message.end()) {
+    message.erase(at, message.end());
+    message += "entity groups: <not shown>";
+  }
+  return message;
 }
 
 RpcFailure classify(const HttpResponse& r) {

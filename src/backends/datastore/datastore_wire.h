@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -42,6 +43,13 @@ struct RpcFailure {
 /// replace_all() replaces every `what` in `text` with `with`.
 [[nodiscard]] std::string replace_all(std::string text, std::string_view what,
                                       std::string_view with);
+
+/// redact_keys() returns Google's error `message` with every one of `secrets` (the keys and
+/// entity names the call was about) replaced by `<key>`, and what follows "entity group" (the
+/// contention error's list of entity keys, in Google's own quoting) dropped: keys are customer
+/// data, and the message goes into errors and logs.
+[[nodiscard]] std::string redact_keys(std::string message,
+                                      std::span<const std::string_view> secrets);
 
 /// classify() turns a non-200 reply (or no reply) into a failure the retry loop can judge.
 [[nodiscard]] RpcFailure classify(const auth::detail::HttpResponse& r);

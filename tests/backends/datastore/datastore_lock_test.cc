@@ -281,6 +281,39 @@ TEST_F(DatastoreLockTest, PurgeDeletesExpiredRecordsInBatches) {
   held(backend.claim("live", kLease));  // the live record survived the purge
 }
 
+// A purge is about many keys at once, and Google's errors may quote them: legacy Datastore's
+// contention error lists the entity groups, a permission error the key. The purge's error
+// (logged by the reclaimer every minute, printed by `idem purge-expired`) names none.
+TEST_F(DatastoreLockTest, APurgesErrorNamesNoKey) {
+  struct Case {
+    int http;
+    const char* status;
+    const char* message;
+  };
+  for (const Case& c :
+       {Case{409, "ABORTED",
+             "too much contention on these datastore entities. please try again. entity groups: "
+             "[(app=s~proj, Idem, \"secret-old-0\"), (app=s~proj, Idem, \"secret-old-1\")]"},
+        Case{403, "PERMISSION_DENIED", "Missing permission on key secret-old-1."}}) {
+    SCOPED_TRACE(c.status);
+    auto owned = with_expired(2, "secret-old-");
+    // As many as the purge's commits: every attempt of a retryable one, else the one.
+    const int commits = c.http == 409 ? DatastoreOptions{}.max_attempts : 1;
+    server_.inject(Fault{.method = "commit",
+                         .count = commits,
+                         .http = c.http,
+                         .status = c.status,
+                         .message = c.message});
+    try {
+      (void)owned->purge_expired();
+      FAIL() << "expected StoreError";
+    } catch (const StoreError& e) {
+      EXPECT_THAT(e.what(), HasSubstr(c.status));
+      EXPECT_THAT(e.what(), Not(HasSubstr("secret")));
+    }
+  }
+}
+
 // Datastore may end a batch early with moreResults NOT_FINISHED, short or empty; only
 // NO_MORE_RESULTS ends the query. Here live records come first in key order, so the first
 // batches are empty, and later ones stop at 3 results of the 10 asked for.
