@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -30,6 +31,7 @@
 #endif
 
 #include "gateway_client.h"
+#include "idempotency/key.h"
 #include "support/child_process.h"
 #include "support/eventually.h"
 #include "support/temp_dir.h"
@@ -57,14 +59,16 @@ class GatewayTest : public ::testing::Test {
 
   // Keys are namespaced per test, so tests sharing one Redis or PostgreSQL never meet.
   std::unique_ptr<ChildProcess> start_gateway(std::vector<std::string> extra = {},
-                                              std::string upstream = {}) {
+                                              std::string upstream = {},
+                                              const std::string& stderr_file = {}) {
     if (upstream.empty()) upstream = "http://127.0.0.1:" + std::to_string(upstream_->port());
     std::vector<std::string> args{
         "--listen",   "127.0.0.1:0",  "--upstream", upstream,    "--backend",
         backend_url_, "--key-prefix", prefix_,      "--workers", "8"};
     args.insert(args.end(), extra.begin(), extra.end());
     return std::make_unique<ChildProcess>(GATEWAY_PATH, std::move(args),
-                                          std::vector<std::pair<std::string, std::string>>{});
+                                          std::vector<std::pair<std::string, std::string>>{},
+                                          stderr_file);
   }
 
 #ifdef GATEWAY_SQLITE_STORE_TESTS
@@ -447,6 +451,41 @@ TEST_F(GATEWAY_KEY_SUITE, TwoKeysAre400AndNeverForwarded) {
       post_key(gateway->port(), "k-two-b", R"({"amount":1})", {{"X-Test-Id", "one-key"}}).status,
       201);
   EXPECT_EQ(calls("one-key"), 1);
+}
+
+// Keys are customer data: the Idempotency-Key's value is in none of the gateway's log lines,
+// answers or metrics, whichever way a request goes (a log line about it carries its
+// fingerprint).
+TEST_F(GATEWAY_KEY_SUITE, TheKeyIsInNoLogLineAnswerOrMetric) {
+  TempDir dir;
+  const std::string log_file = dir.file("gateway.log");
+  const std::string key = "k-private-7f3a91";
+  std::vector<Reply> replies;
+  {
+    auto gateway = start_gateway({"--mode", "idempotency-key"}, {}, log_file);
+    const int port = gateway->port();
+    replies.push_back(post_key(port, key, R"({"a":1})", {{"X-Test-Behavior", "fail_first"}}));
+    EXPECT_EQ(replies.back().status, 500);
+    replies.push_back(post_key(port, key, R"({"a":1})"));
+    EXPECT_EQ(replies.back().status, 201);
+    replies.push_back(post_key(port, key, R"({"a":1})"));
+    EXPECT_EQ(replies.back().header("Idempotency-Replayed"), "true");
+    replies.push_back(post_key(port, key, R"({"a":2})"));
+    EXPECT_EQ(replies.back().status, 422);
+    replies.push_back(post_key(port, key, R"({"a":1})", {{"idempotency_key", key + "-b"}}));
+    EXPECT_EQ(replies.back().status, 400);
+    replies.push_back(send(port, "GET", "/metrics"));
+    EXPECT_EQ(gateway->terminate(), 0);
+  }
+  for (const Reply& r : replies) {
+    EXPECT_EQ(r.body.find(key), std::string::npos) << r.body;
+    for (const auto& [name, value] : r.headers) EXPECT_EQ(value.find(key), std::string::npos);
+  }
+  std::ifstream in(log_file);
+  const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(log.find("idempotency_key_reused"), std::string::npos) << "the 422 was logged";
+  EXPECT_NE(log.find(key_fingerprint(prefix_ + key)), std::string::npos) << log;
+  EXPECT_EQ(log.find(key), std::string::npos) << log;
 }
 
 TEST_F(GATEWAY_KEY_SUITE, ARetryReplaysTheStoredResponseByteForByte) {

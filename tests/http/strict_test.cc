@@ -371,6 +371,23 @@ TEST_F(StrictServer, AKeptAliveConnectionGetsItsWholeTimeoutAfterAShorterHeaderD
   EXPECT_TRUE(c.read_to_close(std::chrono::seconds(5)));
 }
 
+// Whatever follows a refused request on its connection is never read as a request: a client
+// (or a proxy in front that framed the bytes otherwise) cannot get a second one handled.
+TEST_F(StrictServer, NothingPipelinedAfterARefusedRequestIsHandled) {
+  start();
+  for (const std::string& refused :
+       {post("X-A: a\rX-Idempotency-Fence: 999999\r\n"), post("Host: y\r\n"),
+        std::string("POST /push HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    "2;a=\"\nX\"\r\n{}\r\n0\r\n\r\n")}) {
+    SCOPED_TRACE(refused);
+    const std::string answer = exchange(refused + post("X-Second: 1\r\n"));
+    EXPECT_THAT(answer, StartsWith("HTTP/1.1 400"));
+    EXPECT_THAT(answer, Not(HasSubstr("HTTP/1.1 200")));
+    EXPECT_THAT(answer, Not(HasSubstr("X-Second")));
+  }
+  EXPECT_EQ(calls_.load(), 0);
+}
+
 TEST_F(StrictServer, ARefusedRequestsConnectionClosesAfterItsLingerEvenIfTheClientStays) {
   // One connection at most: the next is served only once the refused one is gone.
   start({.workers = 2, .max_connections = 1, .keep_alive_timeout = std::chrono::seconds(30)});
