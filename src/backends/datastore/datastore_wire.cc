@@ -35,8 +35,7 @@ std::string replace_all(std::string text, std::string_view what, std::string_vie
 }
 
 std::string redact_keys(std::string message, std::span<const std::string_view> secrets) {
-  for (const std::string_view secret : secrets)
-    message = replace_all(std::move(message), secret, "<key>");
+  // The list cut first: a short key replaced first could break up the words that find it.
   constexpr std::string_view kGroups = "entity group";
   const auto at =
       std::search(message.begin(), message.end(), kGroups.begin(), kGroups.end(),
@@ -44,6 +43,9 @@ std::string redact_keys(std::string message, std::span<const std::string_view> s
   if (at != message.end()) {
     message.erase(at, message.end());
     message += "entity groups: <not shown>";
+  }
+  for (const std::string_view secret : secrets) {
+    message = replace_all(std::move(message), secret, "<key>");
   }
   return message;
 }
