@@ -291,18 +291,13 @@ part_throughput() {
     PROXY_PID=""
     stop "$STARTED_PID"
   }
+  local even
   for ((ROUND = 2; ROUND <= THROUGHPUT_ROUNDS; ROUND++)); do
-    if ((ROUND % 2 == 0)); then
-      say "throughput, round $ROUND of $THROUGHPUT_ROUNDS: upstream direct, gateway, nginx peer (1 worker)"
-      run_wrk "upstream direct" 1 "$up"
-      gateway_round
-      nginx_round
-    else
-      say "throughput, round $ROUND of $THROUGHPUT_ROUNDS: upstream direct, nginx peer (1 worker), gateway"
-      run_wrk "upstream direct" 1 "$up"
-      nginx_round
-      gateway_round
-    fi
+    even=$((ROUND % 2 == 0))
+    say "throughput, round $ROUND of $THROUGHPUT_ROUNDS: upstream direct, then $( ((even)) && echo "gateway, nginx peer (1 worker)" || echo "nginx peer (1 worker), gateway")"
+    run_wrk "upstream direct" 1 "$up"
+    if ((even)); then gateway_round; else nginx_round; fi
+    if ((even)); then nginx_round; else gateway_round; fi
   done
   ROUND=1
 
@@ -543,8 +538,13 @@ pg_limit() {
 }
 
 # empty_redis PORT: the bench's Redis database emptied (synchronously: a background free would
-# share the cores with the next run).
+# share the cores with the next run). on_empty_redis PORT COMMAND...: COMMAND run right after.
 empty_redis() { redis-cli -p "$1" FLUSHDB SYNC >/dev/null; }
+on_empty_redis() {
+  empty_redis "$1"
+  shift
+  "$@"
+}
 
 # last_rate BACKEND PATH: the rate of the last record of BACKEND's PATH runs.
 last_rate() {
@@ -625,19 +625,15 @@ part_store() {
       local -a ours_paths=(pair async)
       ((round % 2 == 0)) && ours_paths=(async pair)
       if has redis; then
-        empty_redis "$redis_port"
-        store_run "$round" run "$redis_url" redis "$c" "$STORE_SECONDS" "${ours_paths[0]}"
+        on_empty_redis "$redis_port" store_run "$round" run "$redis_url" redis "$c" "$STORE_SECONDS" "${ours_paths[0]}"
       fi
       if has peer; then
-        empty_redis "$redis_port"
-        peer_run "$round" run "$redis_url" "$c" "$PEER_SECONDS" "$PEER_WARMUP"
+        on_empty_redis "$redis_port" peer_run "$round" run "$redis_url" "$c" "$PEER_SECONDS" "$PEER_WARMUP"
       fi
       if has redis; then
-        empty_redis "$redis_port"
-        store_run "$round" run "$redis_url" redis "$c" "$STORE_SECONDS" "${ours_paths[1]}"
+        on_empty_redis "$redis_port" store_run "$round" run "$redis_url" redis "$c" "$STORE_SECONDS" "${ours_paths[1]}"
         # The same pairs with a connection per call (no pipelining): the gain, in the round.
-        empty_redis "$redis_port"
-        store_run "$round" run "$redis_url?pipelines=0" redis-unpipelined "$c" "$STORE_SECONDS" pair
+        on_empty_redis "$redis_port" store_run "$round" run "$redis_url?pipelines=0" redis-unpipelined "$c" "$STORE_SECONDS" pair
         # The limit is held to our blocking pairs' rate (their last record of this round).
         redis_limit "$round" "$c" "$redis_port" "$sha" "$(awk -v r="$(last_rate redis pair)" 'BEGIN { print r * 2 }')"
       fi

@@ -312,8 +312,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     reply_ = read_reply(*parser_, ec, ec && connection_->expired());
     // Only a connection whose response ended cleanly, framed beyond doubt, with nothing unasked
     // after it, is known to be at a message boundary.
-    if (!ec && parser_->keep_alive() && reply_.response.status != 101 &&
-        connection_->buffer.size() == 0 && parser_->reusable()) {
+    if (!ec && parser_->keep_alive() && connection_->buffer.size() == 0 && parser_->reusable()) {
       keep_connection();
     }
     finish();

@@ -105,9 +105,9 @@ class ResponseParser : public http::basic_parser<false> {
   /// Whether the response's own framing leaves the connection at a message boundary, by what
   /// its header said (the exchange also checks that nothing was read past it). Not so when its
   /// Transfer-Encoding does not end in chunked (the body ends at the close: RFC 9112 §6.3,
-  /// whatever Content-Length says), when it has both Transfer-Encoding and Content-Length, or
-  /// when a 1xx or 204, which may carry neither, announced a body: its bytes may come later
-  /// and be read as the next request's response.
+  /// whatever Content-Length says), when it has both Transfer-Encoding and Content-Length,
+  /// when a 1xx or 204, which may carry neither, announced a body (its bytes may come later
+  /// and be read as the next request's response), or after a 101.
   [[nodiscard]] bool reusable() const;
 
   [[nodiscard]] pubsub::PushResponse& response() { return response_; }

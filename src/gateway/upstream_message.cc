@@ -171,6 +171,7 @@ bool ResponseParser::reusable() const {
   // one may write the body it announces too. A HEAD or 304 response may carry them (the
   // length a GET would have had) and has no body.
   const int status = response_.status;
+  if (status == 101) return false;  // the connection now speaks another protocol
   if (status / 100 == 1 || status == 204) return !coded && content_length().value_or(0) == 0;
   return true;
 }

@@ -1,7 +1,8 @@
 #include "request_parser.h"
 
-#include <algorithm>
 #include <string>
+
+#include "idempotency/detail/field_syntax.h"
 
 namespace idempotency::http::detail {
 namespace beast_http = boost::beast::http;
@@ -55,12 +56,10 @@ void RequestParser::on_chunk_header_impl(std::uint64_t /*size*/, string_view ext
   // Beast takes any byte inside a quoted extension value, a bare LF or a NUL included. A proxy
   // in front that ends the chunk line at that LF frames the body differently, and the rest of
   // it is a request smuggled past that proxy. Extensions carry nothing this server reads: one
-  // with a control byte (HTAB aside) is refused.
-  const bool control = std::any_of(extensions.begin(), extensions.end(), [](char c) {
-    const auto u = static_cast<unsigned char>(c);
-    return (u < 0x20 && c != '\t') || u == 0x7f;
-  });
-  if (control) ec = beast_http::error::bad_chunk_extension;
+  // with a control byte (HTAB aside), which no field value may hold either, is refused.
+  if (!idempotency::detail::is_field_value(view(extensions))) {
+    ec = beast_http::error::bad_chunk_extension;
+  }
 }
 
 std::size_t RequestParser::on_chunk_body_impl(std::uint64_t /*remain*/, string_view body,

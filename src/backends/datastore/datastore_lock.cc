@@ -157,9 +157,9 @@ struct DatastoreLock::Impl {
   }
 
   // Runs `attempt` until it succeeds, retrying ABORTED and transient failures with jittered
-  // exponential back-off; a permanent failure or the last one becomes a StoreError.
+  // exponential back-off; a permanent failure or the last one becomes a StoreError. `secrets`:
+  // the keys and entity names the call is about, kept out of its error message.
   template <class Attempt>
-  // `secrets`: the keys and entity names the call is about, kept out of its error message.
   auto with_retries(const char* what, std::span<const std::string_view> secrets, Attempt attempt) {
     thread_local std::mt19937_64 rng{std::random_device{}()};
     RpcFailure last;
