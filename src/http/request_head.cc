@@ -5,12 +5,14 @@
 #include <string>
 
 #include "idempotency/detail/ascii.h"
+#include "idempotency/detail/decimal.h"
 #include "idempotency/detail/field_syntax.h"
 
 namespace idempotency::http::detail {
 namespace {
 
 using idempotency::detail::iequals_ascii;
+using idempotency::detail::is_decimal_digits;
 using idempotency::detail::is_host;
 using idempotency::detail::TransferCodings;
 
@@ -78,6 +80,8 @@ std::optional<HeadRefusal> settle_head(pubsub::PushRequest& request, unsigned ve
   pubsub::Header* host = nullptr;
   std::size_t hosts = 0;
   std::size_t authorizations = 0;
+  std::size_t content_lengths = 0;
+  bool content_length_plain = true;
   std::optional<TransferCodings> codings;  // when there is a Transfer-Encoding field
   for (auto& field : request.headers) {
     if (field.name.size() == 4 && iequals_ascii(field.name, "Host")) {
@@ -85,6 +89,9 @@ std::optional<HeadRefusal> settle_head(pubsub::PushRequest& request, unsigned ve
       ++hosts;
     } else if (field.name.size() == 13 && iequals_ascii(field.name, "Authorization")) {
       ++authorizations;
+    } else if (field.name.size() == 14 && iequals_ascii(field.name, "Content-Length")) {
+      ++content_lengths;
+      content_length_plain = content_length_plain && is_decimal_digits(field.value);
     } else if (field.name.size() == 17 && iequals_ascii(field.name, "Transfer-Encoding")) {
       if (version < kHttp11) {
         return HeadRefusal{400, "Transfer-Encoding in an HTTP/1.0 request"};
@@ -96,6 +103,11 @@ std::optional<HeadRefusal> settle_head(pubsub::PushRequest& request, unsigned ve
   if (codings) {
     if (auto refusal = judge(*codings)) return refusal;
   }
+  // RFC 9110 §8.6 lets a recipient take `2, 2` or two equal fields as 2, but only by writing
+  // the one value in their place; the handler would still see the list, and a server behind
+  // it might read it otherwise. One field, one number, or nothing.
+  if (content_lengths > 1) return HeadRefusal{400, "more than one Content-Length field"};
+  if (!content_length_plain) return HeadRefusal{400, "a Content-Length that is not one number"};
   if (hosts > 1) return HeadRefusal{400, "more than one Host field"};
   // A singleton (RFC 9110 §11.6.2; its value has commas, so two cannot be one list): a handler
   // that checks the first and an app behind it that reads the last would judge two credentials.

@@ -52,6 +52,20 @@ TEST(SettleHead, HostIsOneAndValidInHttp11) {
   }
 }
 
+TEST(SettleHead, ContentLengthIsOneFieldOfOneNumber) {
+  const auto cl = [](std::vector<pubsub::Header> lengths) {
+    lengths.insert(lengths.begin(), {"Host", "a"});
+    return status(request("/", std::move(lengths)));
+  };
+  EXPECT_EQ(cl({}), 0) << "none: no body";
+  EXPECT_EQ(cl({{"Content-Length", "0"}}), 0);
+  EXPECT_EQ(cl({{"content-length", "10485760"}}), 0);
+  EXPECT_EQ(cl({{"Content-Length", "2"}, {"CONTENT-LENGTH", "2"}}), 400) << "two, even alike";
+  for (const char* invalid : {"2, 2", "2,2", "+2", "-1", "0x2", "2 2", "", " "}) {
+    EXPECT_EQ(cl({{"Content-Length", invalid}}), 400) << '"' << invalid << '"';
+  }
+}
+
 TEST(SettleHead, TransferEncodingIsChunkedAloneAndNeverInHttp10) {
   const auto te = [](const char* value, unsigned version = kHttp11) {
     return status(request("/", {{"Host", "a"}, {"Transfer-Encoding", value}}), version);

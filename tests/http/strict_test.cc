@@ -107,6 +107,20 @@ INSTANTIATE_TEST_SUITE_P(
         Malformed{"TwoDifferentContentLengths",
                   "POST /push HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
                   "Content-Length: 3\r\n\r\n{}"},
+        // RFC 9110 §8.6: a list or a signed number is no Content-Length to frame a body by.
+        Malformed{"AContentLengthListedTwice",
+                  "POST /push HTTP/1.1\r\nHost: x\r\nContent-Length: 2, 2\r\n\r\n{}"},
+        Malformed{"TwoEqualContentLengths",
+                  "POST /push HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+                  "Content-Length: 2\r\n\r\n{}"},
+        Malformed{"AContentLengthWithASign",
+                  "POST /push HTTP/1.1\r\nHost: x\r\nContent-Length: +2\r\n\r\n{}"},
+        Malformed{"ANegativeContentLength",
+                  "POST /push HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n{}"},
+        // RFC 9112 §7.1: chunk data ends in CRLF; bytes in its place are a desync, not data.
+        Malformed{"AChunkWithoutItsCrlf",
+                  "POST /push HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  "2\r\n{}XX0\r\n\r\n"},
         Malformed{"BadChunkSize",
                   "POST /push HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
                   "zz\r\n{}\r\n0\r\n\r\n"},

@@ -953,7 +953,8 @@ TEST_P(UpstreamForward, TrailersAreHeadersAndHopByHopOnesAreDropped) {
 // Transfer-Encoding not ending in chunked is delimited by the close (RFC 9112 §6.3), whatever
 // Content-Length says; a body a 204 announces (it may carry neither field) may arrive after the
 // check for stray bytes and be read as the next request's response. A HEAD or 304 response
-// may carry a length and has no body (the HEAD case: ReadsNoBodyAfterAHeadResponse).
+// may carry a length and has no body (the HEAD case: ReadsNoBodyAfterAHeadResponse). After a
+// 101 the connection speaks another protocol.
 TEST_P(UpstreamForward, AResponseThatLeavesItsEndInDoubtEndsItsConnection) {
   struct Case {
     const char* method;
@@ -969,6 +970,7 @@ TEST_P(UpstreamForward, AResponseThatLeavesItsEndInDoubtEndsItsConnection) {
                 false},
            Case{"POST", "HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n", false},
            Case{"POST", "HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n", false},
+           Case{"POST", "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n", false},
        }) {
     for (const bool keep_content : {true, false}) {
       SCOPED_TRACE(std::string(c.method) + " answered " + c.response +
@@ -982,6 +984,21 @@ TEST_P(UpstreamForward, AResponseThatLeavesItsEndInDoubtEndsItsConnection) {
       EXPECT_EQ(server.accepted(), c.reused ? 1 : 2);
     }
   }
+}
+
+// RFC 9112 §6.3: a response framed by both Content-Length and chunked was likely smuggled past
+// something; Beast refuses it. It is no answer (the upstream may have acted, so the key stays
+// held), and its connection is not reused for the next request.
+TEST_P(UpstreamForward, AResponseFramedTwoWaysIsNoAnswerAndEndsItsConnection) {
+  RawServer server(
+      answer_each("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  "2\r\nok\r\n0\r\n\r\n"));
+  const auto pool = make_pool(server.url());
+  for (int i = 0; i < 2; ++i) {
+    const auto reply = forward(pool, post(), i);
+    EXPECT_EQ(reply.kind, Kind::kNoAnswer) << reply.error;
+  }
+  EXPECT_EQ(server.accepted(), 2);
 }
 
 // Connection may list many fields (searched in order up to a few, sorted beyond): each listed

@@ -8,10 +8,13 @@
 #include <string_view>
 #include <vector>
 
+#include "idempotency/detail/decimal.h"
 #include "postgres_internal.h"
 
 namespace idempotency::postgres_detail {
 namespace {
+
+using idempotency::detail::is_decimal_digits;
 
 struct ConninfoDeleter {
   void operator()(PQconninfoOption* o) const noexcept { PQconninfoFree(o); }
@@ -77,14 +80,6 @@ std::string tidy(std::string text, const std::vector<std::string>& secrets) {
   return text;
 }
 
-bool all_digits(std::string_view s) {
-  if (s.empty()) return false;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-  }
-  return true;
-}
-
 void validate_conninfo(std::string_view conninfo, const std::vector<std::string>& secrets) {
   const std::string text(conninfo);
   if (const auto scheme = url_scheme(text); !scheme.empty()) {
@@ -111,7 +106,7 @@ void validate_conninfo(std::string_view conninfo, const std::vector<std::string>
         const auto comma = rest.find(',');
         const auto port = rest.substr(0, comma);
         if (!port.empty() &&
-            (!all_digits(port) || port.size() > 5 || std::stoi(std::string(port)) < 1 ||
+            (!is_decimal_digits(port) || port.size() > 5 || std::stoi(std::string(port)) < 1 ||
              std::stoi(std::string(port)) > 65535)) {
           throw std::invalid_argument(
               "malformed PostgreSQL connection string: the port must be a number from 1 to "
@@ -120,7 +115,7 @@ void validate_conninfo(std::string_view conninfo, const std::vector<std::string>
         if (comma == std::string_view::npos) break;
         rest.remove_prefix(comma + 1);
       }
-    } else if (keyword == "connect_timeout" && !all_digits(value)) {
+    } else if (keyword == "connect_timeout" && !is_decimal_digits(value)) {
       throw std::invalid_argument(
           "malformed PostgreSQL connection string: connect_timeout must be whole seconds");
     } else if (keyword == "sslmode" && value != "disable" && value != "allow" &&

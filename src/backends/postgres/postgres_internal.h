@@ -53,9 +53,6 @@ void redact(std::string& text, const std::string& secret);
 /// naming the malformed part, never a secret.
 void validate_conninfo(std::string_view conninfo, const std::vector<std::string>& secrets);
 
-/// all_digits() is true for a non-empty run of ASCII digits.
-[[nodiscard]] bool all_digits(std::string_view s);
-
 // ---------------------------------------------------------------------------------------
 // The SQL (postgres_sql.cc)
 

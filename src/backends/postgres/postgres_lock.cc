@@ -20,6 +20,7 @@
 
 #include "common/connection_pool.h"
 #include "common/notify_wait.h"
+#include "idempotency/detail/decimal.h"
 #include "idempotency/detail/hex.h"
 #include "idempotency/errors.h"
 #include "idempotency/key.h"
@@ -27,7 +28,7 @@
 
 namespace idempotency {
 
-using postgres_detail::all_digits;
+using idempotency::detail::is_decimal_digits;
 using postgres_detail::bad_shape;
 using postgres_detail::ConnPtr;
 using postgres_detail::expect_shape;
@@ -347,7 +348,7 @@ std::size_t PostgresLock::do_purge_expired() {
     const auto deleted =
         impl_->run(impl_->sql.purge, "purge_expired", {}, p, [](const PGresult* r) {
           const char* n = PQcmdTuples(const_cast<PGresult*>(r));
-          if (n == nullptr || !all_digits(n)) bad_shape("purge_expired", "no row count");
+          if (n == nullptr || !is_decimal_digits(n)) bad_shape("purge_expired", "no row count");
           return static_cast<std::size_t>(std::stoull(n));
         });
     total += deleted;
