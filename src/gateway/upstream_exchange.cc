@@ -67,12 +67,17 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
         on_bad_alloc_(on_bad_alloc),
         done_(std::move(done)),
         idle_(asio::use_service<IdleConnections>(io)),
-        on_strand_(on_strand) {}
+        on_strand_(on_strand) {
+    impl_->exchanges.fetch_add(1, std::memory_order_relaxed);
+  }
   Exchange(const Exchange&) = delete;
   Exchange& operator=(const Exchange&) = delete;
 
   // Dropped unfinished (its io_context destroyed): the connection was not given back.
-  ~Exchange() { drop_connection(); }
+  ~Exchange() {
+    if (!finished_) impl_->exchanges.fetch_sub(1, std::memory_order_relaxed);
+    drop_connection();
+  }
 
   // start() for a caller that must not see `done` before it returns (forward_async()), run
   // inline when it is on the exchange's executor already: whatever ends the exchange within
@@ -133,6 +138,15 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
 
   // One write, so one sendmsg (one TLS record): nothing waits on an ACK between parts.
   void write() {
+    // While other exchanges are under way, the request goes out at the end of the event loop's
+    // pass, beside those the pass starts: the app then wakes once for several requests, not
+    // once each (BENCHMARKS.md, "Sends bunched"). Alone it goes now: nothing would join it,
+    // and the pass costs an epoll_wait.
+    if (!bunched_ && impl_->exchanges.load(std::memory_order_relaxed) > 1) {
+      bunched_ = true;
+      asio::post(executor_, [self = shared_from_this()] { self->step([&] { self->write(); }); });
+      return;
+    }
     if (Clock::now() >= deadline_) {
       reply_ = not_sent("timed out before the request was written");
       finish();
@@ -356,6 +370,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
 
   void finish() {
     finished_ = true;
+    impl_->exchanges.fetch_sub(1, std::memory_order_relaxed);
     drop_connection();
     reply_.elapsed = Clock::now() - start_;
     auto done = std::move(done_);
@@ -414,6 +429,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   bool maybe_sent_ = false;
   bool finished_ = false;
   bool defer_done_ = false;  // see start_for_caller()
+  bool bunched_ = false;     // write() has put the request off to the end of the loop's pass
 };
 
 }  // namespace

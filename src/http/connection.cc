@@ -276,6 +276,7 @@ void Connection::dispatch(pubsub::PushRequest&& request, unsigned version, bool 
 void Connection::dispatch_async(pubsub::PushRequest&& request, Framing framing) {
   auto respond = Responder(std::make_shared<Responder::State>(shared_from_this(), framing));
   const std::string method = request.method;
+  state_->unanswered.fetch_add(1, std::memory_order_relaxed);
   in_handler_ = true;
   try {
     state_->async_handler(std::move(request), respond);
@@ -286,13 +287,21 @@ void Connection::dispatch_async(pubsub::PushRequest&& request, Framing framing) 
 }
 
 void Connection::answer(pubsub::PushResponse&& response, Framing framing) {
-  if (in_handler_) {
+  if (!answer_posted_) {
+    const std::size_t others = state_->unanswered.fetch_sub(1, std::memory_order_relaxed) - 1;
     // Answered inside the handler call: sent once it returns, or the next pipelined request
-    // would start one stack frame deeper each time.
-    net::post(executor(), [self = shared_from_this(), response = std::move(response),
-                           framing]() mutable { self->answer(std::move(response), framing); });
-    return;
+    // would start one stack frame deeper each time. And while other requests await their
+    // answers, sent at the end of the loop's pass with those it completes: a client reading
+    // many connections (a proxy, a load generator) then wakes once for several answers, not
+    // once each. Alone it goes now: nothing would join it, and the pass costs an epoll_wait.
+    if (in_handler_ || others > 0) {
+      answer_posted_ = true;
+      net::post(executor(), [self = shared_from_this(), response = std::move(response),
+                             framing]() mutable { self->answer(std::move(response), framing); });
+      return;
+    }
   }
+  answer_posted_ = false;
   encode_response(std::move(response), framing, response_);
   after_inline_write(write_inline(), framing.keep_alive);
 }

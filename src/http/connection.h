@@ -108,7 +108,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::size_t served_ = 0;
   std::size_t lingered_ = 0;
   bool registered_ = false;
-  bool in_handler_ = false;  // the AsyncHandler call is running (on this strand)
+  bool in_handler_ = false;     // the AsyncHandler call is running (on this strand)
+  bool answer_posted_ = false;  // answer() has put this answer off to a later pass of the loop
 };
 
 }  // namespace idempotency::http::detail

@@ -39,6 +39,9 @@ struct ServerState {
 
   std::atomic<bool> stopping{false};
   std::atomic<bool> accept_failed{false};
+  // Requests handed to the AsyncHandler and not answered yet, on every connection: while others
+  // are pending, an answer is sent at the end of the event loop's pass (Connection::answer()).
+  std::atomic<std::size_t> unanswered{0};
 
   // Guards started, the connection registry and the accept pause.
   std::mutex mutex;

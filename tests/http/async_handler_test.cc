@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "http_test_util.h"
@@ -110,6 +111,48 @@ TEST(AsyncHandler, ADroppedResponderIs500NotAHang) {
   ASSERT_TRUE(result);
   EXPECT_EQ(result->status, 500);
   EXPECT_EQ(logs.count("handler_dropped_request"), 1);
+}
+
+// Answers given while other requests await theirs go out at the end of the loop's pass, not at
+// once (Connection::answer()): however they are put off, each reaches its own client, and each
+// connection serves its next request after it.
+TEST(AsyncHandler, AnswersGivenTogetherEachReachTheirOwnClient) {
+  constexpr std::size_t kClients = 12;
+  auto loop = std::make_shared<boost::asio::io_context>(1);
+  ServeOptions options = quick_stop_options();
+  options.event_loop = loop;
+  std::vector<std::pair<std::string, Responder>> held;  // touched on the event loop alone
+  Server server(
+      [&](pubsub::PushRequest request, Responder respond) {
+        held.emplace_back(std::move(request.body), std::move(respond));
+        if (held.size() < kClients) return;
+        // The last one in: all are answered in this one handler, the latest first.
+        for (auto it = held.rbegin(); it != held.rend(); ++it) {
+          it->second(pubsub::PushResponse{.status = 200, .body = "for " + it->first});
+        }
+        held.clear();
+      },
+      options);
+  const int port = server.start("127.0.0.1", 0);
+  std::vector<std::thread> clients;
+  std::vector<std::vector<std::string>> bodies(kClients);
+  for (std::size_t c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      auto client = client_for(port);
+      client.set_keep_alive(true);
+      for (int round = 0; round < 2; ++round) {
+        const auto result =
+            client.Post("/", std::to_string(c) + "/" + std::to_string(round), "text/plain");
+        bodies[c].push_back(result ? std::to_string(result->status) + " " + result->body
+                                   : "no answer");
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  for (std::size_t c = 0; c < kClients; ++c) {
+    EXPECT_EQ(bodies[c], (std::vector<std::string>{"200 for " + std::to_string(c) + "/0",
+                                                   "200 for " + std::to_string(c) + "/1"}));
+  }
 }
 
 TEST(AsyncHandler, RunsItsOwnAsynchronousWorkOnTheSharedEventLoop) {
