@@ -56,7 +56,8 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
 
   Exchange(std::shared_ptr<const Impl> impl, const pubsub::PushRequest& request,
            std::optional<std::int64_t> fence, asio::io_context& io, asio::any_io_executor executor,
-           Clock::time_point start, Impl::OnBadAlloc on_bad_alloc, bool on_strand, Done done)
+           Clock::time_point start, Impl::OnBadAlloc on_bad_alloc, bool on_strand, bool bunches,
+           Done done)
       : impl_(std::move(impl)),
         request_(request),
         fence_(fence),
@@ -67,15 +68,16 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
         on_bad_alloc_(on_bad_alloc),
         done_(std::move(done)),
         idle_(asio::use_service<IdleConnections>(io)),
-        on_strand_(on_strand) {
-    impl_->exchanges.fetch_add(1, std::memory_order_relaxed);
+        on_strand_(on_strand),
+        bunches_(bunches) {
+    if (bunches_) impl_->exchanges.fetch_add(1, std::memory_order_relaxed);
   }
   Exchange(const Exchange&) = delete;
   Exchange& operator=(const Exchange&) = delete;
 
   // Dropped unfinished (its io_context destroyed): the connection was not given back.
   ~Exchange() {
-    if (!finished_) impl_->exchanges.fetch_sub(1, std::memory_order_relaxed);
+    if (bunches_ && !finished_) impl_->exchanges.fetch_sub(1, std::memory_order_relaxed);
     drop_connection();
   }
 
@@ -140,9 +142,9 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   void write() {
     // While other exchanges are under way, the request goes out at the end of the event loop's
     // pass, beside those the pass starts: the app then wakes once for several requests, not
-    // once each (BENCHMARKS.md, "Sends bunched"). Alone it goes now: nothing would join it,
-    // and the pass costs an epoll_wait.
-    if (!bunched_ && impl_->exchanges.load(std::memory_order_relaxed) > 1) {
+    // once each (BENCHMARKS.md, "Sends bunched"). With none under way it goes now: the pass
+    // would cost an epoll_wait for nothing to join.
+    if (bunches_ && !bunched_ && impl_->exchanges.load(std::memory_order_relaxed) > 1) {
       bunched_ = true;
       asio::post(executor_, [self = shared_from_this()] { self->step([&] { self->write(); }); });
       return;
@@ -370,7 +372,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
 
   void finish() {
     finished_ = true;
-    impl_->exchanges.fetch_sub(1, std::memory_order_relaxed);
+    if (bunches_) impl_->exchanges.fetch_sub(1, std::memory_order_relaxed);
     drop_connection();
     reply_.elapsed = Clock::now() - start_;
     auto done = std::move(done_);
@@ -429,7 +431,10 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   bool maybe_sent_ = false;
   bool finished_ = false;
   bool defer_done_ = false;  // see start_for_caller()
-  bool bunched_ = false;     // write() has put the request off to the end of the loop's pass
+  // On a loop one thread runs (forward_async()): a post stays in that thread's queue, behind
+  // the pass. On a strand it would go to another thread; forward()'s loop has one exchange.
+  const bool bunches_;
+  bool bunched_ = false;  // write() has put the request off to the end of the loop's pass
 };
 
 }  // namespace
@@ -440,8 +445,9 @@ void UpstreamPool::Impl::exchange(std::shared_ptr<const Impl> impl,
                                   const asio::any_io_executor& executor, Clock::time_point start,
                                   OnBadAlloc on_bad_alloc, Begin begin, bool on_strand,
                                   std::function<void(UpstreamReply)> done) {
+  const bool bunches = begin == Begin::kPosted && !on_strand;
   auto exchange = std::make_shared<Exchange>(std::move(impl), request, fence, io, executor, start,
-                                             on_bad_alloc, on_strand, std::move(done));
+                                             on_bad_alloc, on_strand, bunches, std::move(done));
   if (begin == Begin::kNow) {
     exchange->start();
     return;

@@ -274,8 +274,9 @@ struct UpstreamPool::Impl {
   // is thread-safe); it is never changed after the constructor.
   mutable std::optional<upstream_detail::ssl::context> tls;
   std::string setup_error;  // set when no request can be sent at all
-  // Exchanges begun and not finished, on every io_context: while others are under way, a
-  // request is written at the end of the event loop's pass (upstream_exchange.cc's write()).
+  // Exchanges of forward_async() on a one-thread loop, begun and not finished: while others are
+  // under way, a request is written at the end of the loop's pass (upstream_exchange.cc's
+  // write()).
   mutable std::atomic<std::size_t> exchanges{0};
 
   // What the exchange does with std::bad_alloc: forward() lets it propagate; forward_async()

@@ -293,11 +293,12 @@ void Connection::answer(pubsub::PushResponse&& response, Framing framing) {
     // would start one stack frame deeper each time. And while other requests await their
     // answers, sent at the end of the loop's pass with those it completes: a client reading
     // many connections (a proxy, a load generator) then wakes once for several answers, not
-    // once each. Alone it goes now: nothing would join it, and the pass costs an epoll_wait.
-    if (in_handler_ || others > 0) {
-      answer_posted_ = true;
+    // once each. With none awaited it goes now: the pass would cost an epoll_wait for nothing
+    // to join. Only on a loop one thread runs: on several, a post wakes another thread.
+    if (in_handler_ || (others > 0 && state_->options.io_threads == 1)) {
       net::post(executor(), [self = shared_from_this(), response = std::move(response),
                              framing]() mutable { self->answer(std::move(response), framing); });
+      answer_posted_ = true;
       return;
     }
   }

@@ -53,7 +53,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   /// closes now; one whose request is being handled or answered finishes it first.
   void close_if_idle();
   /// answer() sends an AsyncHandler's response (after the handler call returns, when given
-  /// inside it); runs on the strand.
+  /// inside it; at the end of the loop's pass while other requests await theirs); runs on the
+  /// strand.
   void answer(pubsub::PushResponse&& response, Framing framing);
 
  private:

@@ -1356,6 +1356,41 @@ TEST(UpstreamPool, ForwardAsyncFromManyThreadsOnAnIoContextRunByTwo) {
   EXPECT_LE(server.accepted(), kCallers * 2);
 }
 
+// While another exchange is in flight on a one-thread loop, a request is written at the end of
+// the loop's pass, not at once (upstream_exchange.cc's write()): each such request still gets its
+// own reply, and the exchange in flight still ends at its deadline.
+TEST(UpstreamPool, RequestsWrittenBesideAnExchangeInFlightKeepTheirRepliesAndItsDeadline) {
+  std::promise<void> stalled;
+  RawServer server([&](int fd, int index) {
+    if (index > 0) return echo_fence(fd, index);
+    std::string pending;
+    read_request(fd, pending);
+    stalled.set_value();
+    read_to_close(fd);  // never answers
+  });
+  const auto pool = make_pool(server.url(), {.timeout = 1s});
+  std::optional<IoThreads> io(std::in_place, 1);
+  auto hanging = forward_async(pool, post(), 0, io->io(), LoopThreads::kOne);
+  ASSERT_EQ(stalled.get_future().wait_for(kWait), std::future_status::ready);
+
+  std::vector<AsyncCall> calls;
+  for (std::int64_t fence = 1; fence <= 6; ++fence) {
+    calls.push_back(forward_async(pool, post(), fence, io->io(), LoopThreads::kOne));
+  }
+  for (std::int64_t fence = 1; fence <= 6; ++fence) {
+    const auto reply = wait(calls[static_cast<std::size_t>(fence - 1)]);
+    ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+    EXPECT_EQ(reply.response.body, std::to_string(fence));
+  }
+  const auto timed_out = wait(hanging);
+  EXPECT_EQ(timed_out.kind, Kind::kNoAnswer) << "sent, never answered: the app may have acted";
+  EXPECT_GE(timed_out.elapsed, 1s);
+  EXPECT_LT(timed_out.elapsed, kWait);
+  io.reset();
+  for (const auto& call : calls) EXPECT_EQ(call.calls->load(), 1);
+  EXPECT_EQ(hanging.calls->load(), 1);
+}
+
 TEST(UpstreamPool, ForwardAsyncCallsDoneOnceWhateverTheOutcome) {
   RawServer answers(answer_each(kOk));
   RawServer silent([](int fd, int) { read_to_close(fd); });
