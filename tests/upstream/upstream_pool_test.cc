@@ -1197,41 +1197,44 @@ class TestTls {
   // Serves `fd` over TLS: each request is answered with a header, then its body in a TLS
   // record of its own, until the peer closes.
   void answer_each(int fd, std::string_view head, std::string_view body) const {
-    SSL* ssl = SSL_new(context_);
-    SSL_set_fd(ssl, fd);
-    if (SSL_accept(ssl) == 1) {
+    serve(fd, [&](SSL* ssl, const auto& receive) {
       std::string pending;
-      const auto receive = [ssl](char* buffer, std::size_t size) {
-        return static_cast<long>(SSL_read(ssl, buffer, static_cast<int>(size)));
-      };
       while (!read_request(receive, pending).text.empty()) {
         if (SSL_write(ssl, head.data(), static_cast<int>(head.size())) <= 0 ||
             SSL_write(ssl, body.data(), static_cast<int>(body.size())) <= 0) {
-          break;
+          return;
         }
       }
-    }
-    SSL_free(ssl);
+    });
   }
 
   // Serves `fd` over TLS: reads one request, says so through `read`, and never answers it.
   void hold_one(int fd, std::promise<void>& read) const {
-    SSL* ssl = SSL_new(context_);
-    SSL_set_fd(ssl, fd);
-    if (SSL_accept(ssl) == 1) {
+    serve(fd, [&](SSL* ssl, const auto& receive) {
       std::string pending;
-      const auto receive = [ssl](char* buffer, std::size_t size) {
-        return static_cast<long>(SSL_read(ssl, buffer, static_cast<int>(size)));
-      };
       if (!read_request(receive, pending).text.empty()) read.set_value();
       char byte = 0;
       while (SSL_read(ssl, &byte, 1) > 0) {
       }
+    });
+  }
+
+ private:
+  // Accepts TLS on `fd` and runs `session(ssl, receive)`, `receive` reading the decrypted
+  // stream as read_request() wants it.
+  template <class Session>
+  void serve(int fd, Session&& session) const {
+    SSL* ssl = SSL_new(context_);
+    SSL_set_fd(ssl, fd);
+    if (SSL_accept(ssl) == 1) {
+      const auto receive = [ssl](char* buffer, std::size_t size) {
+        return static_cast<long>(SSL_read(ssl, buffer, static_cast<int>(size)));
+      };
+      session(ssl, receive);
     }
     SSL_free(ssl);
   }
 
- private:
   std::string path_;
   SSL_CTX* context_ = nullptr;
   bool ok_ = false;
@@ -1373,39 +1376,57 @@ TEST(UpstreamPool, ForwardAsyncFromManyThreadsOnAnIoContextRunByTwo) {
   EXPECT_LE(server.accepted(), kCallers * 2);
 }
 
-// While another exchange is in flight on a one-thread loop, a request is written at the end of
-// the loop's pass, not at once (upstream_exchange.cc's write()): each such request still gets its
-// own reply, and the exchange in flight still ends at its deadline.
+// One call whose request the server holds unanswered (it sets `held_read` once read), and
+// `count` more made beside it on the same one-thread loop, fences 1 to `count`: with the held one
+// in flight, each of theirs is written at the end of the loop's pass, not at once
+// (upstream_exchange.cc's write()).
+struct BesideAHeldCall {
+  AsyncCall held;
+  std::vector<AsyncCall> beside;
+};
+
+BesideAHeldCall forward_beside_a_held_call(const UpstreamPool& pool, boost::asio::io_context& io,
+                                           std::promise<void>& held_read, std::int64_t count) {
+  BesideAHeldCall calls{.held = forward_async(pool, post(), 0, io, LoopThreads::kOne),
+                        .beside = {}};
+  if (held_read.get_future().wait_for(kWait) != std::future_status::ready) {
+    ADD_FAILURE() << "the server never read the held request";
+    return calls;
+  }
+  for (std::int64_t fence = 1; fence <= count; ++fence) {
+    calls.beside.push_back(forward_async(pool, post(), fence, io, LoopThreads::kOne));
+  }
+  return calls;
+}
+
+// Each request written beside an exchange in flight still gets its own reply, and the exchange
+// in flight still ends at its deadline.
 TEST(UpstreamPool, RequestsWrittenBesideAnExchangeInFlightKeepTheirRepliesAndItsDeadline) {
-  std::promise<void> stalled;
+  std::promise<void> held_read;
   RawServer server([&](int fd, int index) {
     if (index > 0) return echo_fence(fd, index);
     std::string pending;
     read_request(fd, pending);
-    stalled.set_value();
+    held_read.set_value();
     read_to_close(fd);  // never answers
   });
   const auto pool = make_pool(server.url(), {.timeout = 2s});
   std::optional<IoThreads> io(std::in_place, 1);
-  auto hanging = forward_async(pool, post(), 0, io->io(), LoopThreads::kOne);
-  ASSERT_EQ(stalled.get_future().wait_for(kWait), std::future_status::ready);
+  auto calls = forward_beside_a_held_call(pool, io->io(), held_read, 6);
 
-  std::vector<AsyncCall> calls;
-  for (std::int64_t fence = 1; fence <= 6; ++fence) {
-    calls.push_back(forward_async(pool, post(), fence, io->io(), LoopThreads::kOne));
-  }
-  for (std::int64_t fence = 1; fence <= 6; ++fence) {
-    const auto reply = wait(calls[static_cast<std::size_t>(fence - 1)]);
+  ASSERT_EQ(calls.beside.size(), 6U);
+  for (std::size_t i = 0; i < calls.beside.size(); ++i) {
+    const auto reply = wait(calls.beside[i]);
     ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
-    EXPECT_EQ(reply.response.body, std::to_string(fence));
+    EXPECT_EQ(reply.response.body, std::to_string(i + 1));
   }
-  const auto timed_out = wait(hanging);
+  const auto timed_out = wait(calls.held);
   EXPECT_EQ(timed_out.kind, Kind::kNoAnswer) << "sent, never answered: the app may have acted";
   EXPECT_GE(timed_out.elapsed, 2s);
   EXPECT_LT(timed_out.elapsed, kWait);
   io.reset();
-  for (const auto& call : calls) EXPECT_EQ(call.calls->load(), 1);
-  EXPECT_EQ(hanging.calls->load(), 1);
+  for (const auto& call : calls.beside) EXPECT_EQ(call.calls->load(), 1);
+  EXPECT_EQ(calls.held.calls->load(), 1);
 }
 
 // The same over TLS: a request put off to the end of the loop's pass goes out as one TLS write
@@ -1414,28 +1435,24 @@ TEST(UpstreamPool, RequestsWrittenBesideAnExchangeInFlightOverTlsKeepTheirReplie
   const TestTls tls;
   ASSERT_TRUE(tls.ok());
   const ScopedCertFile trust(tls.path());
-  std::promise<void> stalled;
+  std::promise<void> held_read;
   RawServer server([&](int fd, int index) {
-    if (index == 0) return tls.hold_one(fd, stalled);
+    if (index == 0) return tls.hold_one(fd, held_read);
     tls.answer_each(fd, "HTTP/1.1 201 Created\r\nContent-Length: 5\r\n\r\n", "hello");
   });
   const auto pool =
       make_pool("https://localhost:" + std::to_string(server.port()), {.timeout = 2s});
   std::optional<IoThreads> io(std::in_place, 1);
-  auto hanging = forward_async(pool, post(), 0, io->io(), LoopThreads::kOne);
-  ASSERT_EQ(stalled.get_future().wait_for(kWait), std::future_status::ready);
+  auto calls = forward_beside_a_held_call(pool, io->io(), held_read, 4);
 
-  std::vector<AsyncCall> calls;
-  for (std::int64_t fence = 1; fence <= 4; ++fence) {
-    calls.push_back(forward_async(pool, post(), fence, io->io(), LoopThreads::kOne));
-  }
-  for (auto& call : calls) {
+  ASSERT_EQ(calls.beside.size(), 4U);
+  for (auto& call : calls.beside) {
     const auto reply = wait(call);
     ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
     EXPECT_EQ(reply.response.status, 201);
     EXPECT_EQ(reply.response.body, "hello");
   }
-  EXPECT_EQ(wait(hanging).kind, Kind::kNoAnswer);
+  EXPECT_EQ(wait(calls.held).kind, Kind::kNoAnswer);
   io.reset();
 }
 
