@@ -1,7 +1,6 @@
 #include "connection.h"
 
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/dispatch.hpp>
@@ -286,105 +285,6 @@ void Connection::dispatch_async(pubsub::PushRequest&& request, Framing framing) 
   in_handler_ = false;
 }
 
-void Connection::answer(pubsub::PushResponse&& response, Framing framing) {
-  if (!answer_posted_) {
-    const std::size_t others = state_->unanswered.fetch_sub(1, std::memory_order_relaxed) - 1;
-    // Answered inside the handler call: sent once it returns, or the next pipelined request
-    // would start one stack frame deeper each time. And while other requests await their
-    // answers, sent at the end of the loop's pass with those it completes: a client reading
-    // many connections (a proxy, a load generator) then wakes once for several answers, not
-    // once each. With none awaited it goes now: the pass would cost an epoll_wait for nothing
-    // to join. Only on a loop one thread runs: on several, a post wakes another thread.
-    if (in_handler_ || (others > 0 && state_->options.io_threads == 1)) {
-      net::post(executor(), [self = shared_from_this(), response = std::move(response),
-                             framing]() mutable { self->answer(std::move(response), framing); });
-      answer_posted_ = true;
-      return;
-    }
-  }
-  answer_posted_ = false;
-  encode_response(std::move(response), framing, response_);
-  after_inline_write(write_inline(), framing.keep_alive);
-}
-
-// Runs on the worker, while the event loop has nothing pending on this connection (no read is
-// armed until the answer is out). Sending here, without blocking, spares the hand-off back to
-// the event loop on the latency path; whatever the socket does not take at once is finished
-// there.
-Connection::InlineWrite Connection::write_inline() {
-  response_sent_ = 0;
-  const int fd = socket_.native_handle();
-  for (;;) {
-    const auto parts = unsent();
-    std::array<iovec, 2> vectors{};
-    std::size_t count = 0;
-    for (const auto& part : parts) {
-      if (part.size() == 0) continue;
-      vectors[count++] = iovec{const_cast<void*>(part.data()), part.size()};  // NOLINT
-    }
-    if (count == 0) return InlineWrite::kDone;
-    msghdr message{};
-    message.msg_iov = vectors.data();
-    message.msg_iovlen = count;
-    const ssize_t sent = ::sendmsg(fd, &message, MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (sent < 0) {
-      if (errno == EINTR) continue;
-      return errno == EAGAIN || errno == EWOULDBLOCK ? InlineWrite::kPending : InlineWrite::kFailed;
-    }
-    response_sent_ += static_cast<std::size_t>(sent);
-  }
-}
-
-std::array<net::const_buffer, 2> Connection::unsent() const {
-  const std::string& head = response_.head;
-  const std::string& body = response_.body;
-  const std::size_t in_head = std::min(response_sent_, head.size());
-  const std::size_t in_body = std::min(response_sent_ - in_head, body.size());
-  return {net::buffer(head.data() + in_head, head.size() - in_head),
-          net::buffer(body.data() + in_body, body.size() - in_body)};
-}
-
-// Sends what is left of response_ on the event loop, within the write deadline.
-void Connection::write_rest(bool keep_alive) {
-  phase_ = Phase::kWriting;
-  expire_after(state_->options.write_timeout);
-  net::async_write(socket_, unsent(),
-                   [self = shared_from_this(), keep_alive](beast::error_code ec, std::size_t) {
-                     self->on_written(ec, keep_alive);
-                   });
-}
-
-void Connection::after_inline_write(InlineWrite sent, bool keep_alive) {
-  ++served_;
-  if (phase_ == Phase::kClosing || sent == InlineWrite::kFailed) {
-    release_response();
-    close();
-    return;
-  }
-  if (sent == InlineWrite::kDone) {
-    on_written({}, keep_alive);
-    return;
-  }
-  write_rest(keep_alive);  // the client reads slowly
-}
-
-void Connection::on_written(beast::error_code ec, bool keep_alive) {
-  release_response();
-  if (phase_ == Phase::kClosing) return;
-  if (ec || !keep_alive || state_->stopping.load()) {
-    close();
-    return;
-  }
-  start_request();
-}
-
-// The head keeps its capacity for the next answer; a body may be large, so it goes.
-void Connection::release_response() {
-  response_.head.clear();
-  std::string().swap(response_.body);
-  response_sent_ = 0;
-}
-
 void Connection::refuse(int status, std::string_view reason) {
   log_refused(status, reason);
   phase_ = Phase::kWriting;
@@ -469,36 +369,3 @@ void Connection::on_timer(beast::error_code ec, std::uint64_t generation) {
 }
 
 }  // namespace idempotency::http::detail
-
-namespace idempotency::http {
-namespace net = boost::asio;
-
-Responder::Responder(std::shared_ptr<State> state) : state_(std::move(state)) {}
-
-void Responder::operator()(pubsub::PushResponse response) const {
-  state_->send(std::move(response));
-}
-
-void Responder::State::send(pubsub::PushResponse&& response) {
-  if (answered.exchange(true)) return;
-  // Dispatched: from the event loop's own thread (an upstream exchange that completed there) it
-  // runs at once, without another pass of the loop (each pass is a syscall).
-  auto& c = *connection;
-  net::dispatch(c.executor(), [connection = connection, response = std::move(response),
-                               framing = framing]() mutable {
-    connection->answer(std::move(response), framing);
-  });
-}
-
-Responder::State::~State() {
-  if (answered.load()) return;
-  log({.severity = Severity::kError,
-       .event = "handler_dropped_request",
-       .message = "An asynchronous handler dropped a request unanswered; answering 500."});
-  try {
-    send(detail::internal_error());
-  } catch (...) {  // NOLINT(bugprone-empty-catch): no memory to answer; the connection closes
-  }
-}
-
-}  // namespace idempotency::http
