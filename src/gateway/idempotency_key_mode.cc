@@ -141,18 +141,25 @@ class Handler {
 
   PushResponse forward_claimed(const PushRequest& request, const Claim& claim,
                                const std::string& key) const {
+    // The key is renewed while the upstream works and, after a 2xx, until its response is
+    // stored (as Guard::complete: a slow store must not let the lease lapse under this live
+    // owner, or a retry would run the request again), and no longer: a silent upstream must
+    // let the key lapse one lease later, and no renewal may race a release.
+    detail::LeaseKeeper keeper(*deps_.backend, claim, lease_, heartbeat_);
     UpstreamReply reply;
-    {
-      // The key is renewed while the upstream works, and no longer: a silent upstream must
-      // let the key lapse one lease later.
-      detail::LeaseKeeper keeper(*deps_.backend, claim, lease_, heartbeat_);
-      try {
-        reply = deps_.upstream->forward(request, claim.fence);
-      } catch (...) {
-        keeper.stop();
-        idempotency::detail::release_after_failure(*deps_.backend, claim);
-        throw;
-      }
+    try {
+      reply = deps_.upstream->forward(request, claim.fence);
+    } catch (...) {
+      keeper.stop();
+      idempotency::detail::release_after_failure(*deps_.backend, claim);
+      throw;
+    }
+    const bool to_store = reply.kind == UpstreamReply::Kind::kResponse &&
+                          reply.response.status >= 200 && reply.response.status <= 299;
+    if (to_store) {
+      keeper.finishing();
+    } else {
+      keeper.stop();
     }
     deps_.metrics->upstream_latency().observe(reply.elapsed);
     if (reply.kind == UpstreamReply::Kind::kNotSent) {
@@ -179,8 +186,7 @@ class Handler {
     }
     drop_our_headers(reply.response);
     mark_if_omitted(reply);
-    const int status = reply.response.status;
-    if (status < 200 || status > 299) {
+    if (!to_store) {
       idempotency::detail::release_after_failure(*deps_.backend, claim);
       deps_.metrics->count(outcome::kNackUpstream);
       return std::move(reply.response);
@@ -200,6 +206,7 @@ class Handler {
                     "could not store the response; a retry may run the request again",
                     {{"key_fingerprint", key_fingerprint(key)}, {"error", e.what()}}});
     }
+    keeper.stop();
     deps_.metrics->count(outcome::kHandled);
     return std::move(reply.response);
   }

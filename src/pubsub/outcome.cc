@@ -19,6 +19,14 @@ PushResponse text(int status, std::string_view line) {
   return r;
 }
 
+// The handler's response as the final answer. 102 (Processing) is in Pub/Sub's ack set, but an
+// HTTP server cannot answer with a 1xx: it would go out as a 500, a nack, on every delivery
+// that replays it. 200 acks the same.
+PushResponse final_answer(PushResponse r) {
+  if (r.status == 102) r.status = 200;
+  return r;
+}
+
 }  // namespace
 
 PushResponse push_response(DeliveryOutcome outcome, ResponseFacts facts) {
@@ -26,10 +34,11 @@ PushResponse push_response(DeliveryOutcome outcome, ResponseFacts facts) {
     case DeliveryOutcome::kHandled:
     case DeliveryOutcome::kJoined:
     case DeliveryOutcome::kUnguarded:
-      if (facts.response) return std::move(*facts.response);
+      if (facts.response) return final_answer(std::move(*facts.response));
       return text(200, "ok");
     case DeliveryOutcome::kReplayed: {
-      PushResponse r = facts.response ? std::move(*facts.response) : PushResponse{.status = 204};
+      PushResponse r =
+          facts.response ? final_answer(std::move(*facts.response)) : PushResponse{.status = 204};
       r.headers.push_back({"Idempotency-Replayed", "true"});
       return r;
     }

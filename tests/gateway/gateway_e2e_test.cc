@@ -769,6 +769,27 @@ TEST_F(gateway_flags, APurgeIntervalOfZeroTurnsTheReclaimerOff) {
   EXPECT_EQ(gateway.terminate(), 0);
 }
 
+TEST_F(gateway_flags, NoHeartbeatWithALeaseWithinTheUpstreamTimeoutIsWarnedOfAtStart) {
+  TempDir dir;
+  // Whether the gateway, started with these flags, warns that a call can outlast the lease.
+  auto warns = [&](const std::string& lease) {
+    const std::string log_file = dir.file("gateway-" + lease + ".log");
+    {
+      ChildProcess gateway(GATEWAY_PATH,
+                           {"--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1",
+                            "--backend", "sqlite://" + dir.file("idem.db"), "--heartbeat", "0",
+                            "--lease", lease, "--upstream-timeout", "30s"},
+                           {}, log_file);
+      EXPECT_EQ(gateway.terminate(), 0);
+    }
+    std::ifstream in(log_file);
+    const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return log.find("lease_shorter_than_upstream_timeout") != std::string::npos;
+  };
+  EXPECT_TRUE(warns("30s")) << "a call may run for the whole 30 s, past a 30 s lease";
+  EXPECT_FALSE(warns("31s"));
+}
+
 TEST_F(gateway_flags, AnInheritedIdempotencyDisabledIsRefusedUnlessAllowed) {
   TempDir dir;
   const std::string backend = "sqlite://" + dir.file("idem.db");

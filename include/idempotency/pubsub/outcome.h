@@ -129,7 +129,8 @@ struct ResponseFacts {
 };
 
 /// push_response() is the push status table: the HTTP response for `outcome`. Every answer of
-/// `idempotent()` is built here and nowhere else.
+/// `idempotent()` is built here and nowhere else. A handler's 102, which Pub/Sub acks but no
+/// HTTP server can send as a final answer, is answered as 200, fresh or replayed.
 [[nodiscard]] PushResponse push_response(DeliveryOutcome outcome, ResponseFacts facts);
 
 /// What `IdempotentOptions::on_outcome` is told about one request. Its pointers are valid

@@ -120,15 +120,15 @@ struct PostgresLock::Impl {
     }
     if (msg.empty()) msg = PQerrorMessage(conn);
     if (msg.empty()) msg = "unknown error";
-    msg = postgres_detail::tidy(std::move(msg), secrets);
-    if (key.size() >= 3) {
-      // The server may quote the key in a message (bytea in hex form); it is customer data.
-      postgres_detail::redact(msg, std::string(key));
-      postgres_detail::redact(
-          msg,
-          "\\x" + detail::to_hex(reinterpret_cast<const unsigned char*>(key.data()), key.size()));
-    }
-    return msg;
+    if (key.size() < 3) return postgres_detail::tidy(std::move(msg), secrets);
+    // The server may quote the key in a message (bytea in hex form); it is customer data.
+    // Redacted with the secrets, before tidy() makes the message one line: a key with a line
+    // break or a tab would no longer match once those are spaces.
+    std::vector<std::string> hidden = secrets;
+    hidden.emplace_back(key);
+    hidden.push_back(
+        "\\x" + detail::to_hex(reinterpret_cast<const unsigned char*>(key.data()), key.size()));
+    return postgres_detail::tidy(std::move(msg), hidden);
   }
 
   void exec_simple(PGconn* conn, const std::string& sql, const char* what) {

@@ -677,6 +677,33 @@ TEST_F(PostgresLockTest, StatementTimeoutIsStoreError) {
   EXPECT_TRUE(std::holds_alternative<Won>(backend->claim("timeout-key-abc", milliseconds(1000))));
 }
 
+TEST_F(PostgresLockTest, AKeyQuotedInAServerErrorNeverReachesTheMessage) {
+  // A key with a line break and a tab: the message is made one line, and the key must be
+  // hidden in every form the server may quote it, as text and as bytea.
+  const std::string key = "order-\n42\tcustomer-7";
+  auto backend = make();
+  (void)backend->claim("creates-the-table", milliseconds(60'000));
+  Admin admin(postgres_url());
+  const std::string function = table_ + "_refuse";
+  admin.exec("CREATE FUNCTION \"" + function +
+             "\"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION "
+             "'refused % %', convert_from(NEW.key, 'UTF8'), NEW.key; END $$");
+  admin.exec("CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON \"" + table_ +
+             "\" FOR EACH ROW EXECUTE FUNCTION \"" + function + "\"()");
+  try {
+    (void)backend->claim(key, milliseconds(60'000));
+    ADD_FAILURE() << "the trigger did not refuse the claim";
+  } catch (const StoreError& e) {
+    const std::string what = e.what();
+    EXPECT_THAT(what, HasSubstr("refused *** ***"));
+    EXPECT_THAT(what, Not(HasSubstr("order")));
+    EXPECT_THAT(what, Not(HasSubstr("customer")));
+    EXPECT_EQ(what.find_first_of("\r\n\t"), std::string::npos) << "not one line";
+  }
+  admin.exec("DROP TABLE \"" + table_ + "\"");
+  admin.exec("DROP FUNCTION \"" + function + "\"()");
+}
+
 TEST_F(PostgresLockTest, PoolIsBounded) {
   auto backend = make(PostgresOptions{.pool_size = 2});
   Admin admin(postgres_url());

@@ -1,0 +1,78 @@
+// The idempotency-key mode in process, in front of the end-to-end tests' upstream, on a store
+// whose completes can be held: what happens to the key between the upstream's 2xx and the
+// moment its response is stored.
+#include "idempotency_key_mode.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <variant>
+
+#include "idempotency/memory_lock.h"
+#include "idempotency/pubsub/message.h"
+#include "metrics.h"
+#include "support/child_process.h"
+#include "support/eventually.h"
+#include "support/faulty_backend.h"
+#include "upstream_pool.h"
+
+namespace idempotency::gateway {
+namespace {
+
+using namespace std::chrono_literals;
+using pubsub::PushRequest;
+using pubsub::PushResponse;
+
+PushRequest charge(const std::string& key) {
+  PushRequest request;
+  request.method = "POST";
+  request.path = "/v1/charges";
+  request.headers = {{"Content-Type", "application/json"}, {"Idempotency-Key", key}};
+  request.body = R"({"amount":100})";
+  return request;
+}
+
+TEST(IdempotencyKeyMode, TheKeyStaysHeldWhileASlowStoreStoresTheResponse) {
+  testing::ChildProcess upstream(GATEWAY_UPSTREAM_PATH, {}, {});
+  auto store = std::make_shared<InMemoryLock>();
+  auto backend = std::make_shared<testing::FaultyBackend>(*store);
+  Config config;
+  config.mode = Mode::kIdempotencyKey;
+  config.lease = 2s;
+  config.heartbeat = 250ms;
+  const http::Handler handle = make_idempotency_key_handler(
+      config,
+      GatewayDeps{.backend = backend,
+                  .upstream = std::make_shared<const UpstreamPool>(
+                      parse_upstream_url("http://127.0.0.1:" + std::to_string(upstream.port())),
+                      UpstreamOptions{}),
+                  .metrics = std::make_shared<Metrics>()});
+
+  backend->hold_completes();
+  auto first = std::async(std::launch::async, [&] { return handle(charge("charge-1")); });
+  ASSERT_TRUE(testing::eventually([&] { return backend->completes_held.load() == 1; }))
+      << "the upstream's answer never reached the complete";
+  // Past the claim's lease: only renewals keep the key from another instance now.
+  std::this_thread::sleep_for(config.lease + 500ms);
+  const ClaimResult other = store->claim("charge-1", config.lease);
+  EXPECT_TRUE(std::holds_alternative<HeldByOther>(other))
+      << "the key lapsed while its response was being stored: a retry would run it again";
+
+  backend->let_completes_go();
+  const PushResponse answered = first.get();
+  EXPECT_EQ(answered.status, 201);
+  const PushResponse replayed = handle(charge("charge-1"));
+  EXPECT_EQ(replayed.status, 201);
+  EXPECT_EQ(replayed.body, answered.body) << "the retry replays the stored response";
+  EXPECT_EQ(pubsub::find_header(replayed.headers, "Idempotency-Replayed"),
+            std::optional<std::string_view>("true"));
+}
+
+}  // namespace
+}  // namespace idempotency::gateway
