@@ -11,15 +11,12 @@ declare -A BIN=([old]=$(realpath "$1") [new]=$(realpath "$2"))
 ROUNDS=${3:-6}
 # shellcheck source=bench/scratch.sh
 source "$BENCH_DIR/scratch.sh"
-# shellcheck source=bench/nginx.sh
-source "$BENCH_DIR/nginx.sh"
+# shellcheck source=bench/servers.sh
+source "$BENCH_DIR/servers.sh"
 
-UP=$((20000 + RANDOM % 12000))
-nginx_config "$TMP/up" "$UP" 1 "$UPSTREAM_LOCATION"
-nginx -p "$TMP/up/" -c "$TMP/up/nginx.conf" -e "$TMP/up/error.log" &
-PIDS+=($!)
-for _ in $(seq 100); do [ -s "$TMP/up/nginx.pid" ] && pgrep -P "$(cat "$TMP/up/nginx.pid")" >/dev/null && break; sleep 0.05; done
-UP_WORKER=$(pgrep -P "$(cat "$TMP/up/nginx.pid")")
+start_upstream
+UP=$STARTED_PORT
+UP_WORKER=$(pgrep -P "$STARTED_PID")
 
 switches() { awk '/ctxt_switches/ {s += $2} END {print s}' /proc/"$1"/task/*/status; }
 ticks() { awk '{print $14 + $15}' /proc/"$1"/stat; }
@@ -27,21 +24,15 @@ ticks() { awk '{print $14 + $15}' /proc/"$1"/stat; }
 run() { # run old|new CONNECTIONS
   local which=$1 conns=$2 threads=2 port="" pid
   [ "$conns" = 1 ] && threads=1
-  "${BIN[$which]}" --upstream "http://127.0.0.1:$UP" --backend memory:// --listen 127.0.0.1:0 \
-    >"$TMP/gw.out" 2>"$TMP/gw.err" &
-  pid=$!
-  for _ in $(seq 100); do
-    port=$(sed -n 's/^listening on \([0-9]*\)$/\1/p' "$TMP/gw.out")
-    [ -n "$port" ] && break
-    sleep 0.05
-  done
+  GATEWAY=${BIN[$which]} start_gateway "gw-$which" "$UP" memory://
+  port=$STARTED_PORT pid=$STARTED_PID
   wrk -t$threads -c"$conns" -d2s -s "$BENCH_DIR/push.lua" "http://127.0.0.1:$port/" -- "warm-$RANDOM$RANDOM" >/dev/null
   local -a before after
   local json
-  before=("$(switches "$UP_WORKER")" "$(switches $pid)" "$(ticks "$UP_WORKER")" "$(ticks $pid)")
+  before=("$(switches "$UP_WORKER")" "$(switches "$pid")" "$(ticks "$UP_WORKER")" "$(ticks "$pid")")
   json=$(wrk -t$threads -c"$conns" -d5s -s "$BENCH_DIR/push.lua" "http://127.0.0.1:$port/" \
     -- "run-$RANDOM$RANDOM" | sed -n 's/^BENCH_JSON //p')
-  after=("$(switches "$UP_WORKER")" "$(switches $pid)" "$(ticks "$UP_WORKER")" "$(ticks $pid)")
+  after=("$(switches "$UP_WORKER")" "$(switches "$pid")" "$(ticks "$UP_WORKER")" "$(ticks "$pid")")
   kill "$pid"
   wait "$pid" 2>/dev/null || true
   python3 - "$which" "$conns" "$json" "${before[@]}" "${after[@]}" <<'PY'

@@ -26,8 +26,8 @@ http {
   fastcgi_temp_path $dir/fastcgi;
   uwsgi_temp_path $dir/uwsgi;
   scgi_temp_path $dir/scgi;
-  # nginx closes a client connection after 1000 requests by default; the gateway does not.
-  # Raised so wrk's connections stay up for the whole run against every target.
+  # Raised so that the upstream never closes a proxy's or wrk's connection during a run (the
+  # default is 1000); the peer sets its own, the gateway's, for its clients (PEER_LOCATION).
   keepalive_requests 1000000;
   keepalive_timeout 75s;
 $http_extra
@@ -45,9 +45,12 @@ UPSTREAM_LOCATION="    location / { return 200; }"
 
 # The peer: nginx as a reverse proxy, set up as an operator would: pooled keep-alive connections
 # to the upstream (HTTP/1.1, no Connection: close). PEER_LOCATION is its server body,
-# `peer_upstream UPSTREAM_PORT` its http block's addition.
+# `peer_upstream UPSTREAM_PORT` its http block's addition. A client connection is closed after
+# 1000 requests, nginx's default and the gateway's (`keep_alive_max_requests`), so that wrk
+# reconnects as often through either.
 # shellcheck disable=SC2034  # used by the scripts that source this file
-PEER_LOCATION="    location / {
+PEER_LOCATION="    keepalive_requests 1000;
+    location / {
       proxy_pass http://app;
       proxy_http_version 1.1;
       proxy_set_header Connection \"\";
