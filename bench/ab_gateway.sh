@@ -16,7 +16,10 @@ source "$BENCH_DIR/servers.sh"
 
 start_upstream
 UP=$STARTED_PORT
-UP_WORKER=$(pgrep -P "$STARTED_PID")
+# The master listens before it forks its worker.
+UP_WORKER=""
+for _ in $(seq 100); do UP_WORKER=$(pgrep -P "$STARTED_PID") && break; sleep 0.05; done
+[ -n "$UP_WORKER" ] || die "the upstream nginx started no worker"
 
 switches() { awk '/ctxt_switches/ {s += $2} END {print s}' /proc/"$1"/task/*/status; }
 ticks() { awk '{print $14 + $15}' /proc/"$1"/stat; }
@@ -35,6 +38,11 @@ run() { # run old|new CONNECTIONS
   after=("$(switches "$UP_WORKER")" "$(switches "$pid")" "$(ticks "$UP_WORKER")" "$(ticks "$pid")")
   kill "$pid"
   wait "$pid" 2>/dev/null || true
+  # Reaped: out of the list the exit stops, whose numbers the system may give out again.
+  local -a alive=()
+  local p
+  for p in "${PIDS[@]}"; do [ "$p" = "$pid" ] || alive+=("$p"); done
+  PIDS=("${alive[@]}")
   python3 - "$which" "$conns" "$json" "${before[@]}" "${after[@]}" <<'PY'
 import json, sys
 which, conns, run = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])

@@ -68,6 +68,7 @@ start_gateway() {
   local up=$2 backend=$3 dir=$TMP/$1 i port=""
   shift 3
   mkdir -p "$dir"
+  : >"$dir/stdout.log"  # a gateway started here before said its port in it
   "$GATEWAY" --upstream "http://127.0.0.1:$up" --backend "$backend" \
     --listen 127.0.0.1:0 "$@" >"$dir/stdout.log" 2>"$dir/stderr.log" &
   local pid=$!

@@ -46,6 +46,25 @@ std::optional<std::string> header_value(const PushRequest& request, std::string_
   return std::string(idempotency::detail::trim_ows(*value));
 }
 
+// An unwrapped delivery's metadata header, into `out`; an error when it comes twice with two
+// values. Pub/Sub sends each attribute as a header named by its key, so an attribute named
+// `x-goog-pubsub-message-id` would come beside the real one, and which is first is Google's
+// order: taking either could dedupe one message against another's id.
+std::optional<ParseError> metadata_header(const PushRequest& request, std::string_view name,
+                                          std::optional<std::string>& out) {
+  out = header_value(request, name);
+  if (!out) return std::nullopt;
+  for (const Header& h : request.headers) {
+    // In the spelling with underscores too, which a CGI-style app behind the gateway reads as
+    // this header (see same_field_name()).
+    if (idempotency::detail::same_field_name(h.name, name) &&
+        idempotency::detail::trim_ows(h.value) != *out) {
+      return fail(ParseErrorKind::kWrongType, std::string(name) + " is sent twice with two values");
+    }
+  }
+  return std::nullopt;
+}
+
 // Whether the media type of a Content-Type value (without parameters) is `type`, in any case.
 bool is_media_type(std::string_view value, std::string_view type) {
   return idempotency::detail::iequals_ascii(
@@ -386,10 +405,12 @@ std::variant<Message, ParseError> parse_push(const PushRequest& request,
 
   if (out.form == DeliveryForm::kUnwrapped) {
     if (options.decode_data) out.data = request.body;
-    out.message_id = header_value(request, kMessageIdHeader);
-    out.publish_time = header_value(request, kPublishTimeHeader);
-    out.subscription = header_value(request, kSubscriptionHeader);
-    out.ordering_key = header_value(request, kOrderingKeyHeader);
+    for (auto [name, field] : {std::pair{kMessageIdHeader, &out.message_id},
+                               std::pair{kPublishTimeHeader, &out.publish_time},
+                               std::pair{kSubscriptionHeader, &out.subscription},
+                               std::pair{kOrderingKeyHeader, &out.ordering_key}}) {
+      if (auto error = metadata_header(request, name, *field)) return std::move(*error);
+    }
   } else {
     if (!doc) {
       auto parsed = parse_json(json, request.body, "body");

@@ -56,6 +56,12 @@ TEST(IdempotencyKeyMode, TheKeyStaysHeldWhileASlowStoreStoresTheResponse) {
 
   backend->hold_completes();
   auto first = std::async(std::launch::async, [&] { return handle(charge("charge-1")); });
+  // Declared after the future, so destroyed before it: a failed assertion below lets the held
+  // complete go instead of waiting on it for ever.
+  struct LetGo {
+    testing::FaultyBackend& backend;
+    ~LetGo() { backend.let_completes_go(); }
+  } let_go{*backend};
   ASSERT_TRUE(testing::eventually([&] { return backend->completes_held.load() == 1; }))
       << "the upstream's answer never reached the complete";
   // Past the claim's lease: only renewals keep the key from another instance now.

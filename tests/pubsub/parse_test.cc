@@ -419,6 +419,31 @@ TEST(ParseUnwrapped, HeaderValuesAreTrimmed) {
   EXPECT_EQ(parsed(r).message_id, "123");
 }
 
+// Pub/Sub sends each attribute as a header named by its key: an attribute named like a
+// metadata header comes beside the real one, in an order that is Google's. Two values are
+// refused rather than one picked (the message id would be the key); one value twice is the same.
+TEST(ParseUnwrapped, AMetadataHeaderSentTwiceWithTwoValuesIsRefused) {
+  for (const char* name : {"x-goog-pubsub-message-id", "x-goog-pubsub-publish-time",
+                           "x-goog-pubsub-subscription-name", "x-goog-pubsub-ordering-key"}) {
+    PushRequest r = json_post("data");
+    r.headers.push_back({name, "2980761766361540"});
+    r.headers.push_back({"X-Goog-PubSub-" + std::string(name + 14), "1111111111111111"});
+    const ParseError e = failed(r);
+    EXPECT_EQ(e.kind, ParseErrorKind::kWrongType) << name;
+    EXPECT_EQ(e.reason, std::string(name) + " is sent twice with two values");
+    EXPECT_EQ(e.reason.find("2980761766361540"), std::string::npos) << "no value in the reason";
+  }
+  PushRequest underscored = json_post("data");
+  underscored.headers.push_back({"x-goog-pubsub-message-id", "2980761766361540"});
+  underscored.headers.push_back({"X_Goog_PubSub_Message_Id", "1111111111111111"});
+  EXPECT_EQ(failed(underscored).reason, "x-goog-pubsub-message-id is sent twice with two values")
+      << "an app behind a CGI-style server reads the underscored one as the same header";
+  PushRequest same = json_post("data");
+  same.headers.push_back({"x-goog-pubsub-message-id", "2980761766361540"});
+  same.headers.push_back({"x-goog-pubsub-message-id", " 2980761766361540"});
+  EXPECT_EQ(parsed(same).message_id, "2980761766361540");
+}
+
 TEST(ParseUnwrapped, ForcedFormTakesAnEnvelopeAsData) {
   PushRequest r = fixture("wrapped_both_spellings.http");
   Message m = parsed(r, {.form = DeliveryForm::kUnwrapped});

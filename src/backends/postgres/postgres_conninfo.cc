@@ -2,6 +2,7 @@
 // and the checks libpq would only make at connect time.
 #include <libpq-fe.h>
 
+#include <algorithm>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -72,7 +73,15 @@ std::vector<std::string> secrets_of(std::string_view conninfo) {
 }
 
 std::string tidy(std::string text, const std::vector<std::string>& secrets) {
-  for (const auto& s : secrets) redact(text, s);
+  // Longest first: one inside another (a password within a key, a key within its own hex
+  // form) would otherwise break the longer one's match and leave the rest of it in the text.
+  std::vector<const std::string*> longest_first;
+  longest_first.reserve(secrets.size());
+  for (const auto& s : secrets) longest_first.push_back(&s);
+  std::stable_sort(
+      longest_first.begin(), longest_first.end(),
+      [](const std::string* a, const std::string* b) { return a->size() > b->size(); });
+  for (const std::string* s : longest_first) redact(text, *s);
   for (char& c : text) {
     if (c == '\n' || c == '\r' || c == '\t') c = ' ';
   }

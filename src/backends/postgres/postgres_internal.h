@@ -45,7 +45,8 @@ using ResultPtr = std::unique_ptr<PGresult, ResultDeleter>;
 /// redact() replaces every occurrence of `secret` in `text` with `***`.
 void redact(std::string& text, const std::string& secret);
 
-/// tidy() makes a libpq or server message one line, with every secret redacted.
+/// tidy() makes a libpq or server message one line, with every secret redacted (the longest
+/// first, so that one inside another cannot break its match).
 [[nodiscard]] std::string tidy(std::string text, const std::vector<std::string>& secrets);
 
 /// validate_conninfo() lets libpq parse `conninfo` (so every libpq option is accepted), then

@@ -678,9 +678,9 @@ TEST_F(PostgresLockTest, StatementTimeoutIsStoreError) {
 }
 
 TEST_F(PostgresLockTest, AKeyQuotedInAServerErrorNeverReachesTheMessage) {
-  // A key with a line break and a tab: the message is made one line, and the key must be
-  // hidden in every form the server may quote it, as text and as bytea.
-  const std::string key = "order-\n42\tcustomer-7";
+  // The key must be hidden in every form the server may quote it, as text and as bytea: one
+  // with a line break and a tab (the message is made one line), and one found inside its own
+  // hex form ("313" in \x333133).
   auto backend = make();
   (void)backend->claim("creates-the-table", milliseconds(60'000));
   Admin admin(postgres_url());
@@ -690,15 +690,18 @@ TEST_F(PostgresLockTest, AKeyQuotedInAServerErrorNeverReachesTheMessage) {
              "'refused % %', convert_from(NEW.key, 'UTF8'), NEW.key; END $$");
   admin.exec("CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON \"" + table_ +
              "\" FOR EACH ROW EXECUTE FUNCTION \"" + function + "\"()");
-  try {
-    (void)backend->claim(key, milliseconds(60'000));
-    ADD_FAILURE() << "the trigger did not refuse the claim";
-  } catch (const StoreError& e) {
-    const std::string what = e.what();
-    EXPECT_THAT(what, HasSubstr("refused *** ***"));
-    EXPECT_THAT(what, Not(HasSubstr("order")));
-    EXPECT_THAT(what, Not(HasSubstr("customer")));
-    EXPECT_EQ(what.find_first_of("\r\n\t"), std::string::npos) << "not one line";
+  for (const std::string key : {"order-\n42\tcustomer-7", "313"}) {
+    try {
+      (void)backend->claim(key, milliseconds(60'000));
+      ADD_FAILURE() << "the trigger did not refuse the claim";
+    } catch (const StoreError& e) {
+      const std::string what = e.what();
+      EXPECT_THAT(what, HasSubstr("refused *** ***"));
+      EXPECT_THAT(what, Not(HasSubstr("order")));
+      EXPECT_THAT(what, Not(HasSubstr("customer")));
+      EXPECT_THAT(what, Not(HasSubstr("\\x")));
+      EXPECT_EQ(what.find_first_of("\r\n\t"), std::string::npos) << "not one line";
+    }
   }
   admin.exec("DROP TABLE \"" + table_ + "\"");
   admin.exec("DROP FUNCTION \"" + function + "\"()");
