@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <stop_token>
@@ -128,7 +129,9 @@ class LockBackend {
 
   /// complete() marks the claim DONE and stores `result` when its fence still matches,
   /// even after the lease lapsed. Returns false when a newer claim fenced it out. A DONE
-  /// record answers true only for its own fence. Throws `StoreError` when the store fails.
+  /// record answers true only for its own fence. A result longer than max_result_bytes() is
+  /// not stored (logged as `result_too_large`): the key is completed without it. Throws
+  /// `StoreError` when the store fails.
   [[nodiscard]] bool complete(const Claim& claim, std::optional<std::string> result = {});
 
   /// release() abandons the claim: the lease ends now and the fence advances, so the key is
@@ -155,7 +158,7 @@ class LockBackend {
   void claim_async(std::string_view key, std::chrono::milliseconds lease, ClaimRequest request,
                    ClaimDone done);
 
-  /// complete_async() is complete() as claim_async() is claim(). Throws
+  /// complete_async() is complete() as claim_async() is claim(), with its result limit. Throws
   /// `std::invalid_argument` for a bad key (`done` is then not called).
   void complete_async(const Claim& claim, std::optional<std::string> result, CompleteDone done);
 
@@ -183,6 +186,12 @@ class LockBackend {
   /// store fails.
   [[nodiscard]] std::optional<Record> inspect(std::string_view key);
 
+  /// max_result_bytes() is the longest result complete() stores: Datastore's entity limit less
+  /// room for the record's other fields; far above any result elsewhere. A longer result is
+  /// dropped rather than failing the complete, since the work it reports has run: a complete
+  /// that failed would leave the key to be claimed, and the work run again, after the lease.
+  [[nodiscard]] std::size_t max_result_bytes() const noexcept { return do_max_result_bytes(); }
+
   /// ttl() is the duplicate-suppression window this backend was built with.
   [[nodiscard]] std::chrono::milliseconds ttl() const noexcept { return ttl_; }
 
@@ -201,6 +210,9 @@ class LockBackend {
   /// Validates `options` (ttl positive and at most `kMaxTtl`) or throws
   /// `std::invalid_argument`.
   explicit LockBackend(const BackendOptions& options);
+
+  /// Drops `result` when it is longer than max_result_bytes(), and logs why.
+  void fit_result(const Claim& claim, std::optional<std::string>& result) const;
 
   /// The storage work behind claim(); inputs are validated and `request.claim_token` is set.
   virtual ClaimResult do_claim(std::string_view key, std::chrono::milliseconds lease,
@@ -227,6 +239,10 @@ class LockBackend {
   virtual std::optional<Record> do_inspect(std::string_view key);
   /// The count behind stored_records(); the default says nothing.
   virtual std::optional<std::size_t> do_stored_records() { return std::nullopt; }
+  /// The limit behind max_result_bytes(); the default is none.
+  [[nodiscard]] virtual std::size_t do_max_result_bytes() const noexcept {
+    return std::numeric_limits<std::size_t>::max();
+  }
   /// The answer behind may_block(); the default is the safe one, true.
   [[nodiscard]] virtual bool do_may_block() const noexcept { return true; }
   /// The answer behind sends_async(); the default, false, is what the default

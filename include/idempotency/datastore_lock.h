@@ -82,6 +82,10 @@ struct DatastoreOptions {
 /// DatastoreLock stores records as Datastore entities.
 class DatastoreLock final : public LockBackend {
  public:
+  /// The longest result stored: an entity holds at most 1,048,572 bytes, and 8 KiB of that
+  /// are left for the record's key, kind, namespace, claim token and fingerprint.
+  static constexpr std::size_t kMaxResultBytes = 1'048'572 - 8 * 1024;
+
   /// DatastoreLock() resolves the project, endpoint and credentials; it makes no Datastore call.
   /// Throws `std::invalid_argument` for a bad option and `StoreError` when no project can be
   /// found.
@@ -99,6 +103,9 @@ class DatastoreLock final : public LockBackend {
   std::optional<TimePoint> do_extend(const Claim& claim, std::chrono::milliseconds lease) override;
   std::size_t do_purge_expired() override;
   std::optional<Record> do_inspect(std::string_view key) override;
+  [[nodiscard]] std::size_t do_max_result_bytes() const noexcept override {
+    return kMaxResultBytes;
+  }
 
  private:
   struct Impl;

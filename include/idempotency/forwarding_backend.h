@@ -51,6 +51,9 @@ class ForwardingBackend : public LockBackend {
   std::size_t do_purge_expired() override;
   std::optional<Record> do_inspect(std::string_view key) override;
   std::optional<std::size_t> do_stored_records() override;
+  [[nodiscard]] std::size_t do_max_result_bytes() const noexcept override {
+    return inner_->max_result_bytes();
+  }
   [[nodiscard]] bool do_may_block() const noexcept override { return inner_->may_block(); }
   void do_wait_for_change(std::string_view key, std::chrono::milliseconds timeout,
                           const std::stop_token& stop) override;

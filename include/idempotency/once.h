@@ -121,9 +121,10 @@ using operation_result_t =
 /// once() runs `fn` at most once per `key` on `backend` and returns its `Outcome`. `fn` takes
 /// nothing, a `std::stop_token`, or `(const Claim&, std::stop_token)` — the claim carries the
 /// fencing token for the operation to fence its own writes. Results are stored through `codec`
-/// (default `Codec<R>`). Throws what `fn` throws, `Cancelled`, `ReentryError`,
-/// `std::invalid_argument` for a bad key, and `StoreError` when the store fails before the
-/// operation ran.
+/// (default `Codec<R>`); a result it cannot encode is logged (`result_unencodable`) and the key
+/// completed without it, so later calls get `kDuplicate` and the operation never runs again.
+/// Throws what `fn` throws, `Cancelled`, `ReentryError`, `std::invalid_argument` for a bad key,
+/// and `StoreError` when the store fails before the operation ran.
 template <class Fn, class R = std::remove_cvref_t<detail::operation_result_t<Fn>>,
           class C = Codec<R>>
 Outcome<R> once(std::string_view key, LockBackend& backend, Fn&& fn,
@@ -131,16 +132,22 @@ Outcome<R> once(std::string_view key, LockBackend& backend, Fn&& fn,
   detail::OnceHooks hooks;
   hooks.type = typeid(R);
   if constexpr (std::is_void_v<R>) {
-    hooks.execute = [&fn](const Claim& claim, std::stop_token token) {
+    hooks.execute = [&fn](const Claim& claim, std::stop_token token,
+                          bool& ran) -> std::shared_ptr<const void> {
       detail::call_operation(fn, claim, std::move(token));
-      return detail::ErasedValue{};
+      ran = true;
+      return nullptr;
     };
   } else {
     static_assert(CodecFor<C, R>, "once: no codec for this result type; specialize Codec<T>");
-    hooks.execute = [&fn, &codec](const Claim& claim, std::stop_token token) {
-      auto value = std::make_shared<const R>(detail::call_operation(fn, claim, std::move(token)));
-      std::string bytes = codec.encode(*value);
-      return detail::ErasedValue{std::move(value), std::move(bytes)};
+    hooks.execute = [&fn](const Claim& claim, std::stop_token token,
+                          bool& ran) -> std::shared_ptr<const void> {
+      R value = detail::call_operation(fn, claim, std::move(token));
+      ran = true;
+      return std::make_shared<const R>(std::move(value));
+    };
+    hooks.encode = [&codec](const void* value) {
+      return std::string(codec.encode(*static_cast<const R*>(value)));
     };
     hooks.decode = [&codec](const std::string& bytes) -> std::shared_ptr<const void> {
       return std::make_shared<const R>(codec.decode(bytes));

@@ -83,8 +83,22 @@ ClaimResult LockBackend::claim(std::string_view key, std::chrono::milliseconds l
   return do_claim(key, lease, request);
 }
 
+void LockBackend::fit_result(const Claim& claim, std::optional<std::string>& result) const {
+  const std::size_t limit = max_result_bytes();
+  if (!result || result->size() <= limit) return;
+  log(LogRecord{Severity::kWarning,
+                "result_too_large",
+                "the result is longer than this store keeps; the key is completed without it, "
+                "and later claims find it done with no result",
+                {{"key_fingerprint", key_fingerprint(claim.key)},
+                 {"bytes", std::to_string(result->size())},
+                 {"max_bytes", std::to_string(limit)}}});
+  result.reset();
+}
+
 bool LockBackend::complete(const Claim& claim, std::optional<std::string> result) {
   validate_key(claim.key);
+  fit_result(claim, result);
   return do_complete(claim, std::move(result));
 }
 
@@ -100,6 +114,7 @@ void LockBackend::claim_async(std::string_view key, std::chrono::milliseconds le
 void LockBackend::complete_async(const Claim& claim, std::optional<std::string> result,
                                  CompleteDone done) {
   validate_key(claim.key);
+  fit_result(claim, result);
   do_complete_async(claim, std::move(result), std::move(done));
 }
 

@@ -9,6 +9,7 @@
 #include <array>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -185,6 +186,37 @@ ErasedOutcome outcome_of_done(const AlreadyDone& done, std::string_view key,
 
 namespace {
 
+// The bytes to store for a result the operation returned, or none when its codec cannot
+// encode it: the work ran, so the key is completed all the same (later calls are duplicates)
+// rather than given up for the operation to run again on every delivery.
+std::optional<std::string> encoded_result(const OnceHooks& hooks,
+                                          const std::shared_ptr<const void>& value,
+                                          std::string_view key) noexcept {
+  if (!hooks.encode || !value) return std::nullopt;
+  std::exception_ptr failure;
+  try {
+    return hooks.encode(value.get());
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  try {
+    std::string error = "a codec threw a non-exception";
+    try {
+      std::rethrow_exception(failure);
+    } catch (const std::exception& e) {
+      error = e.what();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the default reason stands
+    }
+    log(LogRecord{Severity::kError,
+                  "result_unencodable",
+                  "the operation ran but its result could not be encoded; the key is completed "
+                  "without it, and later calls are duplicates",
+                  {{"key_fingerprint", key_fingerprint(key)}, {"error", std::move(error)}}});
+  } catch (...) {  // NOLINT(bugprone-empty-catch): a log line that cannot be built is dropped
+  }
+  return std::nullopt;
+}
+
 // Claims the key in the store and, on a win, runs the operation. Runs on the owner thread.
 ErasedOutcome claim_and_execute(std::string_view key, LockBackend& backend,
                                 const OnceOptions& options, const OnceHooks& hooks) {
@@ -201,24 +233,34 @@ ErasedOutcome claim_and_execute(std::string_view key, LockBackend& backend,
       detail::LeaseKeeper keeper(backend, claim, options.lease, options.heartbeat);
       std::stop_callback on_cancel(options.stop, [&work] { work.request_stop(); });
       std::stop_callback on_lost(keeper.lost_token(), [&work] { work.request_stop(); });
-      ErasedValue value;
+      std::shared_ptr<const void> value;
+      bool ran = false;
       try {
-        value = hooks.execute(claim, work.get_token());
+        value = hooks.execute(claim, work.get_token(), ran);
       } catch (const OutcomeUnknown&) {
         keep_after_unknown_outcome(claim);
         throw;
       } catch (...) {
+        if (ran) {
+          // The operation succeeded and only keeping its result failed (out of memory): it
+          // must not run again, so the key is completed, without a result.
+          keeper.finishing();
+          (void)complete_after_work(backend, claim, std::nullopt);
+          keeper.stop();
+          throw;
+        }
         // Failures and cancellations are never stored: give the key up and propagate.
         keeper.stop();
         release_after_failure(backend, claim);
         if (options.stop.stop_requested()) throw Cancelled();
         throw;
       }
+      std::optional<std::string> bytes = encoded_result(hooks, value, key);
       // Renewed until the complete has landed (LeaseKeeper::finishing()).
       keeper.finishing();
-      (void)complete_after_work(backend, claim, std::move(value.bytes));
+      (void)complete_after_work(backend, claim, std::move(bytes));
       keeper.stop();
-      return ErasedOutcome{Status::kExecuted, std::move(value.value), claim.fence, std::nullopt};
+      return ErasedOutcome{Status::kExecuted, std::move(value), claim.fence, std::nullopt};
     }
     if (auto* done = std::get_if<AlreadyDone>(&result)) return outcome_of_done(*done, key, hooks);
     const auto& held = std::get<HeldByOther>(result);

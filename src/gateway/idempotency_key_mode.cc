@@ -192,7 +192,7 @@ class Handler {
       return std::move(reply.response);
     }
     try {
-      if (!deps_.backend->complete(claim, Codec<PushResponse>::encode(reply.response))) {
+      if (!deps_.backend->complete(claim, stored_form(reply.response))) {
         log(LogRecord{
             Severity::kError,
             "fenced_out",
@@ -235,6 +235,17 @@ class Handler {
       return idempotency::detail::iequals_ascii(h.name, kReplayedHeader) ||
              idempotency::detail::iequals_ascii(h.name, kResponseOmittedHeader);
     });
+  }
+
+  // The response as stored: whole, or, when that is more than the store keeps (Datastore's
+  // entity limit, under the default --max-response), without its body and marked as a body
+  // over --max-response is: the caller gets it whole now, every replay the status and headers.
+  std::string stored_form(const PushResponse& response) const {
+    std::string whole = Codec<PushResponse>::encode(response);
+    if (whole.size() <= deps_.backend->max_result_bytes()) return whole;
+    PushResponse kept{.status = response.status, .headers = response.headers, .body = {}};
+    kept.headers.push_back({kResponseOmittedHeader, "too-large"});
+    return Codec<PushResponse>::encode(kept);
   }
 
   // A body over --max-response, cut off, or in a transfer coding the client does not undo, was

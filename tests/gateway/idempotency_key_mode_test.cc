@@ -14,6 +14,7 @@
 #include <thread>
 #include <variant>
 
+#include "idempotency/forwarding_backend.h"
 #include "idempotency/memory_lock.h"
 #include "idempotency/pubsub/message.h"
 #include "metrics.h"
@@ -78,6 +79,50 @@ TEST(IdempotencyKeyMode, TheKeyStaysHeldWhileASlowStoreStoresTheResponse) {
   EXPECT_EQ(replayed.body, answered.body) << "the retry replays the stored response";
   EXPECT_EQ(pubsub::find_header(replayed.headers, "Idempotency-Replayed"),
             std::optional<std::string_view>("true"));
+}
+
+// A store that keeps results of at most kLimit bytes, as Datastore keeps about 1 MiB.
+class SmallResults final : public ForwardingBackend {
+ public:
+  static constexpr std::size_t kLimit = 4096;
+  explicit SmallResults(LockBackend& inner) : ForwardingBackend(inner) {}
+
+ protected:
+  [[nodiscard]] std::size_t do_max_result_bytes() const noexcept override { return kLimit; }
+};
+
+TEST(IdempotencyKeyMode, AResponseTheStoreCannotKeepIsAnsweredWholeAndReplayedWithoutItsBody) {
+  testing::ChildProcess upstream(GATEWAY_UPSTREAM_PATH, {}, {});
+  InMemoryLock store;
+  auto backend = std::make_shared<SmallResults>(store);
+  Config config;
+  config.mode = Mode::kIdempotencyKey;
+  const http::Handler handle = make_idempotency_key_handler(
+      config,
+      GatewayDeps{.backend = backend,
+                  .upstream = std::make_shared<const UpstreamPool>(
+                      parse_upstream_url("http://127.0.0.1:" + std::to_string(upstream.port())),
+                      UpstreamOptions{}),
+                  .metrics = std::make_shared<Metrics>()});
+  PushRequest request = charge("charge-big");
+  request.headers.push_back({"X-Test-Behavior", "sized"});
+  request.headers.push_back({"X-Test-Body-Bytes", "10000"});  // under --max-response's 1 MiB
+
+  const PushResponse first = handle(request);
+  EXPECT_EQ(first.status, 201);
+  EXPECT_EQ(first.body, std::string(10000, 'b')) << "the caller gets the answer whole";
+  EXPECT_EQ(pubsub::find_header(first.headers, "Idempotency-Response-Omitted"), std::nullopt);
+
+  const PushResponse replayed = handle(request);
+  EXPECT_EQ(replayed.status, 201);
+  EXPECT_EQ(replayed.body, "");
+  EXPECT_EQ(pubsub::find_header(replayed.headers, "Idempotency-Response-Omitted"),
+            std::optional<std::string_view>("too-large"));
+  EXPECT_EQ(pubsub::find_header(replayed.headers, "Idempotency-Replayed"),
+            std::optional<std::string_view>("true"));
+  ASSERT_TRUE(store.inspect("charge-big")->result.has_value())
+      << "the status and headers are kept, not dropped with the body";
+  EXPECT_LE(store.inspect("charge-big")->result->size(), SmallResults::kLimit);
 }
 
 }  // namespace

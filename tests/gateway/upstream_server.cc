@@ -13,6 +13,7 @@
 //               never holds it)
 //   huge_chunked the same, chunked
 //   breaks_off  answer 200 with a Content-Length of 100, then close after 10 bytes
+//   sized       answer 201 with a body of X-Test-Body-Bytes bytes
 //   invalid_status answer 999, a status no HTTP server may send
 //   says_replayed answer 201 with the gateway's own Idempotency-Replayed and
 //               Idempotency-Response-Omitted headers, as an app might by mistake
@@ -125,6 +126,15 @@ void process(State& state, const httplib::Request& request, httplib::Response& r
           sink.write("only ten..", 10);
           return false;
         });
+    return;
+  }
+  if (behavior == "sized") {
+    // A 201 whose body is X-Test-Body-Bytes bytes.
+    response.status = 201;
+    response.set_content(
+        std::string(
+            std::strtoul(request.get_header_value("X-Test-Body-Bytes").c_str(), nullptr, 10), 'b'),
+        "application/octet-stream");
     return;
   }
   if (behavior == "invalid_status") {

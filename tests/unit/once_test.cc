@@ -18,11 +18,14 @@
 #include <vector>
 
 #include "idempotency/errors.h"
+#include "idempotency/forwarding_backend.h"
 #include "idempotency/guard.h"
+#include "idempotency/json_codec.h"
 #include "idempotency/memory_lock.h"
 #include "support/eventually.h"
 #include "support/faulty_backend.h"
 #include "support/joiners.h"
+#include "support/log_capture.h"
 
 namespace idempotency::testing {
 namespace {
@@ -397,6 +400,94 @@ TEST_F(OnceTest, AStoreErrorAfterSuccessIsLoggedAndTheValueStillReturned) {
   auto o = once("k", backend_, [] { return std::string("v"); });
   EXPECT_EQ(o.status(), Status::kExecuted);
   EXPECT_EQ(o.value(), "v");
+}
+
+// A codec whose encode() always throws, as JsonCodec does for a string that is not UTF-8.
+struct UnencodableCodec {
+  static std::string encode(const std::string&) { throw std::runtime_error("cannot encode"); }
+  static std::string decode(std::string_view bytes) { return std::string(bytes); }
+};
+
+TEST_F(OnceTest, AResultItsCodecCannotEncodeNeverRunsTheOperationAgain) {
+  LogCapture logs;
+  int runs = 0;
+  auto op = [&] {
+    ++runs;
+    return std::string("charged");
+  };
+  auto first = once("pay:secret-order-42", backend_, op, {}, UnencodableCodec{});
+  EXPECT_EQ(first.status(), Status::kExecuted);
+  EXPECT_EQ(first.value(), "charged");
+  auto second = once("pay:secret-order-42", backend_, op, {}, UnencodableCodec{});
+  EXPECT_EQ(second.status(), Status::kDuplicate);
+  EXPECT_EQ(runs, 1);
+  EXPECT_EQ(store_.inspect("pay:secret-order-42")->state, RecordState::kDone);
+  EXPECT_EQ(logs.count("result_unencodable"), 1);
+  EXPECT_THAT(logs.all_text(), HasSubstr("cannot encode"));
+  EXPECT_THAT(logs.all_text(), Not(HasSubstr("secret-order-42")));
+}
+
+// A store that keeps results of at most 4 bytes.
+class TinyResults final : public ForwardingBackend {
+ public:
+  explicit TinyResults(LockBackend& inner) : ForwardingBackend(inner) {}
+
+ protected:
+  [[nodiscard]] std::size_t do_max_result_bytes() const noexcept override { return 4; }
+};
+
+TEST_F(OnceTest, AResultLongerThanTheStoreKeepsCompletesTheKeyWithoutIt) {
+  LogCapture logs;
+  TinyResults tiny(backend_);
+  int runs = 0;
+  auto op = [&] {
+    ++runs;
+    return std::string("receipt-0042");
+  };
+  EXPECT_EQ(once("pay:secret-order-7", tiny, op).value(), "receipt-0042");
+  EXPECT_EQ(once("pay:secret-order-7", tiny, op).status(), Status::kDuplicate);
+  EXPECT_EQ(runs, 1) << "a complete refused for its size would have let the work run again";
+  EXPECT_EQ(store_.inspect("pay:secret-order-7")->result, std::nullopt);
+  EXPECT_EQ(logs.count("result_too_large"), 1);
+  EXPECT_THAT(logs.all_text(), Not(HasSubstr("secret-order-7")));
+  EXPECT_EQ(once("short", tiny, [] { return std::string("ok"); }).value(), "ok");
+  EXPECT_EQ(once("short", tiny, [] { return std::string("no"); }).value(), "ok") << "replayed";
+}
+
+// A result whose move throws, as a move that allocates does when memory runs out: the
+// operation has returned, and only keeping its result fails.
+struct FragileResult {
+  FragileResult() = default;
+  FragileResult(const FragileResult&) = default;
+  // NOLINTNEXTLINE(performance-noexcept-move-constructor): throwing is its point
+  FragileResult(FragileResult&&) { throw std::bad_alloc(); }
+};
+struct FragileCodec {
+  static std::string encode(const FragileResult&) { return "r"; }
+  static FragileResult decode(std::string_view) { return {}; }
+};
+
+TEST_F(OnceTest, AResultThatCannotBeKeptCompletesTheKeyInsteadOfReleasingIt) {
+  int runs = 0;
+  auto op = [&] {
+    ++runs;
+    return FragileResult{};
+  };
+  EXPECT_THROW((void)once("k", backend_, op, {}, FragileCodec{}), std::bad_alloc);
+  EXPECT_EQ(store_.inspect("k")->state, RecordState::kDone);
+  EXPECT_EQ(once("k", backend_, op, {}, FragileCodec{}).status(), Status::kDuplicate);
+  EXPECT_EQ(runs, 1);
+}
+
+TEST_F(OnceTest, AStringJsonCannotHoldIsADuplicateLaterNotARerun) {
+  int runs = 0;
+  auto op = [&] {
+    ++runs;
+    return std::string("caf\xe9");  // Latin-1: not UTF-8, so nlohmann::json::dump() throws
+  };
+  EXPECT_EQ(once("k", backend_, op, {}, JsonCodec<std::string>{}).value(), "caf\xe9");
+  EXPECT_EQ(once("k", backend_, op, {}, JsonCodec<std::string>{}).status(), Status::kDuplicate);
+  EXPECT_EQ(runs, 1);
 }
 
 TEST_F(OnceTest, AStoreErrorBeforeTheWorkPropagatesToOwnerAndJoiners) {

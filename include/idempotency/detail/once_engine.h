@@ -53,17 +53,15 @@ struct OnceOptions {
 
 namespace detail {
 
-/// A type-erased result: the value shared by every caller, and its stored bytes.
-struct ErasedValue {
-  std::shared_ptr<const void> value;
-  std::optional<std::string> bytes;
-};
-
 /// What the template layer supplies to the engine.
 struct OnceHooks {
   std::type_index type = typeid(void);
-  /// Runs the operation as owner and encodes its result.
-  std::function<ErasedValue(const Claim&, std::stop_token)> execute;
+  /// Runs the operation as owner and returns its result (null for `void`), setting `ran` as
+  /// soon as the operation has returned: a failure after that (keeping the result) is not the
+  /// operation's, and must not give the key up for it to run again.
+  std::function<std::shared_ptr<const void>(const Claim&, std::stop_token, bool& ran)> execute;
+  /// Encodes a result of execute() for the store; empty for `void` operations.
+  std::function<std::string(const void*)> encode;
   /// Decodes stored result bytes; empty for `void` operations.
   std::function<std::shared_ptr<const void>(const std::string&)> decode;
 };

@@ -10,6 +10,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <span>
 #include <stdexcept>
 #include <thread>
@@ -141,12 +142,27 @@ struct DatastoreLock::Impl {
     if (r.contains("deferred") && !r["deferred"].empty()) {
       throw RpcFailure{200, "UNAVAILABLE", "lookup: keys deferred", true};
     }
+    const auto name_of = [](const Json& entity) {
+      return entity.at("key").at("path").at(0).at("name").get<std::string>();
+    };
     std::map<std::string, Json> found;
     if (r.contains("found")) {
       for (auto& result : r["found"]) {
         Json& entity = result.at("entity");
-        found.emplace(entity.at("key").at("path").at(0).at("name").get<std::string>(),
-                      std::move(entity));
+        found.emplace(name_of(entity), std::move(entity));
+      }
+    }
+    // A key the reply names neither found nor missing is not known to be absent: read as
+    // absent, a claim would write a fresh record over a live one (a proxy's or an emulator's
+    // reply of another shape). Google names every key it was asked for.
+    std::set<std::string> missing;
+    if (r.contains("missing")) {
+      for (const auto& result : r["missing"]) missing.insert(name_of(result.at("entity")));
+    }
+    for (const auto& n : names) {
+      if (!found.contains(n) && !missing.contains(n)) {
+        throw RpcFailure{200, "UNAVAILABLE", "lookup: a key came back neither found nor missing",
+                         true};
       }
     }
     return found;
@@ -171,7 +187,14 @@ struct DatastoreLock::Impl {
         std::this_thread::sleep_for(std::chrono::milliseconds(jitter(rng)));
       }
       try {
-        return attempt();
+        try {
+          return attempt();
+        } catch (const Json::exception&) {
+          // A 200 of the wrong shape (a proxy's, an emulator's): read like an unparsable one.
+          // The parser's own words name only fields and types, never a value, but they tell
+          // nothing an operator needs either.
+          throw RpcFailure{200, "UNAVAILABLE", std::string(what) + ": unexpected reply", true};
+        }
       } catch (RpcFailure& f) {
         // Google's messages may quote the key name; keys are customer data.
         f.message = redact_keys(std::move(f.message), secrets);

@@ -5,6 +5,8 @@
 #include <charconv>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "idempotency/clock.h"
 #include "idempotency/detail/ascii.h"
@@ -34,6 +36,47 @@ std::string replace_all(std::string text, std::string_view what, std::string_vie
   return text;
 }
 
+namespace {
+
+// `text` as protobuf's text format quotes it, in which Google's messages may name a key:
+// quotes, backslashes and control bytes escaped, and with `escape_utf8` every byte from 0x80
+// in octal too (CEscape; without it, Utf8SafeCEscape).
+std::string c_escaped(std::string_view text, bool escape_utf8) {
+  std::string out;
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '"':
+      case '\'':
+      case '\\':
+        out += '\\';
+        out += ch;
+        break;
+      default:
+        if (c < 0x20 || c == 0x7f || (escape_utf8 && c >= 0x80)) {
+          out += '\\';
+          out += static_cast<char>('0' + (c >> 6));
+          out += static_cast<char>('0' + ((c >> 3) & 7));
+          out += static_cast<char>('0' + (c & 7));
+        } else {
+          out += ch;
+        }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string redact_keys(std::string message, std::span<const std::string_view> secrets) {
   // The list cut first: a short key replaced first could break up the words that find it.
   constexpr std::string_view kGroups = "entity group";
@@ -44,9 +87,18 @@ std::string redact_keys(std::string message, std::span<const std::string_view> s
     message.erase(at, message.end());
     message += "entity groups: <not shown>";
   }
+  // Each secret as it is and as Google may quote it, longest first: a key replaced inside a
+  // longer form of itself would leave the rest of that form behind.
+  std::vector<std::string> forms;
   for (const std::string_view secret : secrets) {
-    message = replace_all(std::move(message), secret, "<key>");
+    if (secret.empty()) continue;
+    forms.emplace_back(secret);
+    forms.push_back(c_escaped(secret, true));
+    forms.push_back(c_escaped(secret, false));
   }
+  std::sort(forms.begin(), forms.end(),
+            [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+  for (const std::string& form : forms) message = replace_all(std::move(message), form, "<key>");
   return message;
 }
 

@@ -45,7 +45,8 @@ struct RpcFailure {
                                       std::string_view with);
 
 /// redact_keys() returns Google's error `message` with every one of `secrets` (the keys and
-/// entity names the call was about) replaced by `<key>`, and what follows "entity group" (the
+/// entity names the call was about), as they are or quoted as protobuf's text format quotes
+/// them (`\"`, octal escapes), replaced by `<key>`, and what follows "entity group" (the
 /// contention error's list of entity keys, in Google's own quoting) dropped: keys are customer
 /// data, and the message goes into errors and logs.
 [[nodiscard]] std::string redact_keys(std::string message,

@@ -85,9 +85,20 @@ Json with_url_safe_blobs(Json entity) {
   return entity;
 }
 
+// Datastore refuses an entity over 1,048,572 bytes, counted as Google documents (a string's
+// UTF-8 bytes + 1, a blob's bytes, a property's name + value, the key's names, + 32 and 16).
+constexpr std::size_t kMaxEntityBytes = 1'048'572;
+
 void check_properties(const Json& entity) {
+  std::size_t size = 32 + 16;
+  for (const auto& element : entity.at("key").value("path", Json::array())) {
+    size += element.value("kind", "").size() + 1 + element.value("name", "").size() + 1;
+  }
   if (!entity.contains("properties")) return;
   for (const auto& [name, value] : entity["properties"].items()) {
+    size += name.size() + 1 + 8;
+    if (value.contains("stringValue")) size += value["stringValue"].get<std::string>().size() + 1;
+    if (value.contains("blobValue")) size += value["blobValue"].get<std::string>().size() * 3 / 4;
     if (value.value("excludeFromIndexes", false)) continue;
     for (const char* type : {"stringValue", "blobValue"}) {
       if (value.contains(type) && value[type].get<std::string>().size() > 1500) {
@@ -96,6 +107,7 @@ void check_properties(const Json& entity) {
       }
     }
   }
+  if (size > kMaxEntityBytes) throw std::length_error("entity is too big");
 }
 
 }  // namespace

@@ -11,13 +11,16 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "backends/datastore/datastore_double.h"
 #include "idempotency/errors.h"
+#include "idempotency/forwarding_backend.h"
 #include "support/claim_matchers.h"
 #include "support/test_servers.h"
 
@@ -158,6 +161,98 @@ TEST_F(DatastoreLockTest, RetriesAreBounded) {
     EXPECT_THAT(e.what(), HasSubstr("UNAVAILABLE"));
   }
   EXPECT_EQ(server_.calls("beginTransaction"), 3);
+}
+
+TEST_F(DatastoreLockTest, AResultUpToTheLimitIsStoredAndALongerOneCompletesWithoutIt) {
+  // The double refuses an entity over Datastore's 1,048,572 bytes, as Google does (400).
+  auto backend = make();
+  EXPECT_EQ(backend->max_result_bytes(), DatastoreLock::kMaxResultBytes);
+  const std::string longest_key(1024, 'k');
+  const std::string fingerprint(64, 'f');
+  Claim c = won(backend->claim(longest_key, kLease, ClaimRequest{.fingerprint = fingerprint}));
+  ASSERT_TRUE(backend->complete(c, std::string(DatastoreLock::kMaxResultBytes, 'r')));
+  EXPECT_EQ(backend->inspect(longest_key)->result->size(), DatastoreLock::kMaxResultBytes);
+
+  Claim big = won(backend->claim("orders:big", kLease));
+  EXPECT_TRUE(backend->complete(big, std::string(DatastoreLock::kMaxResultBytes + 1, 'r')));
+  const auto record = backend->inspect("orders:big");
+  EXPECT_EQ(record->state, RecordState::kDone) << "done, so the work is not run again";
+  EXPECT_EQ(record->result, std::nullopt);
+  EXPECT_TRUE(std::holds_alternative<AlreadyDone>(backend->claim("orders:big", kLease)));
+}
+
+// A decorator that lifts the result limit, to reach the store with what it would refuse.
+class Unlimited final : public ForwardingBackend {
+ public:
+  explicit Unlimited(LockBackend& inner) : ForwardingBackend(inner) {}
+
+ protected:
+  [[nodiscard]] std::size_t do_max_result_bytes() const noexcept override {
+    return std::numeric_limits<std::size_t>::max();
+  }
+};
+
+TEST_F(DatastoreLockTest, WithoutTheLimitALongerResultFailsItsComplete) {
+  // What the limit guards against: Google refuses the entity (400), after the work ran.
+  auto backend = make();
+  Unlimited unlimited(*backend);
+  Claim c = won(unlimited.claim("orders:huge", kLease));
+  EXPECT_THROW((void)unlimited.complete(c, std::string(1'048'572, 'r')), StoreError);
+}
+
+TEST_F(DatastoreLockTest, AKeyGoogleQuotesWithEscapesNeverReachesTheMessage) {
+  // Protobuf's text format, in which Google's messages may name a key: `\"`, and bytes from
+  // 0x80 in octal or left as UTF-8.
+  const std::string key = "orders:\"vip-42\"caf\xc3\xa9";
+  for (const std::string quoted :
+       {R"(orders:\"vip-42\"caf\303\251)", "orders:\\\"vip-42\\\"caf\xc3\xa9"}) {
+    auto backend = make();
+    server_.inject(Fault{.method = "lookup",
+                         .http = 403,
+                         .status = "PERMISSION_DENIED",
+                         .message = "no access to name: \"" + quoted + "\"."});
+    try {
+      (void)backend->claim(key, kLease);
+      FAIL() << "expected StoreError";
+    } catch (const StoreError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("no access to name"));
+      EXPECT_THAT(e.what(), Not(HasSubstr("vip-42")));
+      EXPECT_THAT(e.what(), Not(HasSubstr("caf")));
+    }
+  }
+}
+
+TEST_F(DatastoreLockTest, AReplyOfTheWrongShapeIsRetriedAndThenAStoreError) {
+  // A 200 whose JSON lacks what the call returns (here `transaction`): not a parser's
+  // exception escaping as if the handler had failed.
+  auto backend = make();
+  server_.inject(Fault{.method = "beginTransaction", .http = 200});
+  server_.inject(Fault{.method = "lookup", .http = 200});
+  (void)won(backend->claim("orders:8", kLease));
+  EXPECT_EQ(server_.calls("beginTransaction"), 3);
+  DatastoreOptions o = options();
+  o.max_attempts = 2;
+  DatastoreLock bounded(o);
+  server_.inject(Fault{.method = "beginTransaction", .count = 100, .http = 200});
+  try {
+    (void)bounded.claim("orders:9", kLease);
+    FAIL() << "expected StoreError";
+  } catch (const StoreError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("gave up after 2 attempts"));
+    EXPECT_THAT(e.what(), HasSubstr("unexpected reply"));
+  }
+}
+
+TEST_F(DatastoreLockTest, ALookupReplyThatNamesNoKeyIsNeverReadAsAbsent) {
+  // Read as "absent", a held key would be claimed again over its live owner.
+  auto backend = make();
+  (void)won(backend->claim("orders:10", kLease));
+  DatastoreOptions o = options();
+  o.max_attempts = 2;
+  DatastoreLock other(o);
+  server_.inject(Fault{.method = "lookup", .count = 100, .http = 200});
+  EXPECT_THROW((void)other.claim("orders:10", kLease), StoreError);
+  EXPECT_EQ(server_.calls("commit"), 1);  // the first claim's, and nothing since
 }
 
 TEST_F(DatastoreLockTest, APermanentErrorIsAStoreErrorWithGooglesStatusAndNoKey) {
