@@ -77,8 +77,10 @@ class [[nodiscard]] Guard {
   /// `StoreError` when the store fails.
   [[nodiscard]] bool extend(std::chrono::milliseconds lease);
 
-  /// lost() says whether the heartbeat found the claim lost (a renewal refused, or failing
-  /// until the lease lapsed): the work should stop, its completion will be fenced out.
+  /// lost() says whether the heartbeat found the claim lost: a renewal refused (a newer claim
+  /// took the key, so a completion is fenced out), or renewals failing until the lease lapsed
+  /// (a completion still commits while nobody has taken the key, as a late one does). The work
+  /// should stop, and end by throwing: a guard left normally completes the key.
   [[nodiscard]] bool lost() const noexcept { return keeper_.lost(); }
 
   /// stop_token() is requested when the claim is lost (never without a heartbeat), for work

@@ -37,9 +37,11 @@ struct OnceOptions {
   std::chrono::milliseconds lease = kDefaultLease;
   /// Renew the lease this often while the operation runs (zero: never); shorter than the
   /// lease. When a renewal finds the claim lost, the operation's stop token is requested
-  /// (logged once as `lease_lost`) and its late completion is fenced out.
+  /// (logged once as `lease_lost`). An operation that stops for it must throw: a normal return
+  /// is completed as a success, which is fenced out only once a newer claim took the key.
   std::chrono::milliseconds heartbeat{0};
-  /// Stored with the claim; see `ClaimRequest::fingerprint`.
+  /// Stored with the claim; see `ClaimRequest::fingerprint`. once() does not compare it: a key
+  /// must name one operation on one payload (the seed's rule), and a reused key replays.
   std::optional<std::string> fingerprint;
   /// On a live holder in another process, wait up to this long for it to finish and replay
   /// its result instead of answering `kInProgress`. Zero: do not wait.
