@@ -34,8 +34,21 @@ using idempotency::detail::AsyncFlight;
 using idempotency::detail::ErasedOutcome;
 using idempotency::detail::LeaseKeeper;
 
+// A failure reported with an empty exception_ptr (`done(std::current_exception())` outside a
+// catch) is a failure like any other: rethrowing it as it is would be undefined behaviour.
+HandlerResult with_a_failure(HandlerResult result) {
+  if (auto* error = std::get_if<std::exception_ptr>(&result); error && !*error) {
+    *error = std::make_exception_ptr(
+        std::runtime_error("the handler reported a failure without an exception"));
+  }
+  return result;
+}
+
 // A blocking-path handler: starts the asynchronous one and waits for it, on a thread that may
 // block. A second call of `done` (a handler bug) is ignored rather than crashing the process.
+// Only `done` and its copies hold the promise: a handler that drops them all uncalled breaks
+// it, which is an unknown outcome (held, not released), as on the asynchronous path, and not a
+// thread waiting for ever on a key renewed for ever.
 ResponseHandler awaited(AsyncResponseHandler handler) {
   return [handler = std::move(handler)](const Delivery& delivery) {
     struct Wait {
@@ -44,10 +57,15 @@ ResponseHandler awaited(AsyncResponseHandler handler) {
     };
     auto wait = std::make_shared<Wait>();
     auto future = wait->result.get_future();
-    handler(delivery, [wait](HandlerResult result) {
-      if (!wait->called.exchange(true)) wait->result.set_value(std::move(result));
+    handler(delivery, [wait = std::move(wait)](HandlerResult result) {
+      if (!wait->called.exchange(true)) wait->result.set_value(with_a_failure(std::move(result)));
     });
-    HandlerResult result = future.get();
+    HandlerResult result;
+    try {
+      result = future.get();
+    } catch (const std::future_error&) {
+      throw OutcomeUnknown("the handler dropped its done callback without calling it");
+    }
     if (auto* error = std::get_if<std::exception_ptr>(&result)) std::rethrow_exception(*error);
     return std::get<PushResponse>(std::move(result));
   };
@@ -221,7 +239,7 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
     // The flag is the delivery's own: one allocation and one reference count fewer a call.
     auto done = [self = shared_from_this()](HandlerResult r) {
       if (self->handler_called_.exchange(true)) return;  // a handler bug; the first answer stands
-      self->on_handler_done(std::move(r));
+      self->on_handler_done(with_a_failure(std::move(r)));
     };
     try {
       shared_->handler(Delivery{.message = message_, .fence = claim_->fence, .request = &*request_},

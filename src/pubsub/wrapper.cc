@@ -154,6 +154,13 @@ PushResponse Wrapper::failed(const std::exception_ptr& error, const Seen& seen,
                   "the handler's mutex is held elsewhere; nacking so Pub/Sub retries later",
                   context(message, key)});
     return answer(seen.event(DeliveryOutcome::kContention));
+  } catch (const Duplicate&) {
+    // The handler's own lock() found its key done (the seed's `except Duplicate: ack`): the
+    // work it guards has run, so a nack would only redeliver the message until it
+    // dead-letters. Acked as a duplicate; the delivery's key was released like any failure.
+    log(LogRecord{Severity::kInfo, "handler_duplicate",
+                  "the handler's lock found its key done; acking", context(message, key)});
+    return answer(seen.event(DeliveryOutcome::kDuplicate));
   } catch (const OutcomeUnknown& e) {
     // The handler cannot tell whether its side effect happened: nack, but the key stays held
     // until the lease lapses so no redelivery runs beside the call that went silent.

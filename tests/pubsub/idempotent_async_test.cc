@@ -462,6 +462,34 @@ TEST_P(IdempotentAsyncTest, AHandlerThatDropsDoneIsAnUnknownOutcome) {
   EXPECT_EQ(faulty_->releases, 0) << "its work may have happened: held, not released";
 }
 
+TEST_P(IdempotentAsyncTest, AHandlerThatDropsDoneOnTheBlockingPathIsAnUnknownOutcome) {
+  // An authenticator sends every delivery down the blocking path, which waits for `done`.
+  auto handle = idempotent_async(
+      {.backend = store_,
+       .authenticate = [](const PushRequest&) { return std::optional<std::string>(); }},
+      [](const Delivery&, const HandlerDone&) {},
+      [this](std::function<void()> work) { threads_.run(std::move(work)); });
+  EXPECT_EQ(send(handle, push("m-dropped-blocking")).status, 503);
+  EXPECT_EQ(faulty_->releases, 0) << "its work may have happened: held, not released";
+}
+
+TEST_P(IdempotentAsyncTest, AFailureWithAnEmptyExceptionIsANackNotACrash) {
+  for (const bool blocking : {false, true}) {
+    IdempotentOptions options{.backend = store_};
+    if (blocking) {
+      options.authenticate = [](const PushRequest&) { return std::optional<std::string>(); };
+    }
+    auto handle = idempotent_async(
+        std::move(options),
+        [](const Delivery&, const HandlerDone& done) { done(std::exception_ptr()); },
+        [this](std::function<void()> work) { threads_.run(std::move(work)); });
+    const std::string id = blocking ? "m-empty-blocking" : "m-empty";
+    EXPECT_EQ(send(handle, push(id)).status, 500);
+    EXPECT_TRUE(std::holds_alternative<Won>(store_->claim(id, std::chrono::minutes(1))))
+        << "a failure: the key was released";
+  }
+}
+
 TEST_P(IdempotentAsyncTest, OnlyTheFirstCallOfDoneCounts) {
   auto handle = idempotent_async(
       {.backend = store_},

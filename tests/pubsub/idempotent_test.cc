@@ -149,6 +149,18 @@ TEST_F(IdempotentTest, TheHandlersOwnMutexHeldElsewhereIsAQuiet503AndTheKeyIsRel
   EXPECT_EQ(std::get<Won>(retry).claim.fence, 3);
 }
 
+TEST_F(IdempotentTest, TheHandlersOwnLockFindingItsKeyDoneIsAckedNotNackedForEver) {
+  { auto done = lock("orders:1", *store_); }  // a republish's first message placed order 1
+  auto handle = idempotent({.backend = store_}, [&](const Delivery&) {
+    auto held = lock("orders:1", *store_);
+    ++runs_;
+  });
+  EXPECT_EQ(handle(push("m-20")).status, 204) << "the order's work ran: ack, not dead-letter";
+  EXPECT_EQ(runs_, 0);
+  EXPECT_EQ(logs_.count("handler_duplicate"), 1);
+  EXPECT_EQ(logs_.count("handler_failed"), 0);
+}
+
 TEST_F(IdempotentTest, AHandlerThatThrowsIsNackedAndTheRedeliveryRunsToSuccessOnce) {
   int calls = 0;
   std::vector<std::int64_t> fences;
