@@ -49,11 +49,19 @@ ResultPtr exec_with_local_timeout(PGconn* conn, const Statement& s, const Params
                                       p.lengths(), p.formats(), 1) == 1 &&
                     PQpipelineSync(conn) == 1;
   if (!sent) return nullptr;
-  // The results come as: set_config's, a null; the statement's, a null; the Sync's.
+  // The results come as: set_config's, a null; the statement's, a null; the Sync's. The
+  // implicit transaction commits at the Sync, after the statement's result: an error there (a
+  // serialization failure, a deferred constraint) comes after it, and until the Sync's result
+  // the commit is not known to have happened. So the statement's result stands only once the
+  // Sync's arrived with no error after it.
   ResultPtr setting;
   ResultPtr answer;
+  ResultPtr at_commit;
+  bool synced = false;
   int query = 0;
-  while (query <= 2) {
+  // Nulls past the statement's without the Sync's would be a protocol this code does not know.
+  constexpr int kLastNull = 4;
+  while (query <= kLastNull) {
     ResultPtr r(PQgetResult(conn));
     if (!r) {
       if (PQstatus(conn) != CONNECTION_OK) break;
@@ -62,13 +70,26 @@ ResultPtr exec_with_local_timeout(PGconn* conn, const Statement& s, const Params
     }
     if (PQresultStatus(r.get()) == PGRES_PIPELINE_SYNC) {
       PQexitPipelineMode(conn);
+      synced = true;
       break;
     }
-    if (query == 0) setting = std::move(r);
-    if (query == 1) answer = std::move(r);
+    if (query == 0) {
+      setting = std::move(r);
+    } else if (query == 1) {
+      answer = std::move(r);
+    } else if (!at_commit) {
+      at_commit = std::move(r);
+    }
   }
   // A failed set_config aborts the pipeline: its error is the one to report.
   if (setting && PQresultStatus(setting.get()) != PGRES_TUPLES_OK) return setting;
+  if (answer && PQresultStatus(answer.get()) != PGRES_TUPLES_OK &&
+      PQresultStatus(answer.get()) != PGRES_COMMAND_OK) {
+    return answer;
+  }
+  if (at_commit) return at_commit;
+  // No Sync (the connection went): whether the transaction committed is unknown.
+  if (!synced) return nullptr;
   return answer;
 }
 

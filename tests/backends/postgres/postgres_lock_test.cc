@@ -707,6 +707,33 @@ TEST_F(PostgresLockTest, AKeyQuotedInAServerErrorNeverReachesTheMessage) {
   admin.exec("DROP FUNCTION \"" + function + "\"()");
 }
 
+TEST_F(PostgresLockTest, AnErrorAtCommitIsAStoreErrorInEitherPoolMode) {
+  // A deferred constraint fails the transaction at its commit, after the statement's own
+  // result: in transaction pool mode that comes in the Sync's results, and was dropped.
+  for (const PostgresPoolMode mode : {PostgresPoolMode::kSession, PostgresPoolMode::kTransaction}) {
+    table_ = unique_name("idem_pg");
+    auto backend = make(PostgresOptions{.pool_mode = mode});
+    (void)backend->claim("creates-the-table", milliseconds(60'000));
+    Admin admin(postgres_url());
+    const std::string function = table_ + "_at_commit";
+    admin.exec("CREATE FUNCTION \"" + function +
+               "\"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION "
+               "'refused at commit'; END $$");
+    admin.exec("CREATE CONSTRAINT TRIGGER at_commit AFTER INSERT OR UPDATE ON \"" + table_ +
+               "\" DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION \"" + function +
+               "\"()");
+    try {
+      (void)backend->claim("k", milliseconds(60'000));
+      ADD_FAILURE() << "a claim whose commit failed was reported won";
+    } catch (const StoreError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("refused at commit"));
+    }
+    EXPECT_EQ(backend->inspect("k"), std::nullopt) << "nothing was written";
+    admin.exec("DROP TABLE \"" + table_ + "\"");
+    admin.exec("DROP FUNCTION \"" + function + "\"()");
+  }
+}
+
 TEST_F(PostgresLockTest, PoolIsBounded) {
   auto backend = make(PostgresOptions{.pool_size = 2});
   Admin admin(postgres_url());
