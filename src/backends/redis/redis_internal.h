@@ -52,6 +52,10 @@ using ReaderPtr = std::unique_ptr<redisReader, ReaderDeleter>;
   throw StoreError("redis: " + std::string(context) + ": " + std::string(reply_view(r)));
 }
 
+/// warn_if_evicting() logs `redis_may_evict` when `info` (the server's INFO memory) shows a
+/// memory limit with a policy other than noeviction; nothing for any other reply.
+void warn_if_evicting(const redisReply* info) noexcept;
+
 /// parse_int() reads a whole decimal integer (an optional minus, digits); nullopt for anything
 /// else, an empty string, or a value beyond 64 bits.
 [[nodiscard]] std::optional<std::int64_t> parse_int(std::string_view s);

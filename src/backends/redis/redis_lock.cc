@@ -24,12 +24,17 @@ RedisLock::RedisLock(std::string_view url, RedisOptions options)
     // NOSCRIPT. Loaded here on slot 0's master, through the router's retries.
     ReplyPtr r = impl_->cluster->call("", {"SCRIPT", "LOAD", impl_->script});
     impl_->sha = redis_detail::loaded_digest(r.get());
+    try {  // a check that only warns: the backend opens whatever INFO does
+      redis_detail::warn_if_evicting(impl_->cluster->call("", {"INFO", "memory"}).get());
+    } catch (const StoreError&) {  // NOLINT(bugprone-empty-catch): nothing to warn of
+    }
     return;
   }
   std::string error;
   ReplyPtr r = impl_->command({"SCRIPT", "LOAD", impl_->script}, error);
   if (!r) throw StoreError(error);
   impl_->sha = redis_detail::loaded_digest(r.get());
+  redis_detail::warn_if_evicting(impl_->command({"INFO", "memory"}, error).get());
 }
 
 RedisLock::~RedisLock() = default;

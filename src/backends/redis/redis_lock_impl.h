@@ -86,9 +86,11 @@ struct RedisLock::Impl {
       // Wake-ups go by sharded pub/sub: SPUBLISH reaches only the nodes of the key's shard,
       // where the waiter SSUBSCRIBEs, instead of every node of the cluster.
       std::string s(redis_detail::kScript);
-      for (std::size_t at = s.find("redis.call('PUBLISH'"); at != std::string::npos;
-           at = s.find("redis.call('PUBLISH'", at)) {
-        s.replace(at, 20, "redis.call('SPUBLISH'");
+      constexpr std::string_view kPublish = "('PUBLISH',";
+      constexpr std::string_view kShardPublish = "('SPUBLISH',";
+      for (std::size_t at = s.find(kPublish); at != std::string::npos;
+           at = s.find(kPublish, at + kShardPublish.size())) {
+        s.replace(at, kPublish.size(), kShardPublish);
       }
       script = std::move(s);
       cluster = std::make_unique<redis_detail::ClusterRouter>(

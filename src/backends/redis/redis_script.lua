@@ -130,7 +130,7 @@ if many or (op == 'complete' and ARGV[2] == '' and ARGV[3] == '1') then
         redis.call('SET', k, 'E 1 ' .. format('%d', lease_expiry) .. ' ' .. token_len .. ' ' ..
             fingerprint_len .. ' ' .. (result and format('%d', #result) or '-1') .. '\n' ..
             sub(raw, at) .. (result or ''), 'PX', ttl)
-        redis.call('PUBLISH', k, 'complete')
+        redis.pcall('PUBLISH', k, 'complete')  -- see the last line
         done = true
       end
     end
@@ -385,5 +385,8 @@ else
   -- expired by the injected clock alone (see `live`); the slack only delays the reaping.
   redis.call('PEXPIRE', key, format('%d', new_expires_at - now + 600000))
 end
-if publish then redis.call('PUBLISH', key, publish) end
+-- pcall: the write above stands whatever PUBLISH answers (a script is never rolled back), and
+-- an ACL user without channel access (Redis 7's default for a new user) would otherwise turn
+-- every complete and release that landed into an error. A waiter then wakes by its back-off.
+if publish then redis.pcall('PUBLISH', key, publish) end
 return reply

@@ -15,6 +15,7 @@
 #include "idempotency/redis_lock.h"
 #include "private_redis.h"
 #include "redis_test_util.h"
+#include "support/log_capture.h"
 
 namespace idempotency::testing {
 namespace {
@@ -194,6 +195,32 @@ TEST(RedisFaults, PasswordAndAclUserAuthentication) {
   ASSERT_EQ(admin.text({"ACL", "SETUSER", "alice", "on", ">alice-pw", "~*", "+@all"}), "OK");
   RedisLock alice(server.url("alice:alice-pw"));
   EXPECT_EQ(outcome(alice.claim("k", milliseconds(60'000))), std::string("HeldByOther"));
+  // alice may not publish (Redis 7 gives a new user no channels): the writes still answer as
+  // they landed, and the wake-up is left to the waiters' back-off.
+  EXPECT_TRUE(alice.complete(won(alice.claim("k2", milliseconds(60'000)))));
+  EXPECT_EQ(outcome(alice.claim("k2", milliseconds(60'000))), std::string("AlreadyDone"));
+  alice.release(won(alice.claim("k3", milliseconds(60'000))));
+  EXPECT_EQ(won(alice.claim("k3", milliseconds(60'000))).fence, 3);
+}
+
+TEST(RedisFaults, AServerThatMayEvictRecordsIsWarnedOfAtStart) {
+  // Every record has an expiry, so volatile-* policies may evict it as allkeys-* do.
+  {
+    PrivateRedis evicting({"--maxmemory", "100mb", "--maxmemory-policy", "volatile-lru"});
+    LogCapture logs;
+    RedisLock lock(evicting.url());
+    EXPECT_EQ(logs.count("redis_may_evict"), 1);
+    EXPECT_THAT(logs.all_text(), HasSubstr("volatile-lru"));
+  }
+  for (const std::vector<std::string>& flags :
+       {std::vector<std::string>{},
+        {"--maxmemory", "100mb", "--maxmemory-policy", "noeviction"},
+        {"--maxmemory-policy", "allkeys-lru"}}) {  // no limit: nothing is ever evicted
+    PrivateRedis server(flags);
+    LogCapture logs;
+    RedisLock lock(server.url());
+    EXPECT_EQ(logs.count("redis_may_evict"), 0);
+  }
 }
 
 TEST(RedisFaults, ACommandTimeoutIsAStoreErrorAndTheNextCallWorks) {
