@@ -39,6 +39,17 @@ PushRequest charge(const std::string& key) {
   return request;
 }
 
+// The mode's handler on `backend`, in front of the upstream listening on `port`.
+http::Handler key_mode_handler(const Config& config, std::shared_ptr<LockBackend> backend,
+                               int port) {
+  return make_idempotency_key_handler(
+      config, GatewayDeps{.backend = std::move(backend),
+                          .upstream = std::make_shared<const UpstreamPool>(
+                              parse_upstream_url("http://127.0.0.1:" + std::to_string(port)),
+                              UpstreamOptions{}),
+                          .metrics = std::make_shared<Metrics>()});
+}
+
 TEST(IdempotencyKeyMode, TheKeyStaysHeldWhileASlowStoreStoresTheResponse) {
   testing::ChildProcess upstream(GATEWAY_UPSTREAM_PATH, {}, {});
   auto store = std::make_shared<InMemoryLock>();
@@ -47,13 +58,7 @@ TEST(IdempotencyKeyMode, TheKeyStaysHeldWhileASlowStoreStoresTheResponse) {
   config.mode = Mode::kIdempotencyKey;
   config.lease = 2s;
   config.heartbeat = 250ms;
-  const http::Handler handle = make_idempotency_key_handler(
-      config,
-      GatewayDeps{.backend = backend,
-                  .upstream = std::make_shared<const UpstreamPool>(
-                      parse_upstream_url("http://127.0.0.1:" + std::to_string(upstream.port())),
-                      UpstreamOptions{}),
-                  .metrics = std::make_shared<Metrics>()});
+  const http::Handler handle = key_mode_handler(config, backend, upstream.port());
 
   backend->hold_completes();
   auto first = std::async(std::launch::async, [&] { return handle(charge("charge-1")); });
@@ -97,13 +102,7 @@ TEST(IdempotencyKeyMode, AResponseTheStoreCannotKeepIsAnsweredWholeAndReplayedWi
   auto backend = std::make_shared<SmallResults>(store);
   Config config;
   config.mode = Mode::kIdempotencyKey;
-  const http::Handler handle = make_idempotency_key_handler(
-      config,
-      GatewayDeps{.backend = backend,
-                  .upstream = std::make_shared<const UpstreamPool>(
-                      parse_upstream_url("http://127.0.0.1:" + std::to_string(upstream.port())),
-                      UpstreamOptions{}),
-                  .metrics = std::make_shared<Metrics>()});
+  const http::Handler handle = key_mode_handler(config, backend, upstream.port());
   PushRequest request = charge("charge-big");
   request.headers.push_back({"X-Test-Behavior", "sized"});
   request.headers.push_back({"X-Test-Body-Bytes", "10000"});  // under --max-response's 1 MiB
