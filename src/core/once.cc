@@ -399,8 +399,16 @@ ErasedOutcome run_once(std::string_view key, LockBackend& backend, const OnceOpt
         if (flight->phase == Flight::Phase::kHandoff) {
           --flight->waiters;
           if (options.stop.stop_requested()) {
-            if (flight->waiters == 0)
+            std::vector<JoinCallback> starting_over;
+            if (flight->waiters == 0) {
               table.retire(k, *flight, std::make_exception_ptr(Cancelled()));
+              // Asynchronous callers that joined the handed-off flight start over, as
+              // hand_off() tells them: retired without a word, they would never hear again.
+              starting_over.swap(flight->async_waiters);
+            }
+            fl.unlock();
+            tl.unlock();
+            for (auto& callback : starting_over) callback(std::nullopt, nullptr);
             throw Cancelled();
           }
           flight->phase = Flight::Phase::kRunning;

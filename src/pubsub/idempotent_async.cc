@@ -322,10 +322,12 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
       return;
     } catch (...) {  // NOLINT(bugprone-empty-catch): every other failure releases below
     }
-    keeper_->stop();
-    // Failures are never stored: give the key up, then answer.
+    // Failures are never stored: give the key up, then answer. The renewals stop first, so no
+    // renewal races the release, and where the release goes: stopping waits for a renewal in
+    // flight (a store round trip), which must not hold the event loop that answered here.
     store(
         [self = shared_from_this()] {
+          self->keeper_->stop();
           idempotency::detail::release_after_failure(self->backend_, *self->claim_);
           return true;
         },

@@ -113,6 +113,49 @@ class SendsAsync final : public ForwardingBackend {
   Threads answers_;  // joined before the backend it forwards to goes
 };
 
+// A store whose calls may block and whose lease renewals take 3 s: one is in flight when a
+// handler fails.
+class SlowRenewals final : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  std::atomic<bool> renewing{false};
+
+ protected:
+  [[nodiscard]] bool do_may_block() const noexcept override { return true; }
+  std::optional<TimePoint> do_extend(const Claim& claim, std::chrono::milliseconds lease) override {
+    renewing = true;
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    return ForwardingBackend::do_extend(claim, lease);
+  }
+};
+
+// The gateway calls `done` on its event loop, the one thread serving every connection: a
+// failure must not make it wait for a renewal in flight before the release.
+TEST(IdempotentAsyncLoop, AFailureDoesNotHoldTheCallerOfDoneForARenewalInFlight) {
+  using namespace std::chrono_literals;
+  InMemoryLock memory;
+  auto store = std::make_shared<SlowRenewals>(memory);
+  Threads threads;
+  std::promise<HandlerDone> handed;
+  auto handle = idempotent_async(
+      {.backend = store, .lease = 1s, .heartbeat = 100ms},
+      [&](const Delivery&, HandlerDone done) { handed.set_value(std::move(done)); },
+      [&](std::function<void()> work) { threads.run(std::move(work)); });
+  auto answer = std::make_shared<std::promise<PushResponse>>();
+  handle(std::make_shared<const PushRequest>(push("m-slow-renewal")),
+         [answer](PushResponse response) { answer->set_value(std::move(response)); });
+  HandlerDone done = handed.get_future().get();
+  ASSERT_TRUE(eventually([&] { return store->renewing.load(); }));
+  const auto called = std::chrono::steady_clock::now();
+  done(PushResponse{.status = 500});
+  EXPECT_LT(std::chrono::steady_clock::now() - called, 1500ms)
+      << "done() waited for the 3 s renewal before returning";
+  EXPECT_EQ(answer->get_future().get().status, 500);
+  EXPECT_TRUE(std::holds_alternative<Won>(memory.claim("m-slow-renewal", 1min)))
+      << "the failure released the key";
+  threads.join();
+}
+
 enum class Mode { kInline, kMayBlock, kSendsAsync };
 
 // Names the parameter in test listings and test names.

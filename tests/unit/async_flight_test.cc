@@ -8,12 +8,16 @@
 #include <exception>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
+#include <stop_token>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "idempotency/detail/once_engine.h"
+#include "idempotency/errors.h"
 #include "idempotency/memory_lock.h"
 #include "idempotency/once.h"
 
@@ -215,6 +219,62 @@ TEST(AsyncFlight, AnOwnerDroppedAfterADecisionLeavesNoDecisionBehind) {
   EXPECT_EQ(got.outcome->status, Status::kJoined);
   EXPECT_EQ(*std::static_pointer_cast<const std::string>(got.outcome->value), "10");
   EXPECT_EQ(status.get_future().get(), Status::kExecuted);
+}
+
+// A blocking owner is cancelled with a blocking joiner waiting, so the flight is handed off;
+// an asynchronous caller told to start over joins the handed-off flight again, and the
+// blocking joiner, cancelled too, retires it. The asynchronous caller must hear of that (or
+// own the key, or hear the outcome), never be dropped. The threads race, so many rounds.
+TEST(AsyncFlight, AnAsynchronousCallerThatRejoinedAHandOffIsNeverDropped) {
+  using namespace std::chrono_literals;
+  InMemoryLock backend;
+  for (int round = 0; round < 100; ++round) {
+    const std::string key = "k-handoff-" + std::to_string(round);
+    std::stop_source owner_stop;
+    std::stop_source joiner_stop;
+    std::promise<void> running;
+    std::jthread owner([&] {
+      try {
+        (void)once(key, backend,
+                   [&](const std::stop_token& token) -> std::string {
+                     running.set_value();
+                     while (!token.stop_requested()) std::this_thread::sleep_for(1ms);
+                     throw Cancelled();
+                   },
+                   {.stop = owner_stop.get_token()});
+      } catch (const Cancelled&) {
+      }
+    });
+    running.get_future().wait();
+    std::jthread joiner([&] {
+      try {
+        (void)once(key, backend, [] { return std::string("0"); },
+                   {.stop = joiner_stop.get_token()});
+      } catch (const Cancelled&) {
+      }
+    });
+    std::atomic<int> heard{0};
+    std::mutex owned_mutex;
+    std::unique_ptr<AsyncFlight> owned;
+    const JoinCallback again = [&](std::optional<ErasedOutcome>, std::exception_ptr) { ++heard; };
+    ASSERT_EQ(begin_async_flight(key, backend, typeid(std::string),
+                                 [&](std::optional<ErasedOutcome>, std::exception_ptr) {
+                                   ++heard;
+                                   joiner_stop.request_stop();
+                                   auto flight =
+                                       begin_async_flight(key, backend, typeid(std::string), again);
+                                   std::lock_guard lock(owned_mutex);
+                                   owned = std::move(flight);
+                                 }),
+              nullptr);
+    std::this_thread::sleep_for(2ms);  // the blocking joiner waits by now, most rounds
+    owner_stop.request_stop();
+    owner.join();
+    joiner.join();
+    std::lock_guard lock(owned_mutex);
+    EXPECT_TRUE(owned != nullptr || heard == 2)
+        << "round " << round << ": the asynchronous caller was dropped";
+  }
 }
 
 TEST(AsyncFlight, JoiningWithAnotherResultTypeIsALogicError) {
