@@ -33,6 +33,7 @@
 #include "metered_backend.h"
 #include "pubsub_mode.h"
 #include "router.h"
+#include "startup_warnings.h"
 #include "upstream_pool.h"
 
 namespace idem = idempotency;
@@ -89,18 +90,7 @@ int main(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     return fail(2, std::string("--ttl: ") + e.what());
   }
-  if (config.heartbeat.count() == 0 && config.lease <= config.upstream_timeout) {
-    // Allowed (the app may always answer well within the lease), but then a call that outlasts
-    // the lease and is still running when the gateway gives up on it is not held for a lease
-    // after: a redelivery or retry may run beside it.
-    idem::log(idem::LogRecord{
-        idem::Severity::kWarning,
-        "lease_shorter_than_upstream_timeout",
-        "--heartbeat 0 and --lease no longer than --upstream-timeout: an upstream call that "
-        "outlasts the lease can run twice; give --lease more than the app's longest call",
-        {{"lease_ms", std::to_string(config.lease.count())},
-         {"upstream_timeout_ms", std::to_string(config.upstream_timeout.count())}}});
-  }
+  gw::warn_of_risky_setups(config);
 
   gw::Authenticate authenticate;
   if (!config.oidc_audience.empty()) {

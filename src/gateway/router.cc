@@ -8,6 +8,7 @@
 #include <variant>
 
 #include "idempotency/log.h"
+#include "readiness_probe.h"
 
 namespace idempotency::gateway {
 namespace {
@@ -35,22 +36,16 @@ http::AsyncHandler make_router(pubsub::AsyncPushHandler handler,
                                std::shared_ptr<LockBackend> backend,
                                std::chrono::milliseconds lease, std::shared_ptr<Metrics> metrics,
                                pubsub::RunBlocking run_blocking) {
-  return [handler = std::move(handler), backend = std::move(backend), lease,
-          metrics = std::move(metrics), run_blocking = std::move(run_blocking)](
-             pubsub::PushRequest request, const http::Responder& respond) {
+  return [handler = std::move(handler),
+          readiness = ReadinessProbe(std::move(backend), lease, std::move(run_blocking)),
+          metrics = std::move(metrics)](pubsub::PushRequest request,
+                                        const http::Responder& respond) {
     if (request.method == "GET" || request.method == "HEAD") {
       const std::string path = request.path.substr(0, request.path.find('?'));
       if (path == "/healthz") return respond(text(200, "ok\n"));
       if (path == "/readyz") {
-        return run_blocking([backend, lease, respond] {
-          if (auto reason = probe_backend(*backend, lease)) {
-            log(LogRecord{Severity::kWarning,
-                          "not_ready",
-                          "the idempotency backend did not answer the readiness probe",
-                          {{"error", *reason}}});
-            return respond(text(503, "backend unavailable\n"));
-          }
-          respond(text(200, "ready\n"));
+        return readiness.check([respond](const std::optional<std::string>& not_ready) {
+          respond(not_ready ? text(503, "backend unavailable\n") : text(200, "ready\n"));
         });
       }
       if (path == "/metrics") {

@@ -1,6 +1,7 @@
 // The gateway's own endpoints, answered before any request reaches a mode's handler:
 //   GET /healthz  200 while the process serves
-//   GET /readyz   200 when the backend answers a probe claim, else 503
+//   GET /readyz   200 when the backend answers a probe claim, else 503 (one probe at a time,
+//                 its answer standing for a second: ReadinessProbe)
 //   GET /metrics  the Prometheus text exposition
 // Everything else goes to the mode's handler, timed into the request latency histogram.
 // A handler that throws before answering is counted as an error and answered 500.

@@ -378,6 +378,24 @@ TEST_F(GATEWAY_PUBSUB_SUITE, ExpiredRecordsArePurgedInTheBackground) {
   EXPECT_EQ(calls("m-purge-0"), 2);
 }
 
+#ifdef GATEWAY_SQLITE_STORE_TESTS
+TEST_F(GATEWAY_PUBSUB_SUITE, AFloodOfReadinessProbesCostsTheStoreAFewWrites) {
+  // /readyz needs no credentials; each probe is a claim and a release of the probe key (each
+  // release advances its fence), queued where the pushes' store calls are.
+  auto gateway = start_gateway();
+  const std::string probe_key = "pubsub-idempotency-gateway/readyz-probe";  // router.h
+  const auto fence = [&] {
+    const auto record = open_backend(backend_url_, {})->inspect(probe_key);
+    return record ? record->fence : 0;
+  };
+  const std::int64_t before = fence();
+  for (int i = 0; i < 40; ++i) ASSERT_EQ(send(gateway->port(), "GET", "/readyz").status, 200);
+  // One probe a second at most (a few more if other tests on this store probe meanwhile);
+  // answered one by one, the 40 were 80 writes.
+  EXPECT_LE(fence() - before, 12);
+}
+#endif
+
 TEST_F(GATEWAY_PUBSUB_SUITE, HealthReadinessAndMetricsAreServed) {
   auto gateway = start_gateway();
   EXPECT_EQ(send(gateway->port(), "GET", "/healthz").status, 200);
@@ -788,6 +806,45 @@ TEST_F(gateway_flags, NoHeartbeatWithALeaseWithinTheUpstreamTimeoutIsWarnedOfAtS
   };
   EXPECT_TRUE(warns("30s")) << "a call may run for the whole 30 s, past a 30 s lease";
   EXPECT_FALSE(warns("31s"));
+}
+
+// The log a gateway started with `flags` (and the inherited environment) writes, then stopped.
+std::string start_up_log(TempDir& dir, const std::string& name, std::vector<std::string> flags) {
+  const std::string log_file = dir.file(name + ".log");
+  std::vector<std::string> args = {"--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  {
+    ChildProcess gateway(GATEWAY_PATH, args, {}, log_file);
+    EXPECT_EQ(gateway.terminate(), 0);
+  }
+  std::ifstream in(log_file);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+TEST_F(gateway_flags, KeyingByTheOrderingKeyIsWarnedOfAtStart) {
+  TempDir dir;
+  const std::string backend = "sqlite://" + dir.file("idem.db");
+  const auto warns = [&](const std::string& name, std::vector<std::string> flags) {
+    return start_up_log(dir, name, std::move(flags)).find("key_is_ordering_key") !=
+           std::string::npos;
+  };
+  EXPECT_TRUE(warns("ordering", {"--backend", backend, "--key", "ordering-key"}))
+      << "a completed ordering key acks every later message of its stream as a duplicate";
+  EXPECT_FALSE(warns("message-id", {"--backend", backend}));
+}
+
+TEST_F(gateway_flags, AStoreLocalToTheInstanceOnCloudRunIsWarnedOfAtStart) {
+  TempDir dir;
+  const std::string sqlite = "sqlite://" + dir.file("idem.db");
+  const auto warns = [&](const std::string& name, const std::string& backend) {
+    return start_up_log(dir, name, {"--backend", backend}).find("local_store_on_cloud_run") !=
+           std::string::npos;
+  };
+  EXPECT_FALSE(warns("not-cloud-run", sqlite));
+  ::setenv("K_SERVICE", "orders", 1);  // inherited by the children: Cloud Run sets it
+  EXPECT_TRUE(warns("sqlite", sqlite));
+  EXPECT_TRUE(warns("memory", "memory://"));
+  ::unsetenv("K_SERVICE");
 }
 
 TEST_F(gateway_flags, AnInheritedIdempotencyDisabledIsRefusedUnlessAllowed) {
