@@ -5,6 +5,7 @@
 #include "commands.h"
 #include "idempotency/clock.h"
 #include "idempotency/key.h"
+#include "liveness.h"
 
 namespace idempotency::cli {
 
@@ -19,12 +20,20 @@ ExitCode run_release(const std::string& backend_url, const std::string& key, boo
                                            " is DONE, not stuck; it expires with its ttl at " +
                                            format_rfc3339(from_millis(before->expires_at)));
   }
-  const std::string plan =
+  std::string plan =
       "release the CLAIMED record of key " + id + " at fence " + std::to_string(before->fence) +
       " (lease_expiry " + format_rfc3339(from_millis(before->lease_expiry)) +
       "): the lease ends now and the fence advances to " + std::to_string(before->fence + 1) +
       ", so the next delivery reclaims the key and the current holder "
       "can no longer complete";
+  // Break-glass is for a holder that is gone; a live lease (which a heartbeat keeps live while
+  // its holder works) says it may not be.
+  const Millis now = now_millis();
+  if (liveness(*before, now) == Liveness::kHeld) {
+    plan += "; the lease is still live for " + std::to_string((before->lease_expiry - now) / 1000) +
+            " s by this host's clock: if its holder is still working, the next delivery runs "
+            "the work beside it";
+  }
   if (!confirmed) {
     out << "would " << plan << "\n";
     throw CliError(ExitCode::kConfirmationRequired,

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <variant>
 
@@ -162,6 +163,14 @@ TEST_F(IdemCliTest, ReleaseWithoutYesExits4AndChangesNothing) {
   EXPECT_THAT(run.err, HasSubstr("--yes"));
   EXPECT_THAT(run.all(), Not(HasSubstr(kKey)));
   EXPECT_EQ(lock().inspect(kKey), before);
+}
+
+TEST_F(IdemCliTest, ReleaseSaysWhenTheLeaseIsStillLive) {
+  claim_key();  // a 5 min lease: its holder may well be working
+  EXPECT_THAT(idem({"release", kKey}).out, HasSubstr("the lease is still live"));
+  (void)lock().claim("lapsed", std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_THAT(idem({"release", "lapsed"}).out, Not(HasSubstr("still live")));
 }
 
 TEST_F(IdemCliTest, ReleaseWithYesMakesTheClaimReclaimable) {
