@@ -251,4 +251,6 @@ std::variant<Config, ConfigExit> parse_config(int argc, const char* const* argv)
   return config;
 }
 
+std::string backend_scheme(const std::string& url) { return url.substr(0, url.find(':')); }
+
 }  // namespace idempotency::gateway

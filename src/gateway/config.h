@@ -75,6 +75,10 @@ struct ConfigExit {
   std::string text;
 };
 
+/// backend_scheme() is the backend URL's scheme alone ("sqlite"), for logs: the URL may hold a
+/// password.
+[[nodiscard]] std::string backend_scheme(const std::string& url);
+
 /// parse_config() reads the command line and the IDEMPOTENCY_* (and PORT) environment.
 [[nodiscard]] std::variant<Config, ConfigExit> parse_config(int argc, const char* const* argv);
 

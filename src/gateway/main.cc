@@ -48,9 +48,6 @@ int fail(int code, const std::string& line) {
   return code;
 }
 
-// The scheme alone: a backend URL may hold a password.
-std::string scheme_of(const std::string& url) { return url.substr(0, url.find(':')); }
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -164,27 +161,27 @@ int main(int argc, char** argv) {
       gw::make_router(std::move(handler), raw_backend, config.lease, metrics, run_blocking);
 
   const std::string mode = config.mode == gw::Mode::kPubsub ? "pubsub" : "idempotency-key";
-  const int exit_code =
-      idem::http::serve(config.listen_host, config.listen_port, std::move(router),
-                        {.workers = config.workers,
-                         .io_threads = config.io_threads,
-                         .max_connections = config.max_connections,
-                         .max_header_bytes = config.max_header_bytes,
-                         .max_body_bytes = config.max_body,
-                         .header_timeout = config.header_timeout,
-                         .body_timeout = config.body_timeout,
-                         .keep_alive_timeout = config.idle_timeout,
-                         .event_loop = loop,
-                         .on_listening = [&](int port) {
-                           idem::log(idem::LogRecord{idem::Severity::kInfo,
-                                                     "gateway_listening",
-                                                     "pubsub-idempotency-gateway is serving",
-                                                     {{"port", std::to_string(port)},
-                                                      {"mode", mode},
-                                                      {"backend", scheme_of(config.backend)}}});
-                           std::printf("listening on %d\n", port);
-                           std::fflush(stdout);
-                         }});
+  const int exit_code = idem::http::serve(
+      config.listen_host, config.listen_port, std::move(router),
+      {.workers = config.workers,
+       .io_threads = config.io_threads,
+       .max_connections = config.max_connections,
+       .max_header_bytes = config.max_header_bytes,
+       .max_body_bytes = config.max_body,
+       .header_timeout = config.header_timeout,
+       .body_timeout = config.body_timeout,
+       .keep_alive_timeout = config.idle_timeout,
+       .event_loop = loop,
+       .on_listening = [&](int port) {
+         idem::log(idem::LogRecord{idem::Severity::kInfo,
+                                   "gateway_listening",
+                                   "pubsub-idempotency-gateway is serving",
+                                   {{"port", std::to_string(port)},
+                                    {"mode", mode},
+                                    {"backend", gw::backend_scheme(config.backend)}}});
+         std::printf("listening on %d\n", port);
+         std::fflush(stdout);
+       }});
   // Every push is answered; those acked before their completes are not finished until the
   // completes land, or their keys would stay held until their leases lapse. The workers and
   // the store are still here for them.

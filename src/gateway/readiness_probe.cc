@@ -14,10 +14,10 @@ struct ReadinessProbe::State {
   std::chrono::milliseconds lease;
   pubsub::RunBlocking run_blocking;
   std::mutex mutex;
-  bool probing = false;                            // guarded by mutex
   std::optional<std::optional<std::string>> last;  // guarded by mutex: the last answer
   std::chrono::steady_clock::time_point last_at;   // guarded by mutex
-  std::vector<Answer> waiting;                     // guarded by mutex: for the probe under way
+  // Guarded by mutex: the answers the probe under way owes; empty when none is under way.
+  std::vector<Answer> waiting;
 };
 
 ReadinessProbe::ReadinessProbe(std::shared_ptr<LockBackend> backend,
@@ -36,9 +36,9 @@ void ReadinessProbe::check(Answer answer) const {
     answer(fresh);
     return;
   }
+  const bool under_way = !state_->waiting.empty();
   state_->waiting.push_back(std::move(answer));
-  if (state_->probing) return;
-  state_->probing = true;
+  if (under_way) return;
   lock.unlock();
   state_->run_blocking([state = state_] {
     const std::optional<std::string> not_ready = probe_backend(*state->backend, state->lease);
@@ -53,7 +53,6 @@ void ReadinessProbe::check(Answer answer) const {
       const std::lock_guard guard(state->mutex);
       state->last = not_ready;
       state->last_at = std::chrono::steady_clock::now();
-      state->probing = false;
       answers.swap(state->waiting);
     }
     for (auto& answer : answers) answer(not_ready);

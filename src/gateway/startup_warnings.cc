@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 #include <string>
-#include <string_view>
 
 #include "idempotency/log.h"
 
@@ -31,19 +30,18 @@ void warn_of_risky_setups(const Config& config) {
                   "when an ordering key names one event",
                   {{"ttl_ms", std::to_string(config.ttl.count())}}});
   }
-  const std::string_view scheme =
-      std::string_view(config.backend).substr(0, std::string_view(config.backend).find("://"));
+  const std::string scheme = backend_scheme(config.backend);
   const bool cloud_run = std::getenv("K_SERVICE") != nullptr;  // NOLINT(concurrency-mt-unsafe)
   if (cloud_run && (scheme == "sqlite" || scheme == "memory")) {
     // Cloud Run's file system is each instance's own memory, gone with it: duplicates that
     // reach another instance, or arrive after a restart, are not caught.
     log(LogRecord{Severity::kWarning,
                   "local_store_on_cloud_run",
-                  "a " + std::string(scheme) +
+                  "a " + scheme +
                       " store on Cloud Run is the instance's own and lost with it: duplicates "
                       "on other instances or after a restart run again; use Redis, PostgreSQL "
                       "or Datastore",
-                  {{"backend", std::string(scheme)}}});
+                  {{"backend", scheme}}});
   }
 }
 
