@@ -64,14 +64,15 @@ struct OidcOptions {
   /// The JWKS URL (https; plain http only to a loopback host). Empty, with `jwks_file` empty
   /// too: `kGoogleJwksUrl`.
   std::string jwks_url;
-  /// How far `exp` and `iat` may be off the verifier's clock. Google's tokens live an hour.
+  /// How far `exp` and `iat` may be off the verifier's clock, at most 10 minutes. Google's
+  /// tokens live an hour.
   std::chrono::seconds clock_skew{60};
-  /// The least time between two fetches of the key set, whatever asks for them.
+  /// The least time between two fetches of the key set, whatever asks for them; at most a day.
   std::chrono::seconds jwks_min_refresh{60};
   /// A key set older than this is refreshed by the next verify(); the old keys keep serving
-  /// meanwhile and if the refresh fails.
+  /// meanwhile and if the refresh fails. At most a day.
   std::chrono::seconds jwks_max_age{std::chrono::hours(1)};
-  /// The longest one JWKS fetch over HTTP may take.
+  /// The longest one JWKS fetch over HTTP may take, at most 10 minutes.
   std::chrono::milliseconds jwks_timeout{std::chrono::seconds(10)};
   /// The clock `exp`, `iat` and the refresh intervals are judged by; nullptr: the system clock.
   std::shared_ptr<const Clock> clock;

@@ -1,5 +1,7 @@
 #include "config.h"
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 
 #include <cstdlib>
@@ -9,6 +11,7 @@
 
 #include "duration.h"
 #include "idempotency/backend_registry.h"
+#include "idempotency/detail/ascii.h"
 #include "upstream_pool.h"
 
 namespace idempotency::gateway {
@@ -245,6 +248,12 @@ std::variant<Config, ConfigExit> parse_config(int argc, const char* const* argv)
     if (!config.oidc_audience.empty() && config.oidc_emails.empty()) {
       throw BadFlag("--oidc-audience: needs at least one --oidc-email");
     }
+    // A file is read at each refresh, not at start; one that cannot be read would refuse
+    // every push with a 401, so a typo is refused here instead.
+    if (!config.jwks.empty() && !jwks_is_url(config.jwks) &&
+        access(config.jwks.c_str(), R_OK) != 0) {
+      throw BadFlag("--jwks: cannot read the file it names");
+    }
   } catch (const BadFlag& e) {
     return ConfigExit{.code = 2, .text = e.what()};
   }
@@ -252,5 +261,11 @@ std::variant<Config, ConfigExit> parse_config(int argc, const char* const* argv)
 }
 
 std::string backend_scheme(const std::string& url) { return url.substr(0, url.find(':')); }
+
+bool jwks_is_url(std::string_view jwks) {
+  using idempotency::detail::iequals_ascii;
+  return iequals_ascii(jwks.substr(0, 7), "http://") ||
+         iequals_ascii(jwks.substr(0, 8), "https://");
+}
 
 }  // namespace idempotency::gateway

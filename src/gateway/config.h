@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -78,6 +79,10 @@ struct ConfigExit {
 /// backend_scheme() is the backend URL's scheme alone ("sqlite"), for logs: the URL may hold a
 /// password.
 [[nodiscard]] std::string backend_scheme(const std::string& url);
+
+/// jwks_is_url() says whether a --jwks value is an http(s) URL, its scheme in any case, as
+/// the verifier reads one; anything else names a file.
+[[nodiscard]] bool jwks_is_url(std::string_view jwks);
 
 /// parse_config() reads the command line and the IDEMPOTENCY_* (and PORT) environment.
 [[nodiscard]] std::variant<Config, ConfigExit> parse_config(int argc, const char* const* argv);

@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
   if (!config.oidc_audience.empty()) {
     idem::OidcOptions options{.audience = config.oidc_audience,
                               .allowed_emails = config.oidc_emails};
-    if (config.jwks.rfind("http://", 0) == 0 || config.jwks.rfind("https://", 0) == 0) {
+    if (gw::jwks_is_url(config.jwks)) {
       options.jwks_url = config.jwks;
     } else {
       options.jwks_file = config.jwks;

@@ -30,6 +30,10 @@ using oidc::internal::VerifiedTokens;
 // Pub/Sub reuses a token for up to an hour, one per push identity and audience: a few are live
 // at once, and a few dozen cover any subscription set a verifier serves (each is ~1 KiB).
 constexpr std::size_t kVerifiedTokens = 64;
+// The largest options check_options() accepts (see there).
+constexpr std::chrono::seconds kMaxClockSkew = std::chrono::minutes(10);
+constexpr std::chrono::seconds kMaxJwksInterval = std::chrono::hours(24);
+constexpr std::chrono::milliseconds kMaxJwksTimeout = std::chrono::minutes(10);
 
 constexpr std::string_view kIssuers[] = {"https://accounts.google.com", "accounts.google.com"};
 
@@ -116,6 +120,15 @@ void check_options(const OidcOptions& options) {
   }
   if (options.jwks_max_age.count() <= 0 || options.jwks_timeout.count() <= 0) {
     throw std::invalid_argument("OidcOptions: jwks_max_age and jwks_timeout must be positive");
+  }
+  // Bounded so that none overflows once in milliseconds (a "never refetch" of seconds::max()
+  // would turn negative, and every made-up `kid` would fetch the key set), and so that a skew
+  // cannot outlast a token: Google's live an hour.
+  if (options.clock_skew > kMaxClockSkew || options.jwks_min_refresh > kMaxJwksInterval ||
+      options.jwks_max_age > kMaxJwksInterval || options.jwks_timeout > kMaxJwksTimeout) {
+    throw std::invalid_argument(
+        "OidcOptions: clock_skew is at most 10 minutes, jwks_min_refresh and jwks_max_age at "
+        "most a day, jwks_timeout at most 10 minutes");
   }
 }
 

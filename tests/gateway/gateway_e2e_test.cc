@@ -322,6 +322,17 @@ TEST_F(GATEWAY_PUBSUB_SUITE, WithOidcOnAnUnsignedPushIs401AndNeverForwarded) {
   EXPECT_EQ(calls("m-oidc"), 0);
 }
 
+// The verifier takes a URL's scheme in any case; the gateway must too, or it would read the
+// value as a file and refuse every push.
+TEST_F(GATEWAY_PUBSUB_SUITE, AJwksUrlWithAnUpperCaseSchemeIsAUrlNotAFile) {
+  auto gateway =
+      start_gateway({"--oidc-audience", "https://gw.example/push", "--oidc-email",
+                     "push@p.iam.gserviceaccount.com", "--jwks", "HTTPS://127.0.0.1:1/certs"});
+  EXPECT_EQ(post(gateway->port(), envelope("m-jwks-url")), 401) << "no key set can be fetched";
+  EXPECT_TRUE(gateway->running());
+  EXPECT_EQ(calls("m-jwks-url"), 0);
+}
+
 TEST_F(GATEWAY_PUBSUB_SUITE, SigtermLetsTheRequestInFlightCompleteAndExitsZero) {
   auto gateway = start_gateway();
   int status = 0;
@@ -772,6 +783,10 @@ TEST_F(gateway_flags, BadFlagsExit2WithOneLineSayingWhichAndWhy) {
   expect_refused({"--upstream", "http://127.0.0.1:1", "--backend", "nosuch://x"}, "--backend");
   expect_refused({"--upstream", "http://127.0.0.1:1", "--backend", "not a url"}, "--backend");
   expect_refused(with({"--oidc-audience", "https://a"}), "--oidc-audience");
+  // Read at each refresh, not at start: unrefused, a typo would 401 every push.
+  expect_refused(with({"--oidc-audience", "https://a", "--oidc-email", "e@x", "--jwks",
+                       dir.file("no-such-jwks.json")}),
+                 "--jwks: cannot read the file it names");
   expect_refused(with({"--no-such-flag"}), "no-such-flag");
 }
 

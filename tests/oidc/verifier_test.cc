@@ -487,11 +487,16 @@ TEST_F(OidcVerifierTest, ReasonsAreOneLineAndNameNoTokenContent) {
 TEST(OidcOptionsTest, UnusableOptionsThrow) {
   const OidcOptions good{.audience = "a", .allowed_emails = {"e@x"}, .jwks_file = "/k.json"};
   EXPECT_NO_THROW(OidcVerifier{good});
+  OidcOptions longest = good;
+  longest.clock_skew = std::chrono::minutes(10);
+  longest.jwks_min_refresh = longest.jwks_max_age = std::chrono::hours(24);
+  longest.jwks_timeout = std::chrono::minutes(10);
+  EXPECT_NO_THROW(OidcVerifier{longest});
   EXPECT_NO_THROW(OidcVerifier(OidcOptions{.audience = "a", .allowed_emails = {"e@x"}}));
   EXPECT_NO_THROW(OidcVerifier(OidcOptions{
       .audience = "a", .allowed_emails = {"e@x"}, .jwks_url = "http://localhost:8080/certs"}));
 
-  std::vector<OidcOptions> bad(10, good);
+  std::vector<OidcOptions> bad(14, good);
   bad[0].audience.clear();
   bad[1].allowed_emails.clear();
   bad[2].allowed_emails.push_back("");
@@ -505,6 +510,12 @@ TEST(OidcOptionsTest, UnusableOptionsThrow) {
   bad[7].clock_skew = std::chrono::seconds(-1);
   bad[8].jwks_max_age = std::chrono::seconds(0);
   bad[9].jwks_timeout = std::chrono::milliseconds(0);
+  // Past the bounds: seconds::max() in milliseconds overflows, and a "never refetch" would
+  // have fetched the key set for every made-up kid.
+  bad[10].jwks_min_refresh = std::chrono::seconds::max();
+  bad[11].jwks_max_age = std::chrono::hours(25);
+  bad[12].clock_skew = std::chrono::hours(2);
+  bad[13].jwks_timeout = std::chrono::milliseconds::max();
   for (std::size_t i = 0; i < bad.size(); ++i) {
     EXPECT_THROW(OidcVerifier{bad[i]}, std::invalid_argument) << i;
   }
