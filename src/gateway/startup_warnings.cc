@@ -1,5 +1,7 @@
 #include "startup_warnings.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <string>
 
@@ -29,6 +31,16 @@ void warn_of_risky_setups(const Config& config) {
                   "within --ttl is acked as a duplicate and never reaches the app; use it only "
                   "when an ordering key names one event",
                   {{"ttl_ms", std::to_string(config.ttl.count())}}});
+  }
+  if (!config.oidc_audience.empty() && !config.jwks.empty() && !jwks_is_url(config.jwks) &&
+      access(config.jwks.c_str(), R_OK) != 0) {
+    // Allowed: the file is read when the first token comes, and may be written after the
+    // start (a secret mounted late). Still missing then, every push is refused with a 401.
+    log(LogRecord{Severity::kWarning,
+                  "jwks_file_unreadable",
+                  "the --jwks file cannot be read now: unless it can be by the first push, every "
+                  "push is refused (401)",
+                  {}});
   }
   const std::string scheme = backend_scheme(config.backend);
   const bool cloud_run = std::getenv("K_SERVICE") != nullptr;  // NOLINT(concurrency-mt-unsafe)
