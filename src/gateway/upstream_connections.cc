@@ -33,6 +33,7 @@ constexpr auto kLazyWaitHorizon = std::chrono::milliseconds(100);
 }  // namespace
 
 Connection::Connection(asio::io_context& io, ssl::context* tls) : watchdog_(io) {
+  buffer.max_size(kMaxBufferBytes);
   if (tls != nullptr) {
     tls_.emplace(io, *tls);
   } else {

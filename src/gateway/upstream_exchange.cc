@@ -38,12 +38,10 @@ namespace http = upstream_detail::http;
 
 namespace {
 
-// Far above any sane response header, small enough that a hostile one cannot hurt.
-constexpr std::uint32_t kHeaderLimit = 64 * 1024;
+using upstream_detail::kHeaderLimit;
+using upstream_detail::kReadSize;
 static_assert(upstream_detail::kSimpleHeaderLimit < kHeaderLimit,
               "a header the fast reading takes is one Beast's parser takes too");
-// At most this much is read at once, as Beast's own reads.
-constexpr std::size_t kReadSize = 65'536;
 
 using Parser = upstream_detail::ResponseParser;
 
@@ -242,7 +240,11 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     auto& buffer = connection_->buffer;
     beast::error_code ec;
     while (!reached(until)) {
-      if (buffer.size() == 0) {
+      // Beast 1.74 asserts that a chunked body's final chunk, once begun, is parsed again with
+      // at least 5 bytes (boostorg/beast#2861, fixed in Boost 1.86). No legitimate rest of an
+      // unfinished chunked body is shorter ("0\r\n\r\n"), so fewer are read on, not parsed.
+      const std::size_t least = parser_->is_header_done() && parser_->chunked() ? 5 : 1;
+      if (buffer.size() < least) {
         read_some(until);
         return;
       }

@@ -59,6 +59,16 @@ using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using TlsStream = ssl::stream<tcp::socket>;
 
+// Far above any sane response header, small enough that a hostile one cannot hurt.
+inline constexpr std::uint32_t kHeaderLimit = 64 * 1024;
+// At most this much is read at once, as Beast's own reads.
+inline constexpr std::size_t kReadSize = 65'536;
+// The most a connection's buffer holds. Beast bounds the head it parses (each of the status
+// line and the fields to kHeaderLimit) but not a chunk's size line nor the trailer: an upstream
+// that never ends one would grow the buffer until the upstream timeout. Room for a whole head
+// and a read beyond it; reached, the read ends in buffer_overflow.
+inline constexpr std::size_t kMaxBufferBytes = 2 * std::size_t{kHeaderLimit} + kReadSize;
+
 // ---------------------------------------------------------------------------------------
 // Where to connect (upstream_url.cc)
 

@@ -64,9 +64,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void read_header();
   void on_header_bytes(boost::beast::error_code ec, std::size_t bytes);
   void on_header();
-  void take_buffered_body();
+  void parse_body();
   void read_body();
-  void on_body(boost::beast::error_code ec);
+  void on_body_bytes(boost::beast::error_code ec, std::size_t bytes);
+  void refuse_body(const boost::beast::error_code& ec);
   enum class InlineWrite { kDone, kPending, kFailed };
 
   // dispatch_parsed() hands on what parser_ read and releases the parser; dispatch() hands any
@@ -82,6 +83,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void after_inline_write(InlineWrite sent, bool keep_alive);
   void on_written(boost::beast::error_code ec, bool keep_alive);
   void refuse(int status, std::string_view reason);
+  void end_after_answer();
   void linger_then_close();
   void on_linger(boost::beast::error_code ec, std::size_t bytes);
   void close();
@@ -106,6 +108,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::size_t response_sent_ = 0;
   Phase phase_ = Phase::kReading;
   bool first_byte_seen_ = false;
+  bool body_deadline_set_ = false;  // this request's body deadline is armed
   std::size_t served_ = 0;
   std::size_t lingered_ = 0;
   bool registered_ = false;

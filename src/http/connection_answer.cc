@@ -39,6 +39,8 @@ void Connection::answer(pubsub::PushResponse&& response, Framing framing) {
     }
   }
   answer_posted_ = false;
+  // Decided again now: a stop() since the request came means this is the connection's last.
+  framing.keep_alive = framing.keep_alive && !state_->stopping.load();
   encode_response(std::move(response), framing, response_);
   after_inline_write(write_inline(), framing.keep_alive);
 }
@@ -107,11 +109,29 @@ void Connection::after_inline_write(InlineWrite sent, bool keep_alive) {
 void Connection::on_written(beast::error_code ec, bool keep_alive) {
   release_response();
   if (phase_ == Phase::kClosing) return;
-  if (ec || !keep_alive || state_->stopping.load()) {
+  if (ec) {
     close();
     return;
   }
+  if (!keep_alive || state_->stopping.load()) {
+    end_after_answer();
+    return;
+  }
   start_request();
+}
+
+// Closing with the client's next bytes unread (a pipelined request) sends a reset, which
+// discards what of the answer the socket has not sent yet; so then the connection lingers, as
+// after a refusal. Otherwise it closes at once, as nginx's lingering_close judges.
+void Connection::end_after_answer() {
+  char byte = 0;
+  const bool unread =
+      buffer_.size() > 0 || ::recv(socket_.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+  if (unread) {
+    linger_then_close();
+  } else {
+    close();
+  }
 }
 
 // The head keeps its capacity for the next answer; a body may be large, so it goes.

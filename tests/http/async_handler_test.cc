@@ -10,6 +10,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -66,6 +67,43 @@ TEST(AsyncHandler, AnswersLaterFromAnotherThreadAndKeepsTheConnection) {
   server.stop();
   std::lock_guard lock(mutex);
   for (auto& t : answerers) t.join();
+}
+
+// An answer given after stop() began is the connection's last, and says so: a client that
+// keeps connections would otherwise send its next request into a closed socket.
+TEST(AsyncHandler, AnAnswerGivenAfterStopBeganSaysConnectionClose) {
+  std::mutex mutex;
+  std::optional<Responder> held;
+  testing::Gate entered;
+  Server server(
+      [&](const pubsub::PushRequest&, Responder respond) {
+        {
+          std::lock_guard lock(mutex);
+          held = std::move(respond);
+        }
+        entered.open();
+      },
+      quick_stop_options());
+  const int port = server.start("127.0.0.1", 0);
+  std::optional<httplib::Result> in_flight;
+  std::thread request([&] {
+    auto client = client_for(port);
+    client.set_keep_alive(true);
+    in_flight.emplace(client.Post("/", "slow", "text/plain"));
+  });
+  ASSERT_TRUE(entered.wait());
+  std::thread stopper([&] { server.stop(); });
+  ASSERT_TRUE(testing::wait_until_refused(port));  // stop() has begun
+  {
+    std::lock_guard lock(mutex);
+    (*held)(pubsub::PushResponse{.status = 200, .body = "finished"});
+    held.reset();  // it holds the connection, which stop() waits for
+  }
+  request.join();
+  stopper.join();
+  ASSERT_TRUE(in_flight.has_value() && *in_flight) << "the in-flight request failed";
+  EXPECT_EQ(in_flight->value().body, "finished");
+  EXPECT_EQ(in_flight->value().get_header_value("Connection"), "close");
 }
 
 TEST(AsyncHandler, OnlyTheFirstAnswerIsSent) {

@@ -258,6 +258,8 @@ TEST(HttpServer, StopLetsTheInFlightRequestFinishAndRefusesNewConnections) {
   std::optional<httplib::Result> in_flight;
   std::thread request([&] {
     auto client = client_for(port);
+    // A client that keeps connections: otherwise its own "Connection: close" comes back.
+    client.set_keep_alive(true);
     in_flight.emplace(client.Post("/", "slow", "text/plain"));
   });
   ASSERT_TRUE(entered.wait());

@@ -3,6 +3,9 @@
 // socket and never a worker, and the connection cap holds.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
@@ -328,6 +331,92 @@ TEST_F(StrictServer, AChunkedBodyOverTheLimitIs413) {
   request += "0\r\n\r\n";
   EXPECT_THAT(exchange(request), StartsWith("HTTP/1.1 413"));
   EXPECT_EQ(calls_.load(), 0);
+}
+
+// Beast bounds the head but not a chunk's size line nor the trailer, and reads on until their
+// end: one that never ends must be refused, not buffered until the body's deadline.
+TEST_F(StrictServer, AChunkLineOrTrailerWithoutEndIsRefusedNotBuffered) {
+  start({.workers = 2,
+         .max_header_bytes = 4096,
+         .body_timeout = std::chrono::seconds(20),
+         .keep_alive_timeout = std::chrono::seconds(1)});
+  const std::vector<std::pair<std::string, std::string>> endless = {
+      {"1;ext=", std::string(16 * 1024, 'e')},                      // a chunk extension
+      {"", std::string(16 * 1024, '0')},                            // a chunk size's leading zeros
+      {"0\r\n", "X-Pad: " + std::string(16 * 1024, 'p') + "\r\n"},  // trailer fields
+  };
+  for (const auto& [begin, block] : endless) {
+    RawConnection c(port_);
+    ASSERT_TRUE(c.is_open());
+    std::jthread sender([&c, begin = begin, block = block] {
+      if (!c.send("POST /push HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + begin)) {
+        return;
+      }
+      for (int i = 0; i < 4096; ++i) {  // 64 MiB, unless the server goes away first
+        if (!c.send(block)) return;
+      }
+    });
+    // Buffered instead, it would go unanswered until the body's deadline (20 s).
+    EXPECT_THAT(c.read_until("\r\n\r\n", std::chrono::seconds(10)), StartsWith("HTTP/1.1 400"))
+        << begin;
+  }
+  EXPECT_EQ(calls_.load(), 0);
+}
+
+// Beast 1.74 asserts that a final chunk, once begun, is parsed again with at least 5 bytes
+// (boostorg/beast#2861): a body's last bytes arriving one at a time aborted a build with
+// assertions, as this one is. Each piece is its own segment (TCP_NODELAY, a pause between).
+TEST_F(StrictServer, AChunkedBodyEndingAByteAtATimeIsRead) {
+  start();
+  for (const std::string first_chunk : {"", "2\r\n{}\r\n"}) {
+    RawConnection c(port_);
+    ASSERT_TRUE(c.is_open());
+    const int one = 1;
+    ::setsockopt(c.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    ASSERT_TRUE(c.send("POST /push HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                       first_chunk));
+    for (const char* piece : {"0\r\n", "\r", "\n"}) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      ASSERT_TRUE(c.send(piece));
+    }
+    EXPECT_THAT(c.read_until("\r\n\r\n"), StartsWith("HTTP/1.1 200")) << first_chunk;
+  }
+  EXPECT_EQ(calls_.load(), 2);
+}
+
+// The connection's last answer (here the keep-alive limit's) with a pipelined request still
+// unread: closing at once would reset the connection and discard what of the answer the
+// socket had not sent yet.
+TEST(StrictServerLastAnswer, ArrivesWholeWithAPipelinedRequestUnread) {
+  constexpr std::size_t kBodyBytes = std::size_t{8} << 20;  // more than the socket buffers
+  Server server(
+      [](const pubsub::PushRequest&) {
+        return pubsub::PushResponse{
+            .status = 200, .headers = {}, .body = std::string(kBodyBytes, 'b')};
+      },
+      ServeOptions{.workers = 2,
+                   .keep_alive_max_requests = 2,
+                   .keep_alive_timeout = std::chrono::seconds(1)});
+  RawConnection c(server.start("127.0.0.1", 0));
+  ASSERT_TRUE(c.is_open());
+  const std::string get = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_TRUE(c.send(get + get));
+  // The third comes while the answers are being sent, so it waits in the socket, unread (one
+  // the server read along with the others would be in its buffer, and a close sends no reset).
+  c.read_until("HTTP/1.1 200");
+  ASSERT_TRUE(c.send(get));
+  c.read_to_close(std::chrono::seconds(20));
+  const std::string& received = c.received();
+  std::size_t answers = 0;
+  for (std::size_t at = received.find("HTTP/1.1 200"); at != std::string::npos;
+       at = received.find("HTTP/1.1 200", at + 1)) {
+    ++answers;
+  }
+  EXPECT_EQ(answers, 2U) << "the third request is past the keep-alive limit";
+  const std::size_t second = received.find("\r\n\r\n") + 4 + kBodyBytes;
+  const std::size_t second_head = received.find("\r\n\r\n", second) + 4 - second;
+  EXPECT_THAT(received.substr(second, second_head), HasSubstr("Connection: close"));
+  EXPECT_EQ(received.size(), second + second_head + kBodyBytes) << "both answers whole";
 }
 
 TEST_F(StrictServer, SlowHeadersCostASocketNotAWorkerAndAreCutAtTheirDeadline) {

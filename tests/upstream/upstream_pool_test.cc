@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -923,6 +924,68 @@ TEST_P(UpstreamForward, TooLargeBodyIsTruncatedAndTheConnectionDropped) {
     // The rest of the body was never read: the connection is gone, the next one is new.
     EXPECT_EQ(forward(pool, post(), 2).kind, Kind::kResponse);
     EXPECT_EQ(server.accepted(), 2) << variant;
+  }
+}
+
+// Beast bounds a response's head but not a chunk's size line nor the trailer: an upstream that
+// never ends one must not grow the gateway's memory until the upstream timeout.
+TEST_P(UpstreamForward, AChunkLineOrTrailerWithoutEndIsCutShortNotBuffered) {
+  const std::vector<std::pair<std::string, std::string>> endless = {
+      {"1;ext=", std::string(64 * 1024, 'e')},                      // a chunk extension
+      {"", std::string(64 * 1024, '0')},                            // a chunk size's leading zeros
+      {"0\r\n", "X-Pad: " + std::string(64 * 1024, 'p') + "\r\n"},  // trailer fields
+  };
+  for (const auto& [start, block] : endless) {
+    std::atomic<std::size_t> sent{0};
+    RawServer server([&, start = start, block = block](int fd, int) {
+      std::string pending;
+      if (read_request(fd, pending).text.empty()) return;
+      if (!send_all(fd, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + start)) return;
+      for (int i = 0; i < 1024; ++i) {  // 64 MiB, unless the client goes away first
+        if (!send_all(fd, block)) return;
+        sent += block.size();
+      }
+      read_to_close(fd);
+    });
+    const auto pool = make_pool(server.url(), {.timeout = 10s});
+
+    const auto reply = forward(pool, post(), 1);
+
+    ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+    EXPECT_EQ(reply.response.status, 200);
+    EXPECT_TRUE(reply.truncated) << start;
+    EXPECT_LT(reply.elapsed, 5s) << start;
+    // What the socket buffers took after the client stopped reading, at most; not 64 MiB.
+    EXPECT_LT(sent.load(), std::size_t{32} << 20) << start;
+  }
+}
+
+// Beast 1.74 asserts that a final chunk, once begun, is parsed again with at least 5 bytes
+// (boostorg/beast#2861): a response's last bytes arriving one at a time aborted a build with
+// assertions, as this one is. Each piece is its own segment (TCP_NODELAY, a pause between).
+TEST_P(UpstreamForward, AChunkedBodyEndingAByteAtATimeIsRead) {
+  for (const std::string first_chunk : {"", "2\r\nok\r\n"}) {
+    RawServer server([first_chunk](int fd, int) {
+      std::string pending;
+      if (read_request(fd, pending).text.empty()) return;
+      const int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      if (!send_all(fd, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + first_chunk)) {
+        return;
+      }
+      for (const char* piece : {"0\r\n", "\r", "\n"}) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        if (!send_all(fd, piece)) return;
+      }
+      read_to_close(fd);
+    });
+    const auto pool = make_pool(server.url(), {.timeout = 10s});
+
+    const auto reply = forward(pool, post(), 1);
+
+    ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+    EXPECT_EQ(reply.response.status, 200);
+    EXPECT_FALSE(reply.truncated) << first_chunk;
   }
 }
 
