@@ -30,7 +30,12 @@ struct SqliteOptions {
   BackendOptions backend;
   /// The table holding the records; several subscriptions can share one file.
   std::string table = "idempotency_records";
-  /// How long a call waits for another process's write lock before `StoreError`.
+  /// Create the file and the table (and its expiry index) when missing. Off, a missing file
+  /// or table is a `StoreError` and nothing is written before the check: an operator's tool
+  /// must not make a store of a mistyped path or table name.
+  bool create_table = true;
+  /// How long a call waits for another process's write lock before `StoreError`; at most
+  /// INT32_MAX milliseconds.
   std::chrono::milliseconds busy_timeout = std::chrono::seconds(5);
   /// Caps the database at this many pages (0: no cap), so a runaway store fails with
   /// `StoreError` ("database or disk is full") instead of filling the disk.
@@ -43,7 +48,8 @@ struct SqliteOptions {
 /// SqliteLock stores records in a SQLite database file.
 class SqliteLock final : public LockBackend {
  public:
-  /// SqliteLock() opens (creating if needed) the database at `path` and its table. Throws
+  /// SqliteLock() opens (creating if needed, unless `create_table` is off) the database at
+  /// `path` and its table. Throws
   /// `StoreError` with SQLite's message when the file cannot be opened or is not a database,
   /// and `std::invalid_argument` for a bad option.
   explicit SqliteLock(const std::string& path, SqliteOptions options = {});

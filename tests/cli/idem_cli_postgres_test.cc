@@ -7,7 +7,9 @@
 #include <cstdlib>
 #include <string>
 #include <variant>
+#include <vector>
 
+#include "idempotency/errors.h"
 #include "idempotency/key.h"
 #include "idempotency/postgres_lock.h"
 #include "run_idem.h"
@@ -64,6 +66,21 @@ TEST_F(IdemCliPostgresTest, MigrateCreatesTheTableThenFindsIt) {
   const IdemRun again = run_idem({"--backend", backend(), "migrate"});
   EXPECT_EQ(again.exit_code, 0) << again.err;
   EXPECT_THAT(again.out, HasSubstr("already exists"));
+}
+
+// A mistyped table= names no store: the operator's commands report it, and make no table.
+TEST_F(IdemCliPostgresTest, NoCommandCreatesAMissingTable) {
+  for (const std::vector<std::string>& command :
+       {std::vector<std::string>{"inspect", "-"}, {"release", "-", "--yes"}, {"purge-expired"}}) {
+    std::vector<std::string> args = {"--backend", backend()};
+    args.insert(args.end(), command.begin(), command.end());
+    const IdemRun run = run_idem(args, kKey);
+    EXPECT_EQ(run.exit_code, 1) << command.front() << ": " << run.all();
+    EXPECT_THAT(run.err, HasSubstr("does not exist"));
+    EXPECT_THAT(run.all(), Not(HasSubstr(kKey)));
+    EXPECT_THROW(PostgresLock(url_, {.table = table_, .create_table = false}), StoreError)
+        << command.front() << " made the table";
+  }
 }
 
 TEST_F(IdemCliPostgresTest, InspectShowsTheRecordButNeverTheKey) {

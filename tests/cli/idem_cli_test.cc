@@ -276,6 +276,25 @@ TEST_F(IdemCliTest, InspectNeverCreatesAMissingSqliteFile) {
   EXPECT_FALSE(std::filesystem::exists(missing));
 }
 
+// A mistyped table= names no store: the operator's commands report it, and make no table.
+TEST_F(IdemCliTest, NoCommandCreatesAMissingSqliteTable) {
+  const std::string file = dir_.file("store.db");
+  ASSERT_EQ(run_idem({"--backend", "sqlite://" + file + "?table=orders_idem", "migrate"}).exit_code,
+            0);
+  const std::string typo = "sqlite://" + file + "?table=orders_idme";
+  for (const std::vector<std::string>& command :
+       {std::vector<std::string>{"inspect", kKey}, {"release", kKey, "--yes"}, {"purge-expired"}}) {
+    std::vector<std::string> args = {"--backend", typo};
+    args.insert(args.end(), command.begin(), command.end());
+    const IdemRun run = run_idem(args);
+    EXPECT_EQ(run.exit_code, 1) << command.front() << ": " << run.all();
+    EXPECT_EQ(line_count(run.err), 1) << run.err;
+    EXPECT_THAT(run.err, HasSubstr("does not exist"));
+    EXPECT_THAT(run.all(), Not(HasSubstr(kKey)));
+    EXPECT_FALSE(sqlite_table_exists(file, "orders_idme")) << command.front();
+  }
+}
+
 TEST_F(IdemCliTest, BadUrlIsOneUsageLineWithoutThePassword) {
   for (const std::string bad : {"postgresx://app:hunter2@db/app", "app:hunter2@db",
                                 "sqlite:///tmp/x.db?password=hunter2"}) {

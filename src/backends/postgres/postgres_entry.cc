@@ -66,6 +66,13 @@ BackendEntry postgres_backend_entry() {
         options.backend = backend;
         return std::make_unique<PostgresLock>(url.str(), options);
       },
+      // An operator's tool reads what is there: a mistyped table= must not make one.
+      .open_existing = [](BackendUrl& url) -> std::unique_ptr<LockBackend> {
+        PostgresOptions options = postgres_options_of(url);
+        options.create_table = false;
+        options.pool_size = 1;
+        return std::make_unique<PostgresLock>(url.str(), options);
+      },
       .schema =
           [](BackendUrl& url) { return PostgresLock::schema(postgres_options_of(url).table); },
       .migrate =

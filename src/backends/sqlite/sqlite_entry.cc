@@ -44,6 +44,7 @@ BackendEntry sqlite_backend_entry() {
       },
       .open_existing = [](BackendUrl& url) -> std::unique_ptr<LockBackend> {
         SqliteOptions options = sqlite_options_of(url);
+        options.create_table = false;
         if (!file_exists(file_of(url))) {
           throw StoreError("sqlite: the database file does not exist (idem migrate creates it)");
         }

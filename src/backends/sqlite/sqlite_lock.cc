@@ -54,6 +54,21 @@ void exec(sqlite3* db, const std::string& sql, const char* what) {
   check(db, sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), what);
 }
 
+// Whether the database holds a table named `table`; read before anything is written to it.
+bool table_exists(sqlite3* db, const std::string& table) {
+  sqlite3_stmt* raw = nullptr;
+  check(db,
+        sqlite3_prepare_v2(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1", -1,
+                           &raw, nullptr),
+        "cannot read the database file");
+  const std::unique_ptr<sqlite3_stmt, int (*)(sqlite3_stmt*)> statement(raw, sqlite3_finalize);
+  check(db, sqlite3_bind_text(raw, 1, table.data(), static_cast<int>(table.size()), SQLITE_STATIC),
+        "bind");
+  const int rc = sqlite3_step(raw);
+  check(db, rc, "cannot read the database file");
+  return rc == SQLITE_ROW;
+}
+
 void bind_blob(sqlite3* db, sqlite3_stmt* s, int index, std::string_view bytes) {
   // A zero-length blob still binds as a blob, not NULL.
   check(db,
@@ -252,8 +267,10 @@ std::string SqliteLock::schema(std::string_view table) {
 SqliteLock::SqliteLock(const std::string& path, SqliteOptions options)
     : LockBackend(options.backend), impl_(std::make_unique<Impl>()) {
   const std::string ddl = schema(options.table);  // validates the table name
-  if (options.busy_timeout < std::chrono::milliseconds::zero()) {
-    throw std::invalid_argument("sqlite busy_timeout must not be negative");
+  // SQLite takes milliseconds as an int: a longer one would wrap, and turn the wait off.
+  if (options.busy_timeout < std::chrono::milliseconds::zero() ||
+      options.busy_timeout > std::chrono::milliseconds(INT32_MAX)) {
+    throw std::invalid_argument("sqlite busy_timeout must be from 0 to INT32_MAX milliseconds");
   }
   if (options.max_pages < 0) throw std::invalid_argument("sqlite max_pages must not be negative");
   if (options.purge_batch < 1 || options.purge_batch > static_cast<std::size_t>(INT32_MAX)) {
@@ -261,11 +278,17 @@ SqliteLock::SqliteLock(const std::string& path, SqliteOptions options)
   }
   impl_->clock = options.backend.clock ? std::move(options.backend.clock) : system_clock();
   sqlite3* raw = nullptr;
-  const int rc =
-      sqlite3_open_v2(path.c_str(), &raw,
-                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  const int rc = sqlite3_open_v2(
+      path.c_str(), &raw,
+      SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (options.create_table ? SQLITE_OPEN_CREATE : 0),
+      nullptr);
   impl_->db.reset(raw);
   if (rc != SQLITE_OK) fail(raw, "cannot open the database file");
+  if (!options.create_table && !table_exists(raw, options.table)) {
+    // Checked before the pragmas below, which would write to a file that is not a store.
+    throw StoreError("sqlite: table " + options.table +
+                     " does not exist and create_table is off (idem migrate creates it)");
+  }
   sqlite3_extended_result_codes(raw, 1);
   check(raw, sqlite3_busy_timeout(raw, static_cast<int>(options.busy_timeout.count())),
         "busy timeout");
@@ -282,7 +305,7 @@ SqliteLock::SqliteLock(const std::string& path, SqliteOptions options)
   if (options.max_pages > 0) {
     exec(raw, "PRAGMA max_page_count=" + std::to_string(options.max_pages), "pragma");
   }
-  exec(raw, ddl, "cannot create the table");
+  if (options.create_table) exec(raw, ddl, "cannot create the table");
   const std::string t = "\"" + options.table + "\"";
   impl_->select = impl_->prepare(
       "SELECT state, fence, lease_expiry_ms, expires_at_ms, claim_token, result, fingerprint "

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -312,6 +313,30 @@ TEST(SqliteLock, BadTableNamesAreRejected) {
   EXPECT_THROW(SqliteLock(dir.file("x.db"), SqliteOptions{.table = "x; DROP TABLE y"}),
                std::invalid_argument);
   EXPECT_THROW(SqliteLock(dir.file("x.db"), SqliteOptions{.table = ""}), std::invalid_argument);
+}
+
+// SQLite takes the busy timeout as an int of milliseconds: a longer one would wrap negative
+// and turn the wait off, every lock conflict an immediate StoreError.
+TEST(SqliteLock, ABusyTimeoutSqliteCannotHoldIsRejected) {
+  TempDir dir;
+  EXPECT_THROW(SqliteLock(dir.file("x.db"),
+                          SqliteOptions{.busy_timeout = milliseconds(std::int64_t{INT32_MAX} + 1)}),
+               std::invalid_argument);
+  EXPECT_NO_THROW(
+      SqliteLock(dir.file("x.db"), SqliteOptions{.busy_timeout = milliseconds(INT32_MAX)}));
+}
+
+// Off, create_table opens only a store that is there, and writes nothing before it knows.
+TEST(SqliteLock, WithoutCreateTableAMissingFileOrTableIsAStoreErrorAndNothingIsMade) {
+  TempDir dir;
+  EXPECT_THROW(SqliteLock(dir.file("missing.db"), SqliteOptions{.create_table = false}),
+               StoreError);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("missing.db")));
+  { SqliteLock made(dir.file("x.db"), SqliteOptions{.table = "orders"}); }
+  EXPECT_THROW(SqliteLock(dir.file("x.db"), SqliteOptions{.table = "other", .create_table = false}),
+               StoreError);
+  EXPECT_NO_THROW(
+      SqliteLock(dir.file("x.db"), SqliteOptions{.table = "orders", .create_table = false}));
 }
 
 TEST(SqliteLock, SchemaIsPrintableForOperators) {
