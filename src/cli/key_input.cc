@@ -13,8 +13,11 @@ std::string read_key(const std::string& argument, std::istream& in) {
   if (argument == "-") {
     key.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     if (in.bad()) throw usage_error("could not read the key from stdin");
-    if (!key.empty() && key.back() == '\n') key.pop_back();
-    if (!key.empty() && key.back() == '\r') key.pop_back();
+    // One line end, "\n" or "\r\n": a lone trailing "\r" is the key's own.
+    if (!key.empty() && key.back() == '\n') {
+      key.pop_back();
+      if (!key.empty() && key.back() == '\r') key.pop_back();
+    }
   }
   try {
     validate_key(key);  // its message names the problem, never the key

@@ -44,7 +44,10 @@ ExitCode run_release(const std::string& backend_url, const std::string& key, boo
                          .lease_expiry = from_millis(before->lease_expiry),
                          .claim_token = before->claim_token});
   const auto after = backend->inspect(key);
-  if (after && after->fence == before->fence + 1 && after->state == RecordState::kClaimed) {
+  // A release clears the token; a claim by the next delivery meanwhile raises the fence too,
+  // but sets one.
+  if (after && after->fence == before->fence + 1 && after->state == RecordState::kClaimed &&
+      after->claim_token.empty()) {
     out << "released: " << plan << "\n";
     return ExitCode::kOk;
   }

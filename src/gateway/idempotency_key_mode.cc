@@ -150,8 +150,9 @@ class Handler {
     try {
       reply = deps_.upstream->forward(request, claim.fence);
     } catch (...) {
+      // Out of memory, it may be after the request was sent, or even answered: the upstream
+      // may have acted, so the key is held until its lease lapses, as for no answer.
       keeper.stop();
-      idempotency::detail::release_after_failure(*deps_.backend, claim);
       throw;
     }
     const bool to_store = reply.kind == UpstreamReply::Kind::kResponse &&

@@ -142,9 +142,11 @@ std::shared_ptr<Connection> IdleConnections::take(std::uint64_t pool, Clock::tim
     std::vector<IdleConnection> gone;  // closed once the lock is released
     {
       const std::lock_guard lock(mutex_);
-      const auto stale = std::partition(idle_.begin(), idle_.end(), [&](const IdleConnection& c) {
-        return !c.pool_alive.expired() && now - c.connection->idle_since <= kMaxIdleAge;
-      });
+      // Stable: take() reuses the newest and give_back() drops the oldest, by their order.
+      const auto stale =
+          std::stable_partition(idle_.begin(), idle_.end(), [&](const IdleConnection& c) {
+            return !c.pool_alive.expired() && now - c.connection->idle_since <= kMaxIdleAge;
+          });
       if (stale != idle_.end()) {
         gone.assign(std::make_move_iterator(stale), std::make_move_iterator(idle_.end()));
         idle_.erase(stale, idle_.end());

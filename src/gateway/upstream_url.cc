@@ -94,8 +94,14 @@ UpstreamUrl parse_upstream_url(const std::string& url) {
     }
     if (colon == 0) throw std::invalid_argument("the URL has no host");
   }
+  std::string origin = scheme + "://" + std::string(authority);
+  // What every request will connect to, read as it will be then: a URL that passed the checks
+  // above but not this one (`http://app?x`, `http://a b`) would make every request fail.
+  if (!upstream_detail::parse_origin(origin).valid) {
+    throw std::invalid_argument("the URL's host is not a host name or an address");
+  }
   while (!path.empty() && path.back() == '/') path.pop_back();
-  return {.origin = scheme + "://" + std::string(authority), .base_path = std::move(path)};
+  return {.origin = std::move(origin), .base_path = std::move(path)};
 }
 
 }  // namespace idempotency::gateway

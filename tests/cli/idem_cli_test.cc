@@ -140,6 +140,17 @@ TEST_F(IdemCliTest, InspectReadsTheKeyFromStdinWithDash) {
   EXPECT_THAT(run.all(), Not(HasSubstr(kKey)));
 }
 
+// One line end is taken off, "\n" or "\r\n"; a "\r" without a "\n" after it is the key's.
+TEST_F(IdemCliTest, AKeyFromStdinLosesOneLineEndAndNothingElse) {
+  const std::string key = std::string(kKey) + "\r";
+  (void)claim_key(key);
+  const IdemRun lone_cr = idem({"inspect", "-"}, key);
+  EXPECT_EQ(lone_cr.exit_code, 0) << lone_cr.err;
+  EXPECT_THAT(lone_cr.out, HasSubstr(key_fingerprint(key)));
+  const IdemRun crlf_taken = idem({"inspect", "-"}, std::string(kKey) + "\r\n");
+  EXPECT_EQ(crlf_taken.exit_code, 3) << "the key without its \\r has no record";
+}
+
 TEST_F(IdemCliTest, AKeyStartingWithADashGoesAfterTheSeparator) {
   claim_key("-dash-key");
   const IdemRun run = idem({"inspect", "--", "-dash-key"});

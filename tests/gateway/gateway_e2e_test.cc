@@ -769,6 +769,10 @@ TEST_F(gateway_flags, BadFlagsExit2WithOneLineSayingWhichAndWhy) {
   expect_refused(with({"--mode", "exactly-once"}), "--mode");
   expect_refused(with({"--max-body", "lots"}), "--max-body");
   expect_refused({"--upstream", "ftp://x", "--backend", backend}, "--upstream");
+  // Past the scheme, path and port checks, but not a host every request could connect to.
+  for (const char* url : {"http://app?x", "http://app#f", "http://a b", "http://[::1"}) {
+    expect_refused({"--upstream", url, "--backend", backend}, "--upstream");
+  }
   expect_refused({"--upstream", "http://127.0.0.1:1", "--backend", "nosuch://x"}, "--backend");
   expect_refused({"--upstream", "http://127.0.0.1:1", "--backend", "not a url"}, "--backend");
   expect_refused(with({"--oidc-audience", "https://a"}), "--oidc-audience");
