@@ -39,7 +39,8 @@ struct DoneCacheOptions {
   /// copy costs its key twice, its result and fingerprint, and about 250 bytes besides.
   std::size_t capacity = 10'000;
   /// A copy is given out only while now + clock_margin < expires_at: set it above the clock
-  /// skew between this process and the store. Zero when they read the same clock.
+  /// skew between this process and the store. Zero when they read the same clock; at most
+  /// `kMaxTtl`.
   std::chrono::milliseconds clock_margin = std::chrono::seconds(1);
   /// The clock the copies are judged by; nullptr: the system clock. Give it the wrapped
   /// backend's clock when that one was built with its own (`BackendOptions::clock`).

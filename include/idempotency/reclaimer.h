@@ -49,7 +49,7 @@ struct PurgePass {
 /// Options for Reclaimer. Fill with designated initializers.
 struct ReclaimerOptions {
   /// The mean time between the starts of two passes; each wait is jittered by ±25 %. Must be
-  /// positive.
+  /// positive and at most `kMaxTtl` (366 days).
   std::chrono::milliseconds interval = std::chrono::minutes(1);
   /// Called after every pass, on the reclaimer's thread; must not throw (a throw is ignored).
   std::function<void(const PurgePass&)> on_pass;

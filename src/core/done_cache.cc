@@ -117,8 +117,9 @@ namespace {
 
 const DoneCacheOptions& checked(const DoneCacheOptions& options) {
   if (options.capacity == 0) throw std::invalid_argument("DoneCache: capacity must be positive");
-  if (options.clock_margin < std::chrono::milliseconds::zero()) {
-    throw std::invalid_argument("DoneCache: clock_margin must not be negative");
+  // At most kMaxTtl: `now + clock_margin` must not overflow, or a copy would be fresh for ever.
+  if (options.clock_margin < std::chrono::milliseconds::zero() || options.clock_margin > kMaxTtl) {
+    throw std::invalid_argument("DoneCache: clock_margin must be from 0 to 366 days");
   }
   return options;
 }

@@ -150,18 +150,27 @@ void keep_after_unknown_outcome(const Claim& claim) noexcept {
 }
 
 void release_after_failure(LockBackend& backend, const Claim& claim) noexcept {
+  // Every log line is built in a try of its own, as in its siblings above: out of memory, a
+  // throw from building one would leave this noexcept function and terminate the process.
   try {
     backend.release(claim);
   } catch (const std::exception& e) {
-    // The lease lapses by itself, so the key self-heals.
-    auto record = about(claim, Severity::kWarning, "release_failed",
-                        "release failed; the key frees itself when the lease lapses");
-    record.fields.emplace_back("error", e.what());
-    log(record);
+    try {
+      // The lease lapses by itself, so the key self-heals.
+      auto record = about(claim, Severity::kWarning, "release_failed",
+                          "release failed; the key frees itself when the lease lapses");
+      record.fields.emplace_back("error", e.what());
+      log(record);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a log line that cannot be built is dropped
+    }
   } catch (...) {
     // Anything else (a driver's own type) must not reach noexcept code and terminate.
-    log(about(claim, Severity::kWarning, "release_failed",
-              "release failed with an unknown error; the key frees itself when the lease lapses"));
+    try {
+      log(about(claim, Severity::kWarning, "release_failed",
+                "release failed with an unknown error; the key frees itself when the lease "
+                "lapses"));
+    } catch (...) {  // NOLINT(bugprone-empty-catch): as above
+    }
   }
 }
 

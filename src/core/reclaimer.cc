@@ -28,8 +28,10 @@ std::string milliseconds_text(std::chrono::steady_clock::duration d) {
 Reclaimer::Reclaimer(std::shared_ptr<LockBackend> backend, ReclaimerOptions options)
     : backend_(std::move(backend)), options_(std::move(options)) {
   if (!backend_) throw std::invalid_argument("Reclaimer: the backend is null");
-  if (options_.interval.count() <= 0) {
-    throw std::invalid_argument("Reclaimer: the interval must be positive");
+  // At most kMaxTtl: a wait's deadline is taken in nanoseconds of the steady clock, where a
+  // far longer one overflows, lands in the past, and purges in a busy loop.
+  if (options_.interval.count() <= 0 || options_.interval > kMaxTtl) {
+    throw std::invalid_argument("Reclaimer: the interval must be positive and at most 366 days");
   }
   thread_ = std::thread([this] { run(); });
 }

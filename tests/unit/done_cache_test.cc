@@ -161,6 +161,9 @@ TEST_F(DoneCacheTest, BadOptionsAreRejected) {
   EXPECT_THROW(DoneCache(store_, DoneCacheOptions{.capacity = 0}), std::invalid_argument);
   EXPECT_THROW(DoneCache(store_, DoneCacheOptions{.clock_margin = milliseconds(-1)}),
                std::invalid_argument);
+  // now + margin would overflow, and a copy be given out for ever.
+  EXPECT_THROW(DoneCache(store_, DoneCacheOptions{.clock_margin = milliseconds::max()}),
+               std::invalid_argument);
 }
 
 }  // namespace

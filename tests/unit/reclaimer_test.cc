@@ -105,6 +105,9 @@ TEST(Reclaimer, BadArgumentsAreRefused) {
   EXPECT_THROW(Reclaimer(nullptr), std::invalid_argument);
   EXPECT_THROW(Reclaimer(std::make_shared<InMemoryLock>(), {.interval = milliseconds(0)}),
                std::invalid_argument);
+  // Its deadline in steady-clock nanoseconds would overflow into the past: a busy loop.
+  EXPECT_THROW(Reclaimer(std::make_shared<InMemoryLock>(), {.interval = kMaxTtl + milliseconds(1)}),
+               std::invalid_argument);
 }
 
 }  // namespace
