@@ -28,6 +28,8 @@ class Clock {
 /// SystemClock reads `std::chrono::system_clock`.
 class SystemClock final : public Clock {
  public:
+  /// now() returns the system clock's time truncated to the millisecond; it follows the host's
+  /// clock adjustments, so it may step backwards.
   [[nodiscard]] TimePoint now() const override;
 };
 
@@ -36,6 +38,8 @@ class ManualClock final : public Clock {
  public:
   /// ManualClock() starts at `start` (default: an arbitrary fixed instant in 2026).
   explicit ManualClock(TimePoint start = TimePoint(std::chrono::milliseconds(1'780'000'000'000)));
+  /// now() returns the instant last set (the start, moved by every `set` and `advance`); it
+  /// never moves by itself.
   [[nodiscard]] TimePoint now() const override;
   /// set() jumps to `t`, forwards or backwards.
   void set(TimePoint t);

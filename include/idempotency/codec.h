@@ -29,18 +29,22 @@ struct Codec<void> {};
 /// Codec<std::string> stores the bytes as they are.
 template <>
 struct Codec<std::string> {
+  /// encode() returns `value` unchanged.
   static std::string encode(const std::string& value) { return value; }
+  /// decode() returns a copy of `bytes`; it never throws on content, any bytes are a string.
   static std::string decode(std::string_view bytes) { return std::string(bytes); }
 };
 
 /// Codec<std::vector<std::byte>> stores the bytes as they are.
 template <>
 struct Codec<std::vector<std::byte>> {
+  /// encode() copies the bytes of `value` into a string, one char per byte.
   static std::string encode(const std::vector<std::byte>& value) {
     std::string out(value.size(), '\0');
     if (!value.empty()) std::memcpy(out.data(), value.data(), value.size());
     return out;
   }
+  /// decode() copies `bytes` back into a byte vector; it never throws on content.
   static std::vector<std::byte> decode(std::string_view bytes) {
     std::vector<std::byte> out(bytes.size());
     if (!bytes.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());

@@ -58,6 +58,7 @@ class InProgress : public Error {
 /// joined caller alone, or to an owner whose execution was cancelled (nothing was stored).
 class Cancelled : public Error {
  public:
+  /// Cancelled() carries a fixed message that names neither the key nor the operation.
   Cancelled();
 };
 
@@ -77,6 +78,8 @@ class OutcomeUnknown : public Error {
 /// can. It says what the backend lacks, not that the store failed.
 class NotInspectable : public Error {
  public:
+  /// NotInspectable() carries a fixed message that names neither the key nor the backend's
+  /// URL; `idem` exits 2 with it.
   NotInspectable();
 };
 

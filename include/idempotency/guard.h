@@ -51,6 +51,9 @@ enum class CompleteStatus {
 /// Guard holds one claim and finishes it exactly once.
 class [[nodiscard]] Guard {
  public:
+  /// Guard(Guard&&) takes over the claim, its heartbeat and the duty to finish it. The
+  /// moved-from guard holds nothing: its destructor does nothing, `complete()` answers
+  /// `kNotHeld`, `release()` does nothing, `extend()` answers false; do not use its `claim()`.
   Guard(Guard&& other) noexcept;
   Guard& operator=(Guard&&) = delete;
   Guard(const Guard&) = delete;

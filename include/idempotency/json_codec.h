@@ -19,7 +19,11 @@ namespace idempotency {
 /// JsonCodec<T> encodes with `nlohmann::json(value).dump()` and decodes with `get<T>()`.
 template <class T>
 struct JsonCodec {
+  /// encode() returns `value` as compact JSON text; throws `nlohmann::json::type_error` for a
+  /// string that is not valid UTF-8 (`once` then logs it and stores no result).
   static std::string encode(const T& value) { return nlohmann::json(value).dump(); }
+  /// decode() parses `bytes` and converts them to T; throws `nlohmann::json::exception` for
+  /// bytes that are not JSON or not a T (`once` then answers `duplicate`, not a value).
   static T decode(std::string_view bytes) { return nlohmann::json::parse(bytes).get<T>(); }
 };
 

@@ -45,6 +45,8 @@ namespace idempotency {
 template <class T>
 class Outcome {
  public:
+  /// Outcome() is built by `once`; a test may build one to stand in for it. `value` is null
+  /// for `duplicate` and `in_progress`, `lease_expiry` is set only for `in_progress`.
   Outcome(Status status, std::shared_ptr<const T> value, std::int64_t fence,
           std::optional<TimePoint> lease_expiry)
       : status_(status), value_(std::move(value)), fence_(fence), lease_expiry_(lease_expiry) {}
@@ -82,14 +84,20 @@ class Outcome {
 template <>
 class Outcome<void> {
  public:
+  /// Outcome() is built by `once`; a test may build one to stand in for it. `lease_expiry`
+  /// is set only for `in_progress`.
   Outcome(Status status, std::int64_t fence, std::optional<TimePoint> lease_expiry)
       : status_(status), fence_(fence), lease_expiry_(lease_expiry) {}
+  /// status() says how this call ended.
   [[nodiscard]] Status status() const noexcept { return status_; }
+  /// cache_hit() is true when the operation ran in another call (joined, replayed, duplicate).
   [[nodiscard]] bool cache_hit() const noexcept {
     return status_ == Status::kJoined || status_ == Status::kReplayed ||
            status_ == Status::kDuplicate;
   }
+  /// fence() returns the fencing token of the execution, 0 when unknown.
   [[nodiscard]] std::int64_t fence() const noexcept { return fence_; }
+  /// lease_expiry() says, for `in_progress`, when the other holder's lease lapses.
   [[nodiscard]] std::optional<TimePoint> lease_expiry() const noexcept { return lease_expiry_; }
 
  private:
@@ -170,6 +178,8 @@ Outcome<R> once(std::string_view key, LockBackend& backend, Fn&& fn,
 template <class KeyFn>
 class Policy {
  public:
+  /// Policy() keeps `key_fn` and `options` by value and `backend` by reference: the backend
+  /// must outlive the policy and every callable `apply` returns.
   Policy(KeyFn key_fn, LockBackend& backend, OnceOptions options)
       : key_fn_(std::move(key_fn)), backend_(&backend), options_(std::move(options)) {}
 

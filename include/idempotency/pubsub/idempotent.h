@@ -73,6 +73,8 @@ using ResponseHandler = std::function<PushResponse(const Delivery&)>;
 /// would treat as an ack is answered 500 instead.
 class Nack : public std::runtime_error {
  public:
+  /// Nack() answers `status` with `reason` as `what()`; the reason is logged and sent as the
+  /// response body, so it must not hold a key or customer data.
   Nack(int status, const std::string& reason) : std::runtime_error(reason), status_(status) {}
   /// status() is the HTTP status to answer.
   [[nodiscard]] int status() const noexcept { return status_; }

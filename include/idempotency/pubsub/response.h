@@ -33,6 +33,8 @@ namespace idempotency {
 /// duplicate can be answered with the original response byte for byte.
 template <>
 struct Codec<pubsub::PushResponse> {
+  /// encode() returns the CBOR bytes of `response`; any status and any header or body bytes
+  /// survive, binary included.
   static std::string encode(const pubsub::PushResponse& response);
   /// decode() throws `StoreError` for bytes that are not a stored response.
   static pubsub::PushResponse decode(std::string_view bytes);
