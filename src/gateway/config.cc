@@ -220,6 +220,7 @@ std::variant<Config, ConfigExit> parse_config(int argc, const char* const* argv)
     }
     config.ttl = duration_flag("--ttl", ttl, false);
     config.purge_interval = duration_flag("--purge-interval", purge_interval, true);
+    if (config.purge_interval > kMaxTtl) throw BadFlag("--purge-interval: at most 366 days");
     config.upstream_timeout = duration_flag("--upstream-timeout", upstream_timeout, false);
     config.upstream_connect_timeout =
         duration_flag("--upstream-connect-timeout", upstream_connect_timeout, false);

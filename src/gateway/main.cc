@@ -125,15 +125,11 @@ int main(int argc, char** argv) {
   // needs instead of growing until the disk is full.
   std::optional<idem::Reclaimer> reclaimer;
   if (config.purge_interval.count() > 0) {
-    try {
-      reclaimer.emplace(raw_backend,
-                        idem::ReclaimerOptions{.interval = config.purge_interval,
-                                               .on_pass = [metrics](const idem::PurgePass& pass) {
-                                                 metrics->purge_pass(pass);
-                                               }});
-    } catch (const std::invalid_argument& e) {
-      return fail(2, std::string("--purge-interval: ") + e.what());
-    }
+    reclaimer.emplace(raw_backend,
+                      idem::ReclaimerOptions{.interval = config.purge_interval,
+                                             .on_pass = [metrics](const idem::PurgePass& pass) {
+                                               metrics->purge_pass(pass);
+                                             }});
   }
   // The event loop serves every connection and runs every upstream exchange; the workers run
   // what may block (store calls on a server store, the idempotency-key mode).

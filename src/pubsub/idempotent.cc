@@ -66,8 +66,10 @@ std::shared_ptr<const detail::Wrapper> detail::make_wrapper(IdempotentOptions op
   }
   validate_lease(options.lease);
   validate_heartbeat(resolved_heartbeat(options.lease, options.heartbeat), options.lease);
-  if (options.purge_interval.count() < 0) {
-    throw std::invalid_argument("idempotent: purge_interval must not be negative");
+  // Bounded here, as the Reclaimer bounds it: with a backend_factory the reclaimer starts only
+  // on the first request, too late to refuse the options.
+  if (options.purge_interval.count() < 0 || options.purge_interval > kMaxTtl) {
+    throw std::invalid_argument("idempotent: purge_interval must be from 0 to 366 days");
   }
   auto backend = std::make_shared<LazyBackend>(
       options.backend, options.backend_factory,

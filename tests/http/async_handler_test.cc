@@ -86,11 +86,7 @@ TEST(AsyncHandler, AnAnswerGivenAfterStopBeganSaysConnectionClose) {
       quick_stop_options());
   const int port = server.start("127.0.0.1", 0);
   std::optional<httplib::Result> in_flight;
-  std::thread request([&] {
-    auto client = client_for(port);
-    client.set_keep_alive(true);
-    in_flight.emplace(client.Post("/", "slow", "text/plain"));
-  });
+  std::thread request = testing::post_in_background(port, in_flight);
   ASSERT_TRUE(entered.wait());
   std::thread stopper([&] { server.stop(); });
   ASSERT_TRUE(testing::wait_until_refused(port));  // stop() has begun

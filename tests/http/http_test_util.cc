@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <thread>
+#include <utility>
 
 namespace idempotency::http::testing {
 
@@ -15,6 +16,14 @@ httplib::Client client_for(int port) {
   client.set_read_timeout(std::chrono::seconds(5));
   client.set_write_timeout(std::chrono::seconds(5));
   return client;
+}
+
+std::thread post_in_background(int port, std::optional<httplib::Result>& result, std::string body) {
+  return std::thread([port, &result, body = std::move(body)] {
+    auto client = client_for(port);
+    client.set_keep_alive(true);
+    result.emplace(client.Post("/", body, "text/plain"));
+  });
 }
 
 void Gate::open() {

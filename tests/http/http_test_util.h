@@ -6,14 +6,22 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 
 namespace idempotency::http::testing {
 
 /// client_for() is a cpp-httplib client of 127.0.0.1:port whose every wait is bounded (5 s),
 /// so a broken server fails a test instead of hanging it.
 httplib::Client client_for(int port);
+
+/// post_in_background() POSTs `body` to 127.0.0.1:port on a thread of its own, from a client
+/// that keeps its connection (so a `Connection: close` that comes back is the server's own, not
+/// its echo), and puts the answer in `result`; join the thread before reading it.
+std::thread post_in_background(int port, std::optional<httplib::Result>& result,
+                               std::string body = "slow");
 
 /// Gate blocks waiters until opened; waits are bounded so a broken test cannot hang.
 class Gate {

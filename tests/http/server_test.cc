@@ -256,12 +256,7 @@ TEST(HttpServer, StopLetsTheInFlightRequestFinishAndRefusesNewConnections) {
   const int port = server.start("127.0.0.1", 0);
 
   std::optional<httplib::Result> in_flight;
-  std::thread request([&] {
-    auto client = client_for(port);
-    // A client that keeps connections: otherwise its own "Connection: close" comes back.
-    client.set_keep_alive(true);
-    in_flight.emplace(client.Post("/", "slow", "text/plain"));
-  });
+  std::thread request = testing::post_in_background(port, in_flight);
   ASSERT_TRUE(entered.wait());
   std::atomic<bool> stopped{false};
   std::thread stopper([&] {

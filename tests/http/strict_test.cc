@@ -366,6 +366,8 @@ TEST_F(StrictServer, AChunkLineOrTrailerWithoutEndIsRefusedNotBuffered) {
 // Beast 1.74 asserts that a final chunk, once begun, is parsed again with at least 5 bytes
 // (boostorg/beast#2861): a body's last bytes arriving one at a time aborted a build with
 // assertions, as this one is. Each piece is its own segment (TCP_NODELAY, a pause between).
+// Only a final chunk with none before it can trip it (after a data chunk, its CRLF is parsed
+// with the final chunk: 5 bytes); the case with one is read here as well.
 TEST_F(StrictServer, AChunkedBodyEndingAByteAtATimeIsRead) {
   start();
   for (const std::string first_chunk : {"", "2\r\n{}\r\n"}) {

@@ -391,6 +391,11 @@ TEST_F(IdempotentTest, PurgeIntervalReclaimsExpiredRecordsInTheBackground) {
   }  // the last copy of the handler stops the reclaimer
   EXPECT_THROW((void)wrap({.purge_interval = std::chrono::milliseconds(-1)}),
                std::invalid_argument);
+  // Refused when the options are given, not by the first request's factory call, which would
+  // leave the backend in use with no reclaimer.
+  EXPECT_THROW((void)wrap({.backend_factory = [&] { return std::shared_ptr<LockBackend>(store_); },
+                           .purge_interval = kMaxTtl + std::chrono::milliseconds(1)}),
+               std::invalid_argument);
 }
 
 TEST_F(IdempotentTest, AFailingFactoryIsRetriedByTheNextRequest) {

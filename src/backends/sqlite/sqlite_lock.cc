@@ -54,12 +54,14 @@ void exec(sqlite3* db, const std::string& sql, const char* what) {
   check(db, sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), what);
 }
 
-// Whether the database holds a table named `table`; read before anything is written to it.
+// Whether the database holds a table named `table`, in any case as SQLite's names are; read
+// before anything is written to it.
 bool table_exists(sqlite3* db, const std::string& table) {
   sqlite3_stmt* raw = nullptr;
   check(db,
-        sqlite3_prepare_v2(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1", -1,
-                           &raw, nullptr),
+        sqlite3_prepare_v2(
+            db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1 COLLATE NOCASE", -1,
+            &raw, nullptr),
         "cannot read the database file");
   const std::unique_ptr<sqlite3_stmt, int (*)(sqlite3_stmt*)> statement(raw, sqlite3_finalize);
   check(db, sqlite3_bind_text(raw, 1, table.data(), static_cast<int>(table.size()), SQLITE_STATIC),
@@ -284,14 +286,15 @@ SqliteLock::SqliteLock(const std::string& path, SqliteOptions options)
       nullptr);
   impl_->db.reset(raw);
   if (rc != SQLITE_OK) fail(raw, "cannot open the database file");
-  if (!options.create_table && !table_exists(raw, options.table)) {
-    // Checked before the pragmas below, which would write to a file that is not a store.
-    throw StoreError("sqlite: table " + options.table +
-                     " does not exist and create_table is off (idem migrate creates it)");
-  }
   sqlite3_extended_result_codes(raw, 1);
   check(raw, sqlite3_busy_timeout(raw, static_cast<int>(options.busy_timeout.count())),
         "busy timeout");
+  if (!options.create_table && !table_exists(raw, options.table)) {
+    // Checked before the pragmas below, which would write to a file that is not a store, and
+    // after the busy timeout: another process's commit may hold the file for a moment.
+    throw StoreError("sqlite: table " + options.table +
+                     " does not exist and create_table is off (idem migrate creates it)");
+  }
   // WAL lets readers and the one writer overlap across processes; FULL sync makes a claim
   // survive a power cut, not only a process crash.
   // Before the table exists: a new file frees the pages of purged records back to the file

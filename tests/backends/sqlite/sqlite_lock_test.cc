@@ -337,6 +337,9 @@ TEST(SqliteLock, WithoutCreateTableAMissingFileOrTableIsAStoreErrorAndNothingIsM
                StoreError);
   EXPECT_NO_THROW(
       SqliteLock(dir.file("x.db"), SqliteOptions{.table = "orders", .create_table = false}));
+  // SQLite's names are the same in any case: so is the check.
+  EXPECT_NO_THROW(
+      SqliteLock(dir.file("x.db"), SqliteOptions{.table = "Orders", .create_table = false}));
 }
 
 TEST(SqliteLock, SchemaIsPrintableForOperators) {
