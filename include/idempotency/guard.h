@@ -46,6 +46,9 @@ enum class CompleteStatus {
   kFencedOut,    ///< A newer claim took the key over; logged as an alertable error.
   kStoreFailed,  ///< The store failed after the work; logged, the key self-heals after the lease.
   kNotHeld,      ///< The guard was already finished or moved from.
+  /// A mutex guard, which serializes and is never completed: DONE, the key would turn every
+  /// later holder away for the ttl. Nothing changed; it is released as always, and logged.
+  kMutexNeverCompletes,
 };
 
 /// Guard holds one claim and finishes it exactly once.
@@ -68,7 +71,8 @@ class [[nodiscard]] Guard {
   [[nodiscard]] const Claim& claim() const noexcept { return claim_; }
 
   /// complete() finishes a lock guard now, storing `result` for duplicates to replay. It
-  /// never throws after the work: a store failure or a fence-out is logged and reported.
+  /// never throws after the work: a store failure or a fence-out is logged and reported. A
+  /// mutex guard is not completed (`kMutexNeverCompletes`).
   CompleteStatus complete(std::optional<std::string> result = {}) noexcept;
 
   /// release() gives the key up now so the next caller runs. Throws `StoreError` if the

@@ -81,6 +81,16 @@ Guard::~Guard() {
 
 CompleteStatus Guard::complete(std::optional<std::string> result) noexcept {
   if (!held_) return CompleteStatus::kNotHeld;
+  if (!completes_) {
+    // The seed's mutex "never complete()s": a DONE record would make every later mutex() on
+    // the key InProgress, and every lock() a Duplicate, for the whole ttl.
+    try {
+      log(about(claim_, Severity::kError, "mutex_complete_refused",
+                "complete() on a mutex guard is refused: a mutex is released, never completed"));
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a log line that cannot be built is dropped
+    }
+    return CompleteStatus::kMutexNeverCompletes;
+  }
   held_ = false;
   // Renewed until the complete has landed: a slow store must not let the lease lapse under
   // this live owner, or another instance would run the work again.

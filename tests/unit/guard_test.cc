@@ -155,6 +155,19 @@ TEST_F(GuardTest, MutexAlwaysReleasesAndNeverCompletes) {
   EXPECT_EQ(backend_.releases, 3);
 }
 
+// The seed's mutex never completes: DONE, the key would turn every later holder away for the
+// ttl (mutex() InProgress, lock() Duplicate).
+TEST_F(GuardTest, AMutexGuardRefusesCompleteAndIsStillReleased) {
+  {
+    auto held = mutex("po:1", backend_);
+    EXPECT_EQ(held.complete(std::string("r")), CompleteStatus::kMutexNeverCompletes);
+  }
+  EXPECT_EQ(backend_.completes, 0);
+  EXPECT_EQ(backend_.releases, 1);
+  auto again = mutex("po:1", backend_);  // free again, not DONE
+  EXPECT_EQ(again.fence(), 3);
+}
+
 TEST_F(GuardTest, AMovedGuardFinishesOnce) {
   {
     auto first = lock("k", backend_);

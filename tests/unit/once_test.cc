@@ -165,6 +165,7 @@ TEST_F(OnceTest, FailuresAreNotStoredAndJoinedCallersReceiveTheSameException) {
   joiner.clear();
   ASSERT_NE(owner_error.load(), nullptr);
   ASSERT_NE(joiner_error.load(), nullptr);
+  EXPECT_EQ(owner_error.load(), joiner_error.load()) << "the same exception object, not a copy";
   EXPECT_EQ(runs, 1) << "the joined caller received the owner's failure, it did not re-run";
   // Nothing was stored: the next call executes again.
   auto later = once("k", backend_, [] { return std::string("ok"); });
