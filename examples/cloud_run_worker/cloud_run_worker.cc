@@ -23,7 +23,8 @@
 //
 // The business action here "sends an order to the supplier" by appending the message id and
 // fence to a ledger. Two demo attributes make the hard cases easy to see: `demo_sleep_ms`
-// keeps the handler busy, `demo_fail_first=true` makes the first attempt throw.
+// keeps the handler busy, `demo_fail_first=true` makes the first attempt fail (as a supplier
+// that refused the connection: known not to have acted, so the key is released at once).
 #include <idempotency/http.h>
 #include <idempotency/idempotency.h>
 #include <idempotency/oidc.h>
@@ -60,11 +61,23 @@ void post_order(const std::string& url, const std::string& id, std::int64_t fenc
                 const std::string& order) {
   const auto path_at = url.find('/', url.find("://") + 3);
   httplib::Client supplier(url.substr(0, path_at));
+  // Well within the lease (renewed while this runs, but a call should not outlive a crash).
+  supplier.set_connection_timeout(std::chrono::seconds(5));
+  supplier.set_read_timeout(std::chrono::seconds(20));
   const std::string path = path_at == std::string::npos ? "/" : url.substr(path_at);
   const auto answer =
       supplier.Post(path, {{"Idempotency-Key", id}, {"X-Idempotency-Fence", std::to_string(fence)}},
                     order, "application/octet-stream");
-  if (!answer) throw std::runtime_error("supplier unreachable");
+  if (!answer && answer.error() == httplib::Error::Connection) {
+    // Never connected: the supplier cannot have acted, so the key is released for a retry.
+    throw std::runtime_error("supplier unreachable");
+  }
+  if (!answer) {
+    // Sent, or perhaps sent, and no answer (a timeout, a reset): the supplier may still be
+    // placing the order. The key stays held until its lease lapses, so no retry runs beside
+    // it, and the fence turns away a stale sender after that.
+    throw idem::OutcomeUnknown("no answer from the supplier");
+  }
   if (answer->status < 200 || answer->status > 299) {
     throw std::runtime_error("supplier answered " + std::to_string(answer->status));
   }
@@ -84,6 +97,15 @@ int main() {
       std::chrono::milliseconds(std::stoll(env_or("PURGE_INTERVAL_MS", "60000")));
   const auto lease = std::chrono::milliseconds(
       std::stoll(env_or("LEASE_MS", std::to_string(pubsub::kDefaultPushLease.count()).c_str())));
+  const bool local_store =
+      backend_url.rfind("sqlite:", 0) == 0 || backend_url.rfind("memory:", 0) == 0;
+  if (local_store && std::getenv("K_SERVICE") != nullptr) {
+    // Cloud Run's file system is the instance's own memory: duplicates that reach another
+    // instance, or come after a restart, would run again.
+    std::fprintf(stderr,
+                 "warning: IDEMPOTENCY_BACKEND is a local store on Cloud Run; set it to Redis, "
+                 "PostgreSQL or Datastore so every instance shares one\n");
+  }
 
   std::mutex ledger_mutex;
   std::mutex failed_mutex;
@@ -91,18 +113,27 @@ int main() {
 
   auto send_order_to_supplier = [&](const pubsub::Delivery& d) {
     const auto& attrs = d.message.attributes;
-    const std::string id = d.message.message_id.value_or("?");
+    // The supplier's idempotency key: the message id, else the CloudEvent's ce-id, never a
+    // placeholder that distinct orders would share.
+    const auto key = pubsub::default_key(d.message);
+    if (!key) throw std::runtime_error("the delivery has no message id");
+    const std::string& id = *key;
     if (auto it = attrs.find("demo_sleep_ms"); it != attrs.end()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(std::stoll(it->second)));
     }
     if (auto it = attrs.find("demo_fail_first"); it != attrs.end() && it->second == "true") {
       std::lock_guard lock(failed_mutex);
-      if (failed_once.insert(id).second) throw std::runtime_error("supplier timed out");
+      if (failed_once.insert(id).second) throw std::runtime_error("supplier refused (demo)");
     }
     if (!supplier_url.empty()) post_order(supplier_url, id, d.fence, d.message.data);
     std::lock_guard lock(ledger_mutex);
     if (!ledger_path.empty()) {
-      std::ofstream(ledger_path, std::ios::app) << id << " fence=" << d.fence << "\n";
+      // The business action: unwritten (a full disk, no permission), it must fail the
+      // delivery, not be acked as done.
+      std::ofstream ledger(ledger_path, std::ios::app);
+      ledger << id << " fence=" << d.fence << "\n";
+      ledger.flush();
+      if (!ledger) throw std::runtime_error("cannot write the orders ledger");
     }
   };
 

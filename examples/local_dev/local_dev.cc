@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -28,16 +29,17 @@ void expect(bool ok, const char* promise) {
   if (!ok) ++failures;
 }
 
-// The business action. In real code: place the order, charge the card, send the email.
+// The business action. In real code: place the order, charge the card, send the email, passing
+// the claim's fence so that the sink refuses a holder whose lease lapsed and was taken over.
 std::atomic<int> orders_sent{0};
-void send_order_to_supplier() { ++orders_sent; }
+void send_order_to_supplier(std::int64_t /*fence*/) { ++orders_sent; }
 
 // One delivery of a message, the way a push handler would treat it: returns the HTTP
 // status Pub/Sub would see.
 int deliver(idem::LockBackend& backend, const std::string& key, milliseconds lease) {
   try {
     auto held = idem::lock(key, backend, {.lease = lease});
-    send_order_to_supplier();
+    send_order_to_supplier(held.fence());
     return 200;  // scope exit marks the key DONE
   } catch (const idem::Duplicate&) {
     return 204;  // already done: ack, body skipped
@@ -79,7 +81,7 @@ int main(int argc, char** argv) {
       workers.emplace_back([&, i] {
         try {
           auto held = idem::lock("orders:m-2", backend);
-          send_order_to_supplier();
+          send_order_to_supplier(held.fence());
           std::this_thread::sleep_for(milliseconds(200));  // still working when the twin arrives
           statuses[i] = 200;
         } catch (const idem::Duplicate&) {

@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -66,10 +67,17 @@ int main() {
       {.backend = backend},  // verb 1: dedup on the messageId (transport redelivery)
       [&](const pubsub::Delivery& d) {
         const std::string po = d.message.attributes.at("po_id");
-        auto serialized = idem::mutex("po:" + po, *backend);  // verb 2: one update at a time
+        // Verb 2: one update at a time. A short lease kept alive by a heartbeat: a crashed
+        // holder blocks the PO for 30 s, not for the default's 15 minutes.
+        auto serialized =
+            idem::mutex("po:" + po, *backend,
+                        {.lease = std::chrono::seconds(30), .heartbeat = std::chrono::seconds(10)});
         if (slow && !inside.exchange(true)) {
           std::this_thread::sleep_for(std::chrono::milliseconds(300));
         }
+        // Lost, another update may hold the PO now: stop, and let Pub/Sub retry this one. In a
+        // real store, also pass serialized.fence() to the write, which refuses a stale one.
+        if (serialized.lost()) throw std::runtime_error("lost the PO's mutex");
         std::lock_guard lock(history_mutex);
         history[po].push_back(d.message.data);  // read-modify-write the PO safely
       });
