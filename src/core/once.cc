@@ -63,6 +63,9 @@ struct Flight {
   ErasedOutcome outcome;
 };
 
+// The asynchronous flight whose operation this thread is running (RunningFlight), if any.
+thread_local const void* running_async_flight = nullptr;
+
 struct Entry {
   std::shared_ptr<Flight> flight;
   std::vector<std::pair<std::uint64_t, std::thread::id>> guards;
@@ -106,6 +109,9 @@ class alignas(64) Table {
   // Requires `mutex`. Throws ReentryError when this thread owns the key through any call.
   void check_reentry(const Entry& entry, std::string_view key) {
     const auto me = std::this_thread::get_id();
+    if (entry.flight && entry.flight.get() == running_async_flight) {
+      throw ReentryError(std::string(key));
+    }
     if (entry.flight) {
       std::lock_guard fl(entry.flight->mutex);
       if (entry.flight->owner == me) throw ReentryError(std::string(key));
@@ -325,6 +331,14 @@ class OwnedAsyncFlight final : public AsyncFlight {
 OwnedAsyncFlight& owned(AsyncFlight& flight) { return static_cast<OwnedAsyncFlight&>(flight); }
 
 }  // namespace
+
+RunningFlight::RunningFlight(const AsyncFlight* flight) noexcept
+    : flight_(flight != nullptr ? static_cast<const OwnedAsyncFlight*>(flight)->flight_ : nullptr),
+      previous_(running_async_flight) {
+  if (flight_) running_async_flight = flight_.get();
+}
+
+RunningFlight::~RunningFlight() { running_async_flight = previous_; }
 
 void AsyncFlight::decide(const ErasedOutcome& executed) noexcept {
   OwnedAsyncFlight& self = owned(*this);

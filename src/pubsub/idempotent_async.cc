@@ -241,6 +241,9 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
       if (self->handler_called_.exchange(true)) return;  // a handler bug; the first answer stands
       self->on_handler_done(with_a_failure(std::move(r)));
     };
+    // Its own blocking call on the key (once(), lock()) is a re-entry, refused: it would wait
+    // for this very flight, which cannot end before the handler returns.
+    const idempotency::detail::RunningFlight running(flight_.get());
     try {
       shared_->handler(Delivery{.message = message_, .fence = claim_->fence, .request = &*request_},
                        std::move(done));

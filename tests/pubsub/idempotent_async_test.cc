@@ -28,7 +28,9 @@
 #include "idempotency/detail/async_outcome.h"
 #include "idempotency/errors.h"
 #include "idempotency/forwarding_backend.h"
+#include "idempotency/guard.h"
 #include "idempotency/memory_lock.h"
+#include "idempotency/once.h"
 #include "push_envelope.h"
 #include "support/eventually.h"
 #include "support/faulty_backend.h"
@@ -486,6 +488,40 @@ TEST_P(IdempotentAsyncTest, AnUnknownOutcomeKeepsTheKeyHeld) {
   EXPECT_EQ(runs_, 1);
   EXPECT_EQ(outcomes(),
             (std::vector{DeliveryOutcome::kOutcomeUnknown, DeliveryOutcome::kContention}));
+}
+
+// The handler's own blocking call on its delivery's key would wait for its own flight, which
+// cannot end before the handler returns: on the event loop, or the Redis I/O thread, a hang.
+// It is refused as a re-entry, as a blocking owner's is (seed 004).
+TEST_P(IdempotentAsyncTest, AHandlersOwnBlockingCallOnItsKeyIsAReentryNotAHang) {
+  std::atomic<bool> refused{false};
+  script_.answer = [&](const Delivery& d) {
+    try {
+      // The delivery's own result type: joined, not refused as another type would be.
+      (void)idempotency::once(*d.message.message_id, *store_,
+                              [] { return PushResponse{.status = 200}; });
+    } catch (const ReentryError&) {
+      refused = true;
+    }
+    try {
+      auto held = idempotency::lock(*d.message.message_id, *store_);
+      refused = false;  // not refused: it would have taken the key the delivery holds
+    } catch (const ReentryError&) {
+    }
+    return HandlerResult(PushResponse{.status = 200});
+  };
+  auto handle = wrap();
+  // Sent from a thread of its own: in the inline mode the handler runs on the sender's thread.
+  std::promise<int> status;
+  std::thread sender([&] { status.set_value(send(handle, push("m-reentry")).status); });
+  auto answered = status.get_future();
+  if (answered.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {  // hang guard
+    sender.detach();
+    FAIL() << "the handler's own once() on its key waited for ever";
+  }
+  sender.join();
+  EXPECT_EQ(answered.get(), 200);
+  EXPECT_TRUE(refused.load());
 }
 
 TEST_P(IdempotentAsyncTest, AHandlerThatThrowsBeforeAnsweringIsAFailureAndReleased) {

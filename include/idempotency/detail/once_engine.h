@@ -116,6 +116,23 @@ class AsyncFlight {
   AsyncFlight() = default;
 };
 
+/// RunningFlight marks the calling thread, while it lives, as running the operation of an
+/// asynchronous flight (null: marks nothing). A blocking call on the flight's key from inside
+/// the operation would wait for a flight that cannot end before the operation returns: it
+/// throws `ReentryError` instead, as a blocking owner's own re-entry does.
+class RunningFlight {
+ public:
+  /// RunningFlight() marks this thread until the destructor, which restores the mark before.
+  explicit RunningFlight(const AsyncFlight* flight) noexcept;
+  ~RunningFlight();
+  RunningFlight(const RunningFlight&) = delete;
+  RunningFlight& operator=(const RunningFlight&) = delete;
+
+ private:
+  std::shared_ptr<const void> flight_;  // kept alive: no later flight can take its address
+  const void* previous_ = nullptr;
+};
+
 /// Told once, on the thread that ended the flight it joined: the owner's outcome (an execution
 /// reported as `kJoined`), or its exception, or neither when the owner gave up without either
 /// (it was cancelled): the caller then starts over.
