@@ -5,14 +5,30 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "idempotency/errors.h"
 #include "idempotency/guard.h"
 #include "idempotency/key.h"
 #include "idempotency/memory_lock.h"
+#include "idempotency/once.h"
 #include "support/faulty_backend.h"
 #include "support/log_capture.h"
+
+namespace idempotency::testing {
+// A result type whose stored bytes can never be read back: the `stored_result_unreadable` path.
+struct Unreadable {};
+
+}  // namespace idempotency::testing
+
+template <>
+struct idempotency::Codec<idempotency::testing::Unreadable> {
+  static std::string encode(const idempotency::testing::Unreadable&) { return "x"; }
+  static idempotency::testing::Unreadable decode(std::string_view) {
+    throw std::runtime_error("unreadable");
+  }
+};
 
 namespace idempotency::testing {
 namespace {
@@ -66,6 +82,21 @@ TEST(KeyPrivacy, NoLogLineOrExceptionEverContainsTheKey) {
   texts += what_of([&] { (void)lock(kSecretKey, backend); });
   backend.fail_claim = false;
   texts += what_of([&] { (void)lock(std::string(kSecretKey) + std::string(2000, 'x'), backend); });
+  // An unknown outcome, a mutex asked to complete, a stored result that cannot be read.
+  texts += what_of([&] {
+    (void)once("orders:secret-123:u", backend,
+               []() -> std::string { throw OutcomeUnknown("went silent"); });
+  });
+  {
+    auto serialized = mutex("orders:secret-123:m2", backend);
+    (void)serialized.complete();
+  }
+  { lock("orders:secret-123:r", backend).complete("receipt"); }
+  (void)once("orders:secret-123:r", backend, [] { return Unreadable{}; });
+
+  EXPECT_GE(logs.count("outcome_unknown"), 1);
+  EXPECT_GE(logs.count("mutex_complete_refused"), 1);
+  EXPECT_GE(logs.count("stored_result_unreadable"), 1);
 
   EXPECT_GE(logs.count("complete_failed"), 1);
   EXPECT_GE(logs.count("fenced_out"), 1);
