@@ -232,7 +232,14 @@ ErasedOutcome run_as_owner(const TableKey& k, const std::shared_ptr<Flight>& fli
   try {
     outcome = claim_and_execute(k.key, backend, options, hooks);
   } catch (const Cancelled&) {
-    hand_off(k, flight);
+    // Handed off only when the owner was cancelled, which is not its joiners' business. A
+    // Cancelled the operation threw on its own (a nested call's, say) is its failure, and the
+    // joiners receive it as they receive any.
+    if (options.stop.stop_requested()) {
+      hand_off(k, flight);
+    } else {
+      finish(k, flight, std::current_exception(), {});
+    }
     throw;
   } catch (...) {
     finish(k, flight, std::current_exception(), {});

@@ -307,6 +307,46 @@ TEST_F(OnceTest, ACancelledOwnerReleasesTheKeyAndAJoinerTakesOver) {
   EXPECT_EQ(once("k", backend_, [] { return std::string("x"); }).value(), "second");
 }
 
+// Only the owner's own cancellation hands the flight off. An operation that throws Cancelled
+// while nobody cancelled its owner (a nested call cancelled by its own token, say) failed: the
+// joiner receives that very exception and does not run the operation again (seed 004: owner
+// and joined callers receive the same exception; joined callers are not cancelled).
+TEST_F(OnceTest, ACancelledThrownByTheOperationItselfIsAFailureTheJoinersShare) {
+  std::latch started(1);
+  std::latch release_owner(1);
+  std::atomic<int> runs{0};
+  auto cancelled_inside = [&] {
+    if (runs++ == 0) started.count_down();
+    release_owner.wait();
+    throw Cancelled();
+    return std::string();
+  };
+  std::atomic<const void*> owner_error{nullptr};
+  std::atomic<const void*> joiner_error{nullptr};
+  std::jthread owner([&] {
+    try {
+      (void)once("k", backend_, cancelled_inside);
+    } catch (const Cancelled& e) {
+      owner_error = &e;
+    }
+  });
+  started.wait();
+  auto join = [&] {
+    try {
+      (void)once("k", backend_, cancelled_inside);
+    } catch (const Cancelled& e) {
+      joiner_error = &e;
+    }
+  };
+  std::vector<std::jthread> joiner = start_joiners(join, 1);
+  release_owner.count_down();
+  owner.join();
+  joiner.clear();
+  EXPECT_EQ(runs, 1) << "the joiner ran the operation again instead of sharing its failure";
+  ASSERT_NE(owner_error.load(), nullptr);
+  EXPECT_EQ(owner_error.load(), joiner_error.load());
+}
+
 TEST_F(OnceTest, AnAlreadyStoppedCallerIsCancelledBeforeTouchingTheStore) {
   std::stop_source stopped;
   stopped.request_stop();
