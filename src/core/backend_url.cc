@@ -1,5 +1,6 @@
 #include "idempotency/backend_url.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <utility>
 
@@ -15,6 +16,19 @@ BackendUrl BackendUrl::parse(std::string_view url) {
   const auto sep = url.find("://");
   if (sep == std::string_view::npos) {
     throw std::invalid_argument("backend URL must look like SCHEME://…");
+  }
+  // RFC 3986's scheme: what comes before a later "://" (a mistyped URL's user:password@host,
+  // say) is not one, and is never echoed in an error as one.
+  const std::string_view scheme = url.substr(0, sep);
+  const auto scheme_char = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '+' ||
+           c == '-' || c == '.';
+  };
+  if (scheme.empty() ||
+      !((scheme[0] >= 'a' && scheme[0] <= 'z') || (scheme[0] >= 'A' && scheme[0] <= 'Z')) ||
+      !std::all_of(scheme.begin(), scheme.end(), scheme_char)) {
+    throw std::invalid_argument(
+        "backend URL must look like SCHEME://…, a scheme of letters, digits, '+', '-' or '.'");
   }
   const std::string_view rest = url.substr(sep + 3);
   const auto q = rest.find('?');

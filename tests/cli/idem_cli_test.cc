@@ -307,8 +307,9 @@ TEST_F(IdemCliTest, NoCommandCreatesAMissingSqliteTable) {
 }
 
 TEST_F(IdemCliTest, BadUrlIsOneUsageLineWithoutThePassword) {
-  for (const std::string bad : {"postgresx://app:hunter2@db/app", "app:hunter2@db",
-                                "sqlite:///tmp/x.db?password=hunter2"}) {
+  for (const std::string bad :
+       {"postgresx://app:hunter2@db/app", "app:hunter2@db", "sqlite:///tmp/x.db?password=hunter2",
+        "pg:hunter2@db/app?sslrootcert=file://ca.pem"}) {
     const IdemRun run = run_idem({"--backend", bad, "inspect", kKey});
     EXPECT_EQ(run.exit_code, 2) << run.all();
     EXPECT_EQ(line_count(run.err), 1) << run.err;

@@ -59,6 +59,20 @@ TEST(BackendUrl, WithoutASchemeSeparatorItIsRefusedWithoutEchoingTheUrl) {
   }
 }
 
+// What comes before a later "://" in a mistyped URL is not a scheme, and may hold a password:
+// refused as such, never echoed.
+TEST(BackendUrl, AnythingButAnRfc3986SchemeIsRefusedWithoutEchoingIt) {
+  for (const char* bad : {"pg:hunter2@db/app?ca=file://x", "://h", "1pg://h", "p g://h"}) {
+    try {
+      (void)BackendUrl::parse(bad);
+      ADD_FAILURE() << "no invalid_argument: " << bad;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()).find("hunter2"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(BackendUrl::parse("svc+tls.v-2://h").scheme(), "svc+tls.v-2");
+}
+
 TEST(BackendUrl, IsAssembledFromParts) {
   const BackendUrl url("sqlite", "", {{"table", "t"}});
   EXPECT_EQ(url.str(), "sqlite://?table=t");
