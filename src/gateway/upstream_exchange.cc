@@ -327,7 +327,15 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   }
 
   void on_response(const beast::error_code& ec) {
+    // A HEAD answer's length is what a GET would send, and it has no body to count: the
+    // upstream's own stands (the server frames with it, not with the empty body).
+    const bool head_length =
+        !ec && request_.method == "HEAD" && parser_->content_length().has_value();
+    const std::uint64_t declared = head_length ? *parser_->content_length() : 0;
     reply_ = read_reply(*parser_, ec, ec && connection_->expired());
+    if (head_length && reply_.kind == UpstreamReply::Kind::kResponse) {
+      reply_.response.headers.push_back({"Content-Length", std::to_string(declared)});
+    }
     // Only a connection whose response ended cleanly, framed beyond doubt, with nothing unasked
     // after it, is known to be at a message boundary.
     if (!ec && parser_->keep_alive() && connection_->buffer.size() == 0 && parser_->reusable()) {

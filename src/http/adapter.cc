@@ -3,9 +3,11 @@
 #include <boost/beast/http/status.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <exception>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 
 #include "idempotency/detail/ascii.h"
@@ -25,6 +27,20 @@ using idempotency::detail::is_field_value;
 bool is_framing(std::string_view name) {
   return iequals_ascii(name, "Content-Length") || iequals_ascii(name, "Transfer-Encoding") ||
          iequals_ascii(name, "Connection") || iequals_ascii(name, "Keep-Alive");
+}
+
+// A HEAD answer's Content-Length: its body's size, or, with no body, the length the handler
+// declares (a proxy passing on its upstream's HEAD answer has no body to count).
+std::size_t head_length(const pubsub::PushResponse& response) {
+  if (!response.body.empty()) return response.body.size();
+  for (const auto& header : response.headers) {
+    if (!iequals_ascii(header.name, "Content-Length")) continue;
+    std::size_t length = 0;
+    const char* const end = header.value.data() + header.value.size();
+    const auto [at, error] = std::from_chars(header.value.data(), end, length);
+    if (error == std::errc() && at == end && !header.value.empty()) return length;
+  }
+  return 0;
 }
 
 // Log fields are one line and short: an exception message is cut at its first line break.
@@ -94,7 +110,9 @@ void encode_response(pubsub::PushResponse&& response, Framing framing, EncodedRe
   // and a 204 no Content-Length (§8.6). A HEAD answer announces the length a GET would have
   // sent, without the bytes.
   const bool no_content = response.status == 204 || response.status == 304;
-  if (!no_content) append_content_length(out.head, response.body.size());
+  if (!no_content) {
+    append_content_length(out.head, framing.head ? head_length(response) : response.body.size());
+  }
   // Each version's default needs no header: 1.1 stays open, 1.0 closes.
   if (framing.keep_alive != (framing.version >= 11)) {
     append_field(out.head, "Connection", framing.keep_alive ? "keep-alive" : "close");

@@ -80,6 +80,23 @@ TEST(HttpFraming, EachVersionAndMethodGetsTheServersOwnFraming) {
   EXPECT_EQ(c.received().size(), from);
 }
 
+// A proxy passing on its upstream's HEAD answer has no body to count: the length it declares
+// is the one a GET would get. A GET's is always its body's.
+TEST(HttpFraming, AHeadAnswerWithoutABodyKeepsTheLengthItDeclares) {
+  Server server([](const pubsub::PushRequest&) {
+    return pubsub::PushResponse{
+        .status = 200, .headers = {{"Content-Length", "12345"}}, .body = ""};
+  });
+  RawConnection c(server.start("127.0.0.1", 0));
+  ASSERT_TRUE(c.is_open());
+  c.send("HEAD / HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(c.read_until("\r\n\r\n"), "HTTP/1.1 200 OK\r\nContent-Length: 12345\r\n\r\n");
+  const std::size_t from = c.received().size();
+  c.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(c.read_until("\r\n\r\n", std::chrono::seconds(5), from).substr(from),
+            "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+}
+
 TEST(HttpFraming, NoContentAnswersHaveNoBodyAndAnInterimStatusIs500) {
   // The status comes from the request's path; each answer has a body the handler should not
   // have given it.
