@@ -130,7 +130,18 @@ struct PaymentDeclined : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-TEST_F(OnceTest, FailuresAreNotStoredAndJoinedCallersReceiveTheSameException) {
+// What the owner of "k" and one caller joined to it caught, each the address of its E (null:
+// none), and how often the operation ran. The operation throws `error()` once released; the
+// joiner is joined before that.
+template <class E>
+struct SharedFailure {
+  const void* owner = nullptr;
+  const void* joiner = nullptr;
+  int runs = 0;
+};
+
+template <class E, class MakeError>
+SharedFailure<E> owner_and_joiner_failing(LockBackend& backend, MakeError error) {
   std::latch started(1);
   std::latch release_owner(1);
   std::atomic<int> runs{0};
@@ -139,34 +150,35 @@ TEST_F(OnceTest, FailuresAreNotStoredAndJoinedCallersReceiveTheSameException) {
     // own, which the test then reports) must not count the latch below zero.
     if (runs++ == 0) started.count_down();
     release_owner.wait();
-    throw PaymentDeclined("declined");
+    throw error();
     return std::string();
   };
   std::atomic<const void*> owner_error{nullptr};
   std::atomic<const void*> joiner_error{nullptr};
-  std::jthread owner([&] {
+  const auto call = [&](std::atomic<const void*>& caught) {
     try {
-      (void)once("k", backend_, failing);
-    } catch (const PaymentDeclined& e) {
-      owner_error = &e;
-    }
-  });
-  started.wait();
-  auto join = [&] {
-    try {
-      (void)once("k", backend_, failing);
-    } catch (const PaymentDeclined& e) {
-      joiner_error = &e;
+      (void)once("k", backend, failing);
+    } catch (const E& e) {
+      caught = &e;
     }
   };
+  std::jthread owner([&] { call(owner_error); });
+  started.wait();
+  auto join = [&] { call(joiner_error); };
   std::vector<std::jthread> joiner = start_joiners(join, 1);
   release_owner.count_down();
   owner.join();
   joiner.clear();
-  ASSERT_NE(owner_error.load(), nullptr);
-  ASSERT_NE(joiner_error.load(), nullptr);
-  EXPECT_EQ(owner_error.load(), joiner_error.load()) << "the same exception object, not a copy";
-  EXPECT_EQ(runs, 1) << "the joined caller received the owner's failure, it did not re-run";
+  return {owner_error.load(), joiner_error.load(), runs.load()};
+}
+
+TEST_F(OnceTest, FailuresAreNotStoredAndJoinedCallersReceiveTheSameException) {
+  const auto caught = owner_and_joiner_failing<PaymentDeclined>(
+      backend_, [] { return PaymentDeclined("declined"); });
+  ASSERT_NE(caught.owner, nullptr);
+  ASSERT_NE(caught.joiner, nullptr);
+  EXPECT_EQ(caught.owner, caught.joiner) << "the same exception object, not a copy";
+  EXPECT_EQ(caught.runs, 1) << "the joined caller received the owner's failure, it did not re-run";
   // Nothing was stored: the next call executes again.
   auto later = once("k", backend_, [] { return std::string("ok"); });
   EXPECT_EQ(later.status(), Status::kExecuted);
@@ -312,39 +324,10 @@ TEST_F(OnceTest, ACancelledOwnerReleasesTheKeyAndAJoinerTakesOver) {
 // joiner receives that very exception and does not run the operation again (seed 004: owner
 // and joined callers receive the same exception; joined callers are not cancelled).
 TEST_F(OnceTest, ACancelledThrownByTheOperationItselfIsAFailureTheJoinersShare) {
-  std::latch started(1);
-  std::latch release_owner(1);
-  std::atomic<int> runs{0};
-  auto cancelled_inside = [&] {
-    if (runs++ == 0) started.count_down();
-    release_owner.wait();
-    throw Cancelled();
-    return std::string();
-  };
-  std::atomic<const void*> owner_error{nullptr};
-  std::atomic<const void*> joiner_error{nullptr};
-  std::jthread owner([&] {
-    try {
-      (void)once("k", backend_, cancelled_inside);
-    } catch (const Cancelled& e) {
-      owner_error = &e;
-    }
-  });
-  started.wait();
-  auto join = [&] {
-    try {
-      (void)once("k", backend_, cancelled_inside);
-    } catch (const Cancelled& e) {
-      joiner_error = &e;
-    }
-  };
-  std::vector<std::jthread> joiner = start_joiners(join, 1);
-  release_owner.count_down();
-  owner.join();
-  joiner.clear();
-  EXPECT_EQ(runs, 1) << "the joiner ran the operation again instead of sharing its failure";
-  ASSERT_NE(owner_error.load(), nullptr);
-  EXPECT_EQ(owner_error.load(), joiner_error.load());
+  const auto caught = owner_and_joiner_failing<Cancelled>(backend_, [] { return Cancelled(); });
+  EXPECT_EQ(caught.runs, 1) << "the joiner ran the operation again instead of sharing its failure";
+  ASSERT_NE(caught.owner, nullptr);
+  EXPECT_EQ(caught.owner, caught.joiner);
 }
 
 TEST_F(OnceTest, AnAlreadyStoppedCallerIsCancelledBeforeTouchingTheStore) {
