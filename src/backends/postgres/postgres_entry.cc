@@ -71,15 +71,7 @@ BackendEntry postgres_backend_entry() {
         PostgresOptions options = postgres_options_of(url);
         options.create_table = false;
         options.pool_size = 1;
-        try {
-          return std::make_unique<PostgresLock>(url.str(), options);
-        } catch (const StoreError& e) {
-          // Missing, or made by a version before the waiters column: the CLI's own command
-          // creates or upgrades it.
-          const std::string why = e.what();
-          if (why.find("create_table is off") == std::string::npos) throw;
-          throw StoreError(why + " (idem migrate does so)");
-        }
+        return std::make_unique<PostgresLock>(url.str(), options);
       },
       .schema =
           [](BackendUrl& url) { return PostgresLock::schema(postgres_options_of(url).table); },

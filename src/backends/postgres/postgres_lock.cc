@@ -162,7 +162,7 @@ struct PostgresLock::Impl {
       throw StoreError(
           "postgres: table " + table.display +
           (state.exists ? " lacks the waiters column this version needs" : " does not exist") +
-          " and create_table is off; apply PostgresLock::schema() first");
+          " and create_table is off; apply PostgresLock::schema() first (idem migrate does so)");
     }
     // The same DDL creates a table or upgrades an old one (ADD COLUMN IF NOT EXISTS).
     exec_simple(conn, postgres_detail::create_table_sql(table),

@@ -63,7 +63,7 @@ bool table_exists(sqlite3* db, const std::string& table) {
             db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1 COLLATE NOCASE", -1,
             &raw, nullptr),
         "cannot read the database file");
-  const std::unique_ptr<sqlite3_stmt, int (*)(sqlite3_stmt*)> statement(raw, sqlite3_finalize);
+  const StmtPtr statement(raw);
   check(db, sqlite3_bind_text(raw, 1, table.data(), static_cast<int>(table.size()), SQLITE_STATIC),
         "bind");
   const int rc = sqlite3_step(raw);
