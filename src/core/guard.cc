@@ -1,6 +1,9 @@
 #include "idempotency/guard.h"
 
 #include <exception>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
@@ -19,12 +22,21 @@ struct Overloaded : Ts... {
 template <class... Ts>
 Overloaded(Ts...) -> Overloaded<Ts...>;  // clang 14 lacks C++20's aggregate deduction
 
-LogRecord about(const Claim& claim, Severity severity, std::string event, std::string message) {
-  return LogRecord{
-      severity,
-      std::move(event),
-      std::move(message),
-      {{"key_fingerprint", key_fingerprint(claim.key)}, {"fence", std::to_string(claim.fence)}}};
+// Logs one line about `claim`, with `error` when there is one. Every caller is noexcept (a
+// destructor's path, a complete's): out of memory, a line that cannot be built is dropped
+// rather than thrown into them, which would end the process.
+void log_about(const Claim& claim, Severity severity, std::string_view event,
+               std::string_view message, std::optional<std::string_view> error = {}) noexcept {
+  try {
+    LogRecord record{
+        severity,
+        std::string(event),
+        std::string(message),
+        {{"key_fingerprint", key_fingerprint(claim.key)}, {"fence", std::to_string(claim.fence)}}};
+    if (error) record.fields.emplace_back("error", std::string(*error));
+    log(record);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): a log line that cannot be built is dropped
+  }
 }
 
 // Claims the key or throws the outcome a guard cannot hold.
@@ -84,11 +96,8 @@ CompleteStatus Guard::complete(std::optional<std::string> result) noexcept {
   if (!completes_) {
     // The seed's mutex "never complete()s": a DONE record would make every later mutex() on
     // the key InProgress, and every lock() a Duplicate, for the whole ttl.
-    try {
-      log(about(claim_, Severity::kError, "mutex_complete_refused",
-                "complete() on a mutex guard is refused: a mutex is released, never completed"));
-    } catch (...) {  // NOLINT(bugprone-empty-catch): a log line that cannot be built is dropped
-    }
+    log_about(claim_, Severity::kError, "mutex_complete_refused",
+              "complete() on a mutex guard is refused: a mutex is released, never completed");
     return CompleteStatus::kMutexNeverCompletes;
   }
   held_ = false;
@@ -105,24 +114,20 @@ namespace detail {
 
 namespace {
 
-CompleteStatus completed_or_fenced_out(const Claim& claim, bool completed) {
+CompleteStatus completed_or_fenced_out(const Claim& claim, bool completed) noexcept {
   if (completed) return CompleteStatus::kCompleted;
-  log(about(claim, Severity::kError, "fenced_out",
+  log_about(claim, Severity::kError, "fenced_out",
             "work finished but a newer claim took the key over (the work outran its lease, "
             "or a heartbeat lost it); acking anyway: the reclaimer may run the work again, "
-            "only a longer lease or a heartbeat prevents it"));
+            "only a longer lease or a heartbeat prevents it");
   return CompleteStatus::kFencedOut;
 }
 
 CompleteStatus complete_failed(const Claim& claim, std::string_view error) noexcept {
-  try {
-    auto record = about(claim, Severity::kError, "complete_failed",
-                        "work finished but recording it failed; acking anyway so the side effect "
-                        "is not repeated; the key frees itself when the lease lapses");
-    record.fields.emplace_back("error", std::string(error));
-    log(record);
-  } catch (...) {  // NOLINT(bugprone-empty-catch): a log line that cannot be built is dropped
-  }
+  log_about(claim, Severity::kError, "complete_failed",
+            "work finished but recording it failed; acking anyway so the side effect "
+            "is not repeated; the key frees itself when the lease lapses",
+            error);
   return CompleteStatus::kStoreFailed;
 }
 
@@ -144,43 +149,26 @@ CompleteStatus note_complete_outcome(const Claim& claim,
   if (const auto* failure = std::get_if<StoreFailure>(&outcome)) {
     return complete_failed(claim, failure->message);
   }
-  try {
-    return completed_or_fenced_out(claim, std::get<bool>(outcome));
-  } catch (...) {  // the fence-out's log line could not be built
-    return CompleteStatus::kFencedOut;
-  }
+  const bool* completed = std::get_if<bool>(&outcome);
+  return completed_or_fenced_out(claim, completed != nullptr && *completed);
 }
 
 void keep_after_unknown_outcome(const Claim& claim) noexcept {
-  try {
-    log(about(claim, Severity::kWarning, "outcome_unknown",
-              "the operation's outcome is unknown; the key stays held until its lease lapses"));
-  } catch (...) {  // NOLINT(bugprone-empty-catch): a log line that cannot be built is dropped
-  }
+  log_about(claim, Severity::kWarning, "outcome_unknown",
+            "the operation's outcome is unknown; the key stays held until its lease lapses");
 }
 
 void release_after_failure(LockBackend& backend, const Claim& claim) noexcept {
-  // Every log line is built in a try of its own, as in its siblings above: out of memory, a
-  // throw from building one would leave this noexcept function and terminate the process.
+  // The lease lapses by itself, so the key self-heals whatever the release's error.
   try {
     backend.release(claim);
   } catch (const std::exception& e) {
-    try {
-      // The lease lapses by itself, so the key self-heals.
-      auto record = about(claim, Severity::kWarning, "release_failed",
-                          "release failed; the key frees itself when the lease lapses");
-      record.fields.emplace_back("error", e.what());
-      log(record);
-    } catch (...) {  // NOLINT(bugprone-empty-catch): a log line that cannot be built is dropped
-    }
+    log_about(claim, Severity::kWarning, "release_failed",
+              "release failed; the key frees itself when the lease lapses", e.what());
   } catch (...) {
     // Anything else (a driver's own type) must not reach noexcept code and terminate.
-    try {
-      log(about(claim, Severity::kWarning, "release_failed",
-                "release failed with an unknown error; the key frees itself when the lease "
-                "lapses"));
-    } catch (...) {  // NOLINT(bugprone-empty-catch): as above
-    }
+    log_about(claim, Severity::kWarning, "release_failed",
+              "release failed with an unknown error; the key frees itself when the lease lapses");
   }
 }
 

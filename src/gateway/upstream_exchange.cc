@@ -16,6 +16,7 @@
 #include <string>
 #include <utility>
 
+#include "idempotency/detail/chunked_body.h"
 #include "simple_response.h"
 #include "upstream_internal.h"
 // After upstream_internal.h, which settles how Asio is configured.
@@ -240,10 +241,8 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     auto& buffer = connection_->buffer;
     beast::error_code ec;
     while (!reached(until)) {
-      // Beast 1.74 asserts that a chunked body's final chunk, once begun, is parsed again with
-      // at least 5 bytes (boostorg/beast#2861, fixed in Boost 1.86). No legitimate rest of an
-      // unfinished chunked body is shorter ("0\r\n\r\n"), so fewer are read on, not parsed.
-      const std::size_t least = parser_->is_header_done() && parser_->chunked() ? 5 : 1;
+      const std::size_t least = idempotency::detail::least_bytes_to_parse(
+          parser_->is_header_done() && parser_->chunked());
       if (buffer.size() < least) {
         read_some(until);
         return;

@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "idempotency/detail/ascii.h"
+#include "idempotency/detail/chunked_body.h"
 #include "idempotency/log.h"
 #include "request_head.h"
 
@@ -196,13 +197,10 @@ void Connection::on_header() {
 // at once instead of through a read that completes immediately (a pass of the event loop, a
 // syscall, per request). The header was accepted, so its Content-Length is within the limit.
 //
-// Beast's async_read is not used: it hands the parser every read, however short, and Beast
-// 1.74 asserts that a chunked body's final chunk, once begun, is parsed again with at least 5
-// bytes (boostorg/beast#2861, fixed in Boost 1.86), so a client sending "0\r\n" and then one
-// byte would abort a build with assertions. No legitimate rest of an unfinished chunked body
-// is shorter than 5 bytes ("0\r\n\r\n"), so fewer are read on, not parsed.
+// Beast's async_read is not used: it hands the parser every read, however short, which a
+// chunked body must not be (detail::least_bytes_to_parse()).
 void Connection::parse_body() {
-  const std::size_t least = parser_->chunked() ? 5 : 1;
+  const std::size_t least = idempotency::detail::least_bytes_to_parse(parser_->chunked());
   while (!parser_->is_done()) {
     if (buffer_.size() < least) {
       read_body();
