@@ -235,6 +235,13 @@ std::variant<Config, ConfigExit> parse_config(int argc, const char* const* argv)
       config.mode = Mode::kPubsub;
     } else if (mode == "idempotency-key") {
       config.mode = Mode::kIdempotencyKey;
+      // Refused, not ignored: a gateway started with them would not do what they ask.
+      if (key != "messageId") {
+        throw BadFlag("--key: pubsub mode only; idempotency-key mode keys on Idempotency-Key");
+      }
+      if (config.wait_for.count() > 0) {
+        throw BadFlag("--wait-for: pubsub mode only; idempotency-key mode answers 409 at once");
+      }
     } else {
       throw BadFlag("--mode: '" + mode + "' is not pubsub or idempotency-key");
     }

@@ -51,15 +51,20 @@ HandlerResult with_a_failure(HandlerResult result) {
 // thread waiting for ever on a key renewed for ever.
 ResponseHandler awaited(AsyncResponseHandler handler) {
   return [handler = std::move(handler)](const Delivery& delivery) {
-    struct Wait {
-      std::promise<HandlerResult> result;
-      std::atomic<bool> called{false};
-    };
-    auto wait = std::make_shared<Wait>();
-    auto future = wait->result.get_future();
-    handler(delivery, [wait = std::move(wait)](HandlerResult result) {
-      if (!wait->called.exchange(true)) wait->result.set_value(with_a_failure(std::move(result)));
-    });
+    // Apart from the promise, which must go with the last copy of `done`, while the flag
+    // must outlive the handler's call.
+    auto called = std::make_shared<std::atomic<bool>>(false);
+    auto promise = std::make_shared<std::promise<HandlerResult>>();
+    auto future = promise->get_future();
+    try {
+      handler(delivery, [called, promise = std::move(promise)](HandlerResult result) {
+        if (!called->exchange(true)) promise->set_value(with_a_failure(std::move(result)));
+      });
+    } catch (...) {
+      // Thrown before `done`: a failure like any other. Thrown after it (a handler bug), the
+      // first answer stands, as on the asynchronous path: the work it reported done is kept.
+      if (!called->exchange(true)) throw;
+    }
     HandlerResult result;
     try {
       result = future.get();
@@ -319,19 +324,32 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
       // before the handler ran.
       error = std::make_exception_ptr(detail::HandlerStoreError(e.what()));
     } catch (const OutcomeUnknown&) {
-      keeper_->stop();
-      idempotency::detail::keep_after_unknown_outcome(*claim_);
-      fail(error);
+      // The work may have happened: the key stays held until its lease lapses.
+      after_renewals_stop(
+          [self = shared_from_this()] {
+            idempotency::detail::keep_after_unknown_outcome(*self->claim_);
+          },
+          std::move(error));
       return;
     } catch (...) {  // NOLINT(bugprone-empty-catch): every other failure releases below
     }
-    // Failures are never stored: give the key up, then answer. The renewals stop first, so no
-    // renewal races the release, and where the release goes: stopping waits for a renewal in
-    // flight (a store round trip), which must not hold the event loop that answered here.
-    store(
+    // Failures are never stored: give the key up, then answer.
+    after_renewals_stop(
         [self = shared_from_this()] {
-          self->keeper_->stop();
           idempotency::detail::release_after_failure(self->backend_, *self->claim_);
+        },
+        std::move(error));
+  }
+
+  // Stops the renewals, runs `then` (the release, which no renewal may race), and answers
+  // with `error`, where a store call goes: stopping waits for a renewal in flight (a store
+  // round trip), which must not hold the event loop that called `done`.
+  template <class Then>
+  void after_renewals_stop(Then then, std::exception_ptr error) {
+    store(
+        [self = shared_from_this(), then = std::move(then)] {
+          self->keeper_->stop();
+          then();
           return true;
         },
         // Moved, not copied: the exception object's only owner goes where the answer is made.

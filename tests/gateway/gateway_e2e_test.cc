@@ -768,6 +768,11 @@ TEST_F(gateway_flags, BadFlagsExit2WithOneLineSayingWhichAndWhy) {
   expect_refused(with({"--key", "body:id"}), "--key: 'body:id'");
   expect_refused(with({"--key", "attribute:"}), "--key");
   expect_refused(with({"--mode", "exactly-once"}), "--mode");
+  // Flags idempotency-key mode does not read are refused there, not silently ignored.
+  expect_refused(with({"--mode", "idempotency-key", "--key", "header:X-Request-Id"}),
+                 "--key: pubsub mode only");
+  expect_refused(with({"--mode", "idempotency-key", "--wait-for", "5s"}),
+                 "--wait-for: pubsub mode only");
   expect_refused(with({"--max-body", "lots"}), "--max-body");
   expect_refused({"--upstream", "ftp://x", "--backend", backend}, "--upstream");
   // Past the scheme, path and port checks, but not a host every request could connect to.

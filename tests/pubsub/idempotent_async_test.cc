@@ -158,6 +158,33 @@ TEST(IdempotentAsyncLoop, AFailureDoesNotHoldTheCallerOfDoneForARenewalInFlight)
   threads.join();
 }
 
+// The same for an unknown outcome, which keeps the key held: its renewals stop off the
+// caller's thread too.
+TEST(IdempotentAsyncLoop, AnUnknownOutcomeDoesNotHoldTheCallerOfDoneForARenewalInFlight) {
+  using namespace std::chrono_literals;
+  InMemoryLock memory;
+  auto store = std::make_shared<SlowRenewals>(memory);
+  Threads threads;
+  std::promise<HandlerDone> handed;
+  auto handle = idempotent_async(
+      {.backend = store, .lease = 1s, .heartbeat = 100ms},
+      [&](const Delivery&, HandlerDone done) { handed.set_value(std::move(done)); },
+      [&](std::function<void()> work) { threads.run(std::move(work)); });
+  auto answer = std::make_shared<std::promise<PushResponse>>();
+  handle(std::make_shared<const PushRequest>(push("m-slow-renewal-unknown")),
+         [answer](PushResponse response) { answer->set_value(std::move(response)); });
+  HandlerDone done = handed.get_future().get();
+  ASSERT_TRUE(eventually([&] { return store->renewing.load(); }));
+  const auto called = std::chrono::steady_clock::now();
+  done(std::make_exception_ptr(OutcomeUnknown("no answer from the app")));
+  EXPECT_LT(std::chrono::steady_clock::now() - called, 1500ms)
+      << "done() waited for the 3 s renewal before returning";
+  EXPECT_EQ(answer->get_future().get().status, 503);
+  EXPECT_TRUE(std::holds_alternative<HeldByOther>(memory.claim("m-slow-renewal-unknown", 1min)))
+      << "an unknown outcome keeps the key held";
+  threads.join();
+}
+
 enum class Mode { kInline, kMayBlock, kSendsAsync };
 
 // Names the parameter in test listings and test names.
@@ -600,6 +627,23 @@ TEST_P(IdempotentAsyncTest, AHandlerThatThrowsAfterAnsweringKeepsItsAnswer) {
   EXPECT_EQ(answers, 1) << "answered once";
   EXPECT_EQ(faulty_->releases, 0) << "the completed key is not released";
   EXPECT_EQ(send(handle, push("m-late-throw")).status, 204);
+}
+
+// Authenticating sends every delivery down the blocking path, where the handler is awaited:
+// a throw after its answer must not undo the work it reported done there either.
+TEST_P(IdempotentAsyncTest, AHandlerThatThrowsAfterAnsweringKeepsItsAnswerOnTheBlockingPath) {
+  auto handle = idempotent_async(
+      {.backend = store_,
+       .authenticate = [](const PushRequest&) { return std::optional<std::string>(); }},
+      [](const Delivery&, const HandlerDone& done) {
+        done(PushResponse{.status = 200});
+        throw std::runtime_error("after the answer");
+      },
+      [this](std::function<void()> work) { threads_.run(std::move(work)); });
+  EXPECT_EQ(send(handle, push("m-late-throw-blocking")).status, 200);
+  threads_.join();
+  EXPECT_EQ(faulty_->releases, 0) << "the completed key is not released";
+  EXPECT_EQ(send(handle, push("m-late-throw-blocking")).status, 204);
 }
 
 TEST_P(IdempotentAsyncTest, AFailedClaimIsAStoreErrorAndTheHandlerNeverRuns) {
