@@ -163,19 +163,53 @@ bool ClusterRouter::load_from(const RedisNode& address, std::string& why) {
 }
 
 void ClusterRouter::refresh() {
+  const std::uint64_t seen = refreshes_.load();
   std::lock_guard one(refresh_mu_);
-  // Ask the masters known from the last map first (they are current), then the seeds.
-  std::vector<RedisNode> candidates;
-  {
-    std::shared_lock lock(mu_);
-    for (const Node& n : nodes_) candidates.push_back(n.address);
+  // A refresh begun after this call was (refreshes run one at a time, so it has ended): its
+  // map, or its failure, is as new as this one's would be. Asking the same nodes again, one
+  // caller after another, would cost each caller a connect timeout for every node gone.
+  if (refreshes_.load() != seen) {
+    if (!last_refresh_error_.empty()) throw StoreError(last_refresh_error_);
+    return;
   }
-  candidates.insert(candidates.end(), seeds_.begin(), seeds_.end());
+  refreshes_.fetch_add(1);
+  const std::vector<RedisNode> candidates = refresh_candidates();
   std::string why = "redis: no cluster node given";
+  bool loaded = false;
   for (const RedisNode& node : candidates) {
-    if (load_from(node, why)) return;
+    if (load_from(node, why)) {
+      loaded = true;
+      break;
+    }
   }
-  throw StoreError(why);
+  last_refresh_error_ = loaded ? std::string() : why;
+  if (!loaded) throw StoreError(why);
+}
+
+// The masters of the current map first (they are current), then every other node ever seen
+// (a replica promoted since may be among them), then the seeds; each once. A master gone from
+// the map, which may drop connection attempts until their timeout, is thus asked last.
+std::vector<RedisNode> ClusterRouter::refresh_candidates() const {
+  std::vector<RedisNode> candidates;
+  auto add = [&](const RedisNode& node) {
+    if (std::none_of(candidates.begin(), candidates.end(),
+                     [&](const RedisNode& c) { return same(c, node); })) {
+      candidates.push_back(node);
+    }
+  };
+  std::shared_lock lock(mu_);
+  if (loaded_) {
+    std::vector<bool> master(nodes_.size(), false);
+    for (const std::uint32_t index : slots_) {
+      if (index != kNoNode && !master[index]) {
+        master[index] = true;
+        add(nodes_[index].address);
+      }
+    }
+  }
+  for (const Node& n : nodes_) add(n.address);
+  for (const RedisNode& seed : seeds_) add(seed);
+  return candidates;
 }
 
 std::size_t ClusterRouter::masters() const {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -87,6 +88,8 @@ class ClusterRouter {
   void refresh_quietly() noexcept;
   // load_from() reads CLUSTER SLOTS from `address`; false when that node cannot answer.
   bool load_from(const RedisNode& address, std::string& why);
+  // refresh_candidates() is the nodes a refresh asks, in the order it asks them.
+  [[nodiscard]] std::vector<RedisNode> refresh_candidates() const;
 
   const std::vector<RedisNode> seeds_;
   const Connect connect_;
@@ -100,7 +103,9 @@ class ClusterRouter {
   static constexpr std::uint32_t kNoNode = 0xFFFFFFFF;
   std::array<std::uint32_t, kClusterSlots> slots_{};  // index into nodes_, or kNoNode
   bool loaded_ = false;
-  std::mutex refresh_mu_;  // one CLUSTER SLOTS at a time
+  std::mutex refresh_mu_;                    // one CLUSTER SLOTS at a time
+  std::atomic<std::uint64_t> refreshes_{0};  // refreshes begun
+  std::string last_refresh_error_;           // the last one's failure, or empty; refresh_mu_
 };
 
 }  // namespace idempotency::redis_detail

@@ -3,7 +3,6 @@
 
 #include <hiredis/hiredis.h>
 
-#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -41,23 +40,6 @@ struct FreshCommands {
   std::vector<std::string_view> expiry;  // a view of the key
   const std::vector<std::string_view> time{"TIME"};
 };
-
-// The server's clock in epoch ms from a TIME reply (seconds, microseconds), as the script
-// reads it; nullopt for any other reply.
-std::optional<Millis> server_millis(const redisReply* time) {
-  if (time == nullptr || time->type != REDIS_REPLY_ARRAY || time->elements != 2) {
-    return std::nullopt;
-  }
-  std::array<std::int64_t, 2> n{};
-  for (std::size_t i = 0; i < n.size(); ++i) {
-    const redisReply* e = time->element[i];
-    if (e == nullptr || e->type != REDIS_REPLY_STRING) return std::nullopt;
-    const std::optional<std::int64_t> v = parse_int(reply_view(e));
-    if (!v || *v < 0) return std::nullopt;
-    n[i] = *v;
-  }
-  return n[0] * 1000 + n[1] / 1000;
-}
 
 // What a record the key already had answers. A DONE one is the replay: it exists only before
 // its expires_at, by the server's clock (its key expires then). A claimed one is judged by the

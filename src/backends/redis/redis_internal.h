@@ -46,11 +46,23 @@ using ReaderPtr = std::unique_ptr<redisReader, ReaderDeleter>;
   return r->type == REDIS_REPLY_ERROR && reply_view(r).starts_with(prefix);
 }
 
+/// server_message() is the error reply `r`'s text without what Redis (6.2 and later) quotes of
+/// the command's arguments after an unknown command (`, with args beginning with: …`), where
+/// a key would be.
+[[nodiscard]] inline std::string_view server_message(const redisReply* r) noexcept {
+  const std::string_view text = reply_view(r);
+  return text.substr(0, text.find(", with args beginning with:"));
+}
+
 /// throw_reply_error() throws `StoreError` with the server's message for the error reply `r`
 /// after `context`, without any echo of our arguments.
 [[noreturn]] inline void throw_reply_error(const redisReply* r, std::string_view context) {
-  throw StoreError("redis: " + std::string(context) + ": " + std::string(reply_view(r)));
+  throw StoreError("redis: " + std::string(context) + ": " + std::string(server_message(r)));
 }
+
+/// server_millis() is the server's clock in epoch milliseconds from a TIME reply (seconds,
+/// microseconds); nullopt for a reply of any other shape or out of range.
+[[nodiscard]] std::optional<Millis> server_millis(const redisReply* time);
 
 /// warn_if_evicting() logs `redis_may_evict` when `info` (the server's INFO memory) shows a
 /// memory limit with a policy other than noeviction; nothing for any other reply.

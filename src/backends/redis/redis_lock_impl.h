@@ -414,9 +414,7 @@ struct RedisLock::Impl {
       std::string ignored;  // a failure reads as "no time": the caller judges without one
       t = command({"TIME"}, ignored);
     }
-    if (!t || t->type != REDIS_REPLY_ARRAY || t->elements != 2) return std::nullopt;
-    return std::stoll(std::string(redis_detail::reply_view(t->element[0]))) * 1000 +
-           std::stoll(std::string(redis_detail::reply_view(t->element[1]))) / 1000;
+    return t ? redis_detail::server_millis(t.get()) : std::nullopt;
   }
 
   std::string redis_key(std::string_view key) const {

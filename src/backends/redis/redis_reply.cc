@@ -4,6 +4,7 @@
 #include <array>
 #include <charconv>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -50,6 +51,24 @@ std::optional<std::int64_t> parse_int(std::string_view s) {
   auto [ptr, ec] = std::from_chars(s.data(), end, v);
   if (s.empty() || ec != std::errc() || ptr != end) return std::nullopt;
   return v;
+}
+
+std::optional<Millis> server_millis(const redisReply* time) {
+  // Beyond this many seconds, the milliseconds would not fit in 64 bits.
+  constexpr std::int64_t kMaxSeconds = std::numeric_limits<std::int64_t>::max() / 1000 - 1;
+  if (time == nullptr || time->type != REDIS_REPLY_ARRAY || time->elements != 2) {
+    return std::nullopt;
+  }
+  std::array<std::int64_t, 2> n{};
+  for (std::size_t i = 0; i < n.size(); ++i) {
+    const redisReply* e = time->element[i];
+    if (e == nullptr || e->type != REDIS_REPLY_STRING) return std::nullopt;
+    const std::optional<std::int64_t> v = parse_int(reply_view(e));
+    if (!v || *v < 0) return std::nullopt;
+    n[i] = *v;
+  }
+  if (n[0] > kMaxSeconds || n[1] >= 1'000'000) return std::nullopt;
+  return n[0] * 1000 + n[1] / 1000;
 }
 
 ClaimResult decode_claim_reply(const redisReply* reply, std::string_view key,

@@ -182,6 +182,34 @@ TEST(RedisReply, DecodesEveryDocumentedShape) {
   EXPECT_FALSE(redis_detail::decode_flag_reply(resp("$9\r\nrelease:0\r\n").get(), "release"));
 }
 
+// Redis 6.2 and later quote an unknown command's first arguments (EVALSHA's key among them,
+// where EVALSHA is renamed away): the error passes on the server's message without them.
+TEST(RedisReply, AnErrorNeverEchoesTheCommandsArguments) {
+  const auto r = resp(
+      "-ERR unknown command 'EVALSHA', with args beginning with: 'ab12' '1' "
+      "'idempotency:secret-key' \r\n");
+  try {
+    redis_detail::throw_reply_error(r.get(), "script failed");
+    FAIL() << "no StoreError";
+  } catch (const StoreError& e) {
+    EXPECT_THAT(e.what(), ::testing::Not(::testing::HasSubstr("secret-key")));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("unknown command 'EVALSHA'"));
+  }
+}
+
+// A TIME reply is read only within 64 bits of milliseconds: a broken server's (or proxy's)
+// huge seconds are "no time", never an overflow.
+TEST(RedisReply, ATimeReplyIsReadOnlyWithinRange) {
+  using redis_detail::server_millis;
+  EXPECT_EQ(server_millis(resp("*2\r\n$10\r\n1700000000\r\n$6\r\n123456\r\n").get()),
+            std::optional<Millis>(1'700'000'000'123));
+  EXPECT_EQ(server_millis(resp("*2\r\n$19\r\n9223372036854775807\r\n$1\r\n0\r\n").get()),
+            std::nullopt);
+  EXPECT_EQ(server_millis(resp("*2\r\n$1\r\n1\r\n$7\r\n1000000\r\n").get()), std::nullopt);
+  EXPECT_EQ(server_millis(resp("*2\r\n$2\r\n-1\r\n$1\r\n0\r\n").get()), std::nullopt);
+  EXPECT_EQ(server_millis(resp(":5\r\n").get()), std::nullopt);
+}
+
 // Commands are formatted by our own RESP writer: byte for byte what hiredis's formatter makes,
 // for every shape a command can have, appended after what the buffer held.
 TEST(RedisConnection, FormatsCommandsByteForByteAsHiredis) {

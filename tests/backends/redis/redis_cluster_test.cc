@@ -29,6 +29,7 @@
 
 #include "idempotency/errors.h"
 #include "idempotency/redis_lock.h"
+#include "redis_cluster.h"
 #include "redis_cluster_slot.h"
 #include "redis_connection.h"
 #include "redis_test_util.h"
@@ -266,6 +267,30 @@ void follow_a_slot_moved_by_hand(const std::string& url) {
   EXPECT_EQ(std::get<AlreadyDone>(replay).result, "result");
   EXPECT_EQ(admin.on(to, {"EXISTS", stored})->integer, 1);
   EXPECT_EQ(admin.on(to, {"EXISTS", neighbour})->integer, 1) << "the neighbour moved too";
+}
+
+// Callers that find the map stale together (a failover's MOVED, CLUSTERDOWN, refused
+// connections) share one CLUSTER SLOTS instead of each asking every node in turn: with a node
+// that drops connection attempts until their timeout, each caller would wait for all the
+// others' timeouts too.
+TEST(RedisCluster, CallersRefreshingTogetherShareOneRefresh) {
+  const RedisEndpoint endpoint = parse_redis_url(cluster_url());
+  std::atomic<int> connects{0};
+  redis_detail::ClusterRouter router(
+      endpoint.seeds,
+      [&](const RedisNode& node) {
+        ++connects;
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a slow node
+        return Connection::open(node.host, node.port, {});
+      },
+      1, std::chrono::seconds(1));
+  router.refresh();
+  connects = 0;
+  std::vector<std::thread> callers;
+  for (int i = 0; i < 8; ++i) callers.emplace_back([&] { router.refresh(); });
+  for (std::thread& t : callers) t.join();
+  EXPECT_LE(connects.load(), 2) << "each caller asked the cluster again, one after another";
+  EXPECT_GE(router.masters(), 3U);
 }
 
 TEST(RedisCluster, AClaimFollowsItsSlotThroughAskAndMovedWhileTheSlotMigrates) {
