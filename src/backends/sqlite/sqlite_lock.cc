@@ -176,9 +176,11 @@ struct SqliteLock::Impl {
   // transaction and so one fsync, which is what bounds a durable store. The first caller to
   // find no leader becomes the leader and runs every queued operation, in arrival order, each
   // read-decide-write on what the earlier ones wrote; nobody learns an outcome before COMMIT
-  // returns, so each one is as durable as it was alone. If anything in a group fails (a full
-  // disk, a busy file), the group is rolled back and each operation is rerun in a transaction
-  // of its own, so an error reaches only the calls it belongs to.
+  // returns, so each one is as durable as it was alone. If anything in a group fails after
+  // BEGIN (a full disk), the group is rolled back and each operation is rerun in a transaction
+  // of its own, so an error reaches only the calls it belongs to. A BEGIN that fails (the file
+  // locked past the busy timeout) is every operation's error alike: rerun one by one, each
+  // would wait out the timeout again, and the last caller would wait it once per caller.
   Transition apply(std::string_view key, const Operation& op) {
     Pending mine{.key = key, .op = &op};
     std::unique_lock queue_lock(queue_mutex);
@@ -206,9 +208,14 @@ struct SqliteLock::Impl {
     std::lock_guard lock(mutex);
     if (group.size() > 1) {
       try {
+        exec(db.get(), "BEGIN IMMEDIATE", "begin");
+      } catch (...) {
+        for (Pending* p : group) p->error = std::current_exception();
+        return;
+      }
+      try {
         // An outcome set here is only read once `finished`, after the COMMIT; the reruns below
         // overwrite every one if the group fails.
-        exec(db.get(), "BEGIN IMMEDIATE", "begin");
         for (Pending* p : group) p->transition = decide(p->key, *p->op);
         exec(db.get(), "COMMIT", "commit");
         return;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -207,6 +208,37 @@ TEST(SqliteLock, ALockedDatabasePastTheBusyTimeoutIsAStoreError) {
   sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr);
   sqlite3_close(other);
   (void)won(backend.claim("orders:secret-123", kLease));  // nothing was half-written
+}
+
+// Calls that share a transaction share its BEGIN's failure too: each rerun alone would wait
+// out the busy timeout again, and the last caller would wait it once per caller before it.
+TEST(SqliteLock, ALockedDatabaseFailsCallsSharingACommitAfterOneBusyTimeoutNotOneEach) {
+  TempDir dir;
+  const std::string path = dir.file("locked.db");
+  SqliteLock backend(path, SqliteOptions{.busy_timeout = milliseconds(250)});
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK);
+  constexpr int kCallers = 16;
+  std::atomic<int> refused{0};
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> callers;
+  for (int i = 0; i < kCallers; ++i) {
+    callers.emplace_back([&, i] {
+      try {
+        (void)backend.claim("locked-" + std::to_string(i), kLease);
+      } catch (const StoreError&) {
+        ++refused;
+      }
+    });
+  }
+  for (auto& t : callers) t.join();
+  const auto waited = std::chrono::steady_clock::now() - start;
+  sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(other);
+  EXPECT_EQ(refused, kCallers);
+  // A few timeouts at most (the groups as callers arrive), against 16 one after another.
+  EXPECT_LT(waited, std::chrono::milliseconds(250) * kCallers / 2);
 }
 
 TEST(SqliteLock, ADiskFullWriteIsAStoreErrorAndLosesNothing) {
