@@ -430,6 +430,37 @@ void run_blocking_path(const std::shared_ptr<const Shared>& shared,
   });
 }
 
+// The first guarded deliveries build the backend through its factory, which may block: on
+// run_blocking, after which each goes on as any other delivery. Never through the blocking
+// once(): it would hold a worker waiting for an asynchronous flight of the same key, whose
+// own steps wait for a worker, and a few such deliveries at start-up would hold every worker
+// for ever.
+void build_backend_then_deliver(const std::shared_ptr<const Shared>& shared,
+                                std::shared_ptr<const PushRequest> request, Respond respond,
+                                detail::Admission admission) {
+  shared->run_blocking([shared, request = std::move(request), respond = std::move(respond),
+                        admission = std::move(admission)]() mutable {
+    const Wrapper& wrapper = *shared->blocking;
+    LockBackend* backend = nullptr;
+    try {
+      backend = &wrapper.backend->get();
+    } catch (...) {
+      PushResponse response;
+      try {
+        response = wrapper.failed(std::current_exception(), Seen{*request, &*admission.message},
+                                  admission.key);
+      } catch (...) {  // an answer that cannot be built (std::bad_alloc) is still a nack
+        response = PushResponse{.status = 500};
+      }
+      respond(std::move(response));
+      return;
+    }
+    std::make_shared<Delivering>(shared, std::move(request), std::move(respond),
+                                 std::move(admission), *backend)
+        ->start();
+  });
+}
+
 }  // namespace
 
 AsyncPushHandler idempotent_async(IdempotentOptions options, AsyncResponseHandler handler,
@@ -466,8 +497,8 @@ AsyncPushHandler idempotent_async(IdempotentOptions options, AsyncResponseHandle
     }
     LockBackend* backend = wrapper.backend->ready();
     if (backend == nullptr) {
-      // The first guarded request builds the backend through its factory, which may block.
-      run_blocking_path(shared, std::move(request), std::move(respond));
+      build_backend_then_deliver(shared, std::move(request), std::move(respond),
+                                 std::move(admission));
       return;
     }
     std::make_shared<Delivering>(shared, std::move(request), std::move(respond),

@@ -115,6 +115,43 @@ class SendsAsync final : public ForwardingBackend {
   Threads answers_;  // joined before the backend it forwards to goes
 };
 
+// run_blocking for the tests that need a bounded pool: `n` workers taking work in order. Each
+// ends when the pool goes (a stop request wakes its wait), also when an assertion returns
+// early.
+class FifoPool {
+ public:
+  explicit FifoPool(int n) {
+    for (int i = 0; i < n; ++i) {
+      workers_.emplace_back([this](const std::stop_token& stop) { work(stop); });
+    }
+  }
+  void run(std::function<void()> work) {
+    std::lock_guard lock(mutex_);
+    queue_.push_back(std::move(work));
+    ready_.notify_one();
+  }
+
+ private:
+  void work(const std::stop_token& stop) {
+    for (;;) {
+      std::function<void()> next;
+      {
+        std::unique_lock lock(mutex_);
+        ready_.wait(lock, stop, [&] { return !queue_.empty(); });
+        if (queue_.empty()) return;
+        next = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      next();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable_any ready_;
+  std::deque<std::function<void()>> queue_;
+  std::vector<std::jthread> workers_;  // last: joined before what they use goes
+};
+
 // A store whose calls may block and whose lease renewals take 3 s: one is in flight when a
 // handler fails.
 class SlowRenewals final : public ForwardingBackend {
@@ -711,27 +748,7 @@ TEST_P(IdempotentAsyncTest, ManyDeliveriesAtOnceEachRunOnce) {
 TEST(IdempotentAsync, JoinersHoldNoWorkerSoABoundedPoolCannotDeadlock) {
   auto memory = std::make_shared<InMemoryLock>();
   auto store = std::make_shared<MayBlock>(memory);
-  std::mutex mutex;
-  std::condition_variable_any ready;
-  std::deque<std::function<void()>> queue;
-  // Each worker ends when its jthread is destroyed (a stop request wakes its wait), also when an
-  // assertion below returns early.
-  std::vector<std::jthread> workers;
-  for (int i = 0; i < 2; ++i) {
-    workers.emplace_back([&](const std::stop_token& stop) {
-      for (;;) {
-        std::function<void()> work;
-        {
-          std::unique_lock lock(mutex);
-          ready.wait(lock, stop, [&] { return !queue.empty(); });
-          if (queue.empty()) return;
-          work = std::move(queue.front());
-          queue.pop_front();
-        }
-        work();
-      }
-    });
-  }
+  FifoPool pool(2);
   std::mutex held_mutex;
   std::vector<HandlerDone> held;
   std::atomic<int> runs{0};
@@ -743,11 +760,7 @@ TEST(IdempotentAsync, JoinersHoldNoWorkerSoABoundedPoolCannotDeadlock) {
         held.push_back(std::move(done));
         ++runs;
       },
-      [&](std::function<void()> work) {
-        std::lock_guard lock(mutex);
-        queue.push_back(std::move(work));
-        ready.notify_one();
-      });
+      [&](std::function<void()> work) { pool.run(std::move(work)); });
   std::vector<std::future<PushResponse>> answers;
   for (int i = 0; i < 40; ++i) {
     auto answer = std::make_shared<std::promise<PushResponse>>();
@@ -770,6 +783,50 @@ TEST(IdempotentAsync, JoinersHoldNoWorkerSoABoundedPoolCannotDeadlock) {
     EXPECT_TRUE(is_ack(a.get().status));
   }
   EXPECT_EQ(runs, 10);
+}
+
+// The first deliveries build the backend through its factory on a worker, then go on as any
+// other delivery: through the blocking once(), one would hold the only worker waiting for an
+// asynchronous owner of its key whose claim waits for that worker.
+TEST(IdempotentAsync, DeliveriesThatBuildTheBackendHoldNoWorkerWaitingForAnOwner) {
+  auto memory = std::make_shared<InMemoryLock>();
+  std::promise<void> build;
+  const std::shared_future<void> built = build.get_future().share();
+  std::promise<HandlerDone> first;
+  FifoPool pool(1);
+  auto handle = idempotent_async(
+      {.backend_factory =
+           [&, built] {
+             built.wait();
+             return std::make_shared<MayBlock>(memory);
+           }},
+      [&](const Delivery& delivery, HandlerDone done) {
+        if (delivery.message.message_id == "m-first") {
+          first.set_value(std::move(done));  // held: the worker must not wait for it
+        } else {
+          done(PushResponse{.status = 200});
+        }
+      },
+      [&](std::function<void()> work) { pool.run(std::move(work)); });
+  auto send_async = [&](const std::string& id) {
+    auto answer = std::make_shared<std::promise<PushResponse>>();
+    auto future = answer->get_future();
+    handle(std::make_shared<const PushRequest>(push(id)),
+           [answer](PushResponse r) { answer->set_value(std::move(r)); });
+    return future;
+  };
+  auto first_answer = send_async("m-first");  // the worker builds the backend
+  auto early = send_async("m-k");             // queued before the backend is built
+  build.set_value();
+  auto first_done = first.get_future();
+  ASSERT_EQ(first_done.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  auto late = send_async("m-k");  // the backend is built: the asynchronous path
+  first_done.get()(PushResponse{.status = 200});
+  for (auto* answer : {&first_answer, &early, &late}) {
+    ASSERT_EQ(answer->wait_for(std::chrono::seconds(10)), std::future_status::ready)
+        << "the worker waits for a flight whose claim waits for the worker";
+    EXPECT_TRUE(is_ack(answer->get().status));
+  }
 }
 
 TEST(IdempotentAsync, RefusesAnEmptyHandlerOrExecutor) {
