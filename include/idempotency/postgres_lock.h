@@ -10,7 +10,13 @@
 // milliseconds) unless `BackendOptions::clock` is set, in which case the client clock's instant
 // is sent instead. Connections come from a bounded pool; one broken by a server restart or
 // `pg_terminate_backend` is dropped and the call is retried once on a fresh connection (every
-// operation is safe to repeat: a retried claim carries its claim token and re-affirms).
+// operation is safe to repeat: a retried claim carries its claim token and re-affirms). A call
+// waits for the server's answer at most `statement_timeout` + 5 s, whatever the network does: a
+// connection that stays silent past that (a NAT or firewall that dropped the flow, a proxy that
+// stopped answering, a commit waiting on a dead synchronous standby) is closed and the call
+// throws `StoreError`, its outcome unknown. Unless the conninfo sets them, connections use TCP
+// keepalives (`keepalives_idle=30`, `keepalives_interval=10`, `keepalives_count=3`) and
+// `tcp_user_timeout=30000`, so an idle one stays known to NATs and a dead peer is found.
 //
 // TLS is libpq's: `sslmode=verify-full&sslrootcert=CA.pem` (and `sslcert`/`sslkey` for a client
 // certificate) in the URL or conninfo. No message repeats a password (`password`,
@@ -60,15 +66,21 @@ struct PostgresOptions {
   std::string table = "idempotency_records";
   /// Create the table (and its expiry index) when missing, and add the `waiters` column to a
   /// table made by a version before it. Turn off for a role without CREATE permission (or not
-  /// owning the table) and apply `schema(table)` by hand instead.
+  /// owning the table) and apply `schema(table)` by hand instead. Adding the column waits at
+  /// most 1 s for the table's lock (so a long transaction on it, a pg_dump say, never stalls
+  /// every claim queued behind the change); past that the constructor throws `StoreError`.
   bool create_table = true;
-  /// Most connections open at once; a call waits for a free one up to `pool_wait`. (URL
-  /// parameter `pool_size=N`, 1 to 1000.)
+  /// Most connections the calls hold open at once; a call waits for a free one up to
+  /// `pool_wait`. (URL parameter `pool_size=N`, 1 to 1000.) Cross-instance waits (kSession)
+  /// each listen on a connection of their own, open for the wait only, at most `pool_size` of
+  /// them at once; a wait that finds them all in use polls instead (counted in
+  /// `wait_counts().polled`). So at most 2 × `pool_size` connections are open at once.
   std::size_t pool_size = 8;
   /// How long a call waits for a pooled connection before `StoreError`.
   std::chrono::milliseconds pool_wait = std::chrono::seconds(30);
   /// Server-side limit per statement (0: none); a statement that exceeds it is a
-  /// `StoreError`.
+  /// `StoreError`. The client waits for any answer at most this + 5 s, then closes the
+  /// connection and throws `StoreError` (with 0, it waits without limit too).
   std::chrono::milliseconds statement_timeout = std::chrono::seconds(30);
   /// Rows `purge_expired()` deletes per statement, so it never holds many locks at once.
   std::size_t purge_batch = 1000;
@@ -111,8 +123,8 @@ class PostgresLock final : public LockBackend {
   std::optional<Record> do_inspect(std::string_view key) override;
   /// Waits on LISTEN for the NOTIFY that complete() and release() send in their statement,
   /// after counting itself in the row's `waiters` (they notify only when it is above zero).
-  /// kTransaction: sleeps `timeout` (once() passes a slice of 10 ms doubling to 500 ms and
-  /// claims again after each, which is the poll).
+  /// kTransaction, or with `pool_size` listeners already open: sleeps `timeout` (once() passes
+  /// a slice of 10 ms doubling to 500 ms and claims again after each, which is the poll).
   void do_wait_for_change(std::string_view key, std::chrono::milliseconds timeout,
                           const std::stop_token& stop) override;
 

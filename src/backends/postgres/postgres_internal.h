@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "idempotency/errors.h"
 #include "idempotency/record.h"
 
 namespace idempotency::postgres_detail {
@@ -72,8 +73,9 @@ struct TableName {
 [[nodiscard]] std::string ddl(const TableName& table);
 
 /// create_table_sql() returns the DDL behind an advisory lock, since CREATE TABLE IF NOT
-/// EXISTS is not atomic against itself when processes race at start-up.
-[[nodiscard]] std::string create_table_sql(const TableName& table);
+/// EXISTS is not atomic against itself when processes race at start-up, in one transaction
+/// that waits at most `lock_timeout_ms` for the table's own lock (55P03 past it).
+[[nodiscard]] std::string create_table_sql(const TableName& table, int lock_timeout_ms);
 
 /// table_state_sql() returns a query answering two booleans: does the table exist, and does it
 /// have the `waiters` column (older versions made it without).
@@ -169,8 +171,40 @@ void expect_shape(const PGresult* r, const char* op, int rows_min, int rows_max,
 [[nodiscard]] RecordState get_state(const PGresult* r, int row, int col, const char* op);
 
 // ---------------------------------------------------------------------------------------
-// Sending a statement (postgres_exec.cc). Each returns the statement's result, which may be
-// null or an error result (the caller reads the error from it or from the connection).
+// Sending a statement (postgres_exec.cc). Every connection is in libpq's nonblocking mode and
+// every wait for the server ends at a Deadline: libpq's own waits have no limit, so a connection
+// gone silent (a NAT or firewall that dropped the flow, a proxy that stopped answering, a commit
+// waiting on a dead synchronous standby) would hold its caller until TCP gives up, or for ever.
+// Each returns the statement's result, which may be null or an error result (the caller reads
+// the error from it or from the connection), or throws NoAnswer.
+
+/// How long past `statement_timeout` a call waits for the server's answer: long enough for the
+/// server's own timeout error to arrive first, so a statement that is merely slow still reports
+/// 57014.
+inline constexpr std::chrono::seconds kAnswerMargin{5};
+
+/// Deadline is when one round trip gives up waiting for the server.
+struct Deadline {
+  std::chrono::steady_clock::time_point at;  ///< time_point::max(): no limit
+  std::chrono::milliseconds limit{0};        ///< what `at` was reckoned from, for messages
+
+  /// for_statement() starts a round trip allowed `statement_timeout` + kAnswerMargin; with no
+  /// statement_timeout (zero) it has no limit either.
+  [[nodiscard]] static Deadline for_statement(std::chrono::milliseconds statement_timeout);
+};
+
+/// NoAnswer is thrown when a round trip ends without the server's answer: its deadline passed,
+/// or reading failed while libpq still counted the connection open. Whether the statement took
+/// effect is unknown, and the connection is left mid-exchange: the caller must close it. The
+/// message names no key and no secret.
+class NoAnswer : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
+/// make_nonblocking() puts a new connection in libpq's nonblocking mode, which the functions
+/// below need (a blocking one would wait without limit inside libpq to send). False on failure.
+[[nodiscard]] bool make_nonblocking(PGconn* conn);
 
 /// reusable() says whether a connection may go back to the pool: open, and inside neither a
 /// transaction nor a pipeline.
@@ -181,11 +215,20 @@ void expect_shape(const PGresult* r, const char* op, int rows_min, int rows_max,
 /// transaction mode sits in front — a hint to set pool_mode=transaction; else "".
 [[nodiscard]] std::string shared_session_hint(const PGresult* r);
 
-/// exec_prepared() runs `s` as PQprepare prepared it on this connection.
-[[nodiscard]] ResultPtr exec_prepared(PGconn* conn, const Statement& s, const Params& p);
+/// exec_text() sends `sql` in the simple protocol (several statements allowed, text results)
+/// and returns the last result, or the first error, as PQexec does.
+[[nodiscard]] ResultPtr exec_text(PGconn* conn, const std::string& sql, const Deadline& deadline);
+
+/// prepare() prepares `s` on this connection under its name.
+[[nodiscard]] ResultPtr prepare(PGconn* conn, const Statement& s, const Deadline& deadline);
+
+/// exec_prepared() runs `s` as prepare() prepared it on this connection.
+[[nodiscard]] ResultPtr exec_prepared(PGconn* conn, const Statement& s, const Params& p,
+                                      const Deadline& deadline);
 
 /// exec_unprepared() sends `s` whole, parsed for this call only (an unnamed statement).
-[[nodiscard]] ResultPtr exec_unprepared(PGconn* conn, const Statement& s, const Params& p);
+[[nodiscard]] ResultPtr exec_unprepared(PGconn* conn, const Statement& s, const Params& p,
+                                        const Deadline& deadline);
 
 /// exec_with_local_timeout() sends `s` whole with `statement_timeout` set for its transaction
 /// only (none when zero): a `set_config(…, true)` and `s` pipelined before one Sync, so one
@@ -193,6 +236,7 @@ void expect_shape(const PGresult* r, const char* op, int rows_min, int rows_max,
 /// session SET would neither stay nor stay ours. A connection left in pipeline mode (it broke
 /// midway) is not reusable.
 [[nodiscard]] ResultPtr exec_with_local_timeout(PGconn* conn, const Statement& s, const Params& p,
-                                                std::chrono::milliseconds timeout);
+                                                std::chrono::milliseconds timeout,
+                                                const Deadline& deadline);
 
 }  // namespace idempotency::postgres_detail

@@ -1,6 +1,7 @@
 // PostgresLock: the lock itself — a pool of connections, each operation one statement from
 // postgres_sql.cc (prepared per connection, or sent whole behind a transaction-mode pooler),
-// retried when a connection breaks or a transaction conflicts.
+// retried when a connection breaks or a transaction conflicts, and given up (the connection
+// closed) when the server does not answer by statement_timeout + kAnswerMargin.
 #include "idempotency/postgres_lock.h"
 
 #include <libpq-fe.h>
@@ -9,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -31,6 +33,7 @@ namespace idempotency {
 using idempotency::detail::is_decimal_digits;
 using postgres_detail::bad_shape;
 using postgres_detail::ConnPtr;
+using postgres_detail::Deadline;
 using postgres_detail::expect_shape;
 using postgres_detail::get_bool;
 using postgres_detail::get_bytes;
@@ -40,6 +43,7 @@ using postgres_detail::kBoolOid;
 using postgres_detail::kByteaOid;
 using postgres_detail::kInt2Oid;
 using postgres_detail::kInt8Oid;
+using postgres_detail::NoAnswer;
 using postgres_detail::Params;
 using postgres_detail::ResultPtr;
 
@@ -52,6 +56,44 @@ constexpr int kConnectionRetries = 1;
 constexpr int kConflictRetries = 5;
 
 void ignore_notice(void* /*arg*/, const char* /*message*/) {}
+
+// Unless the conninfo says otherwise: TCP keepalives that keep an idle pooled connection's flow
+// alive through a NAT or firewall (which commonly forget one idle for 4 to 20 minutes) and find
+// a dead peer within about a minute, and a limit on data the server does not acknowledge, so a
+// connection to a host that vanished fails rather than waits out TCP's ~15 minutes of
+// retransmissions.
+constexpr const char* kKeepalivesIdle = "30";      // seconds
+constexpr const char* kKeepalivesInterval = "10";  // seconds
+constexpr const char* kKeepalivesCount = "3";
+constexpr const char* kTcpUserTimeout = "30000";  // milliseconds
+
+// How long the DDL that adds the waiters column to an old table waits for the table's lock.
+// ALTER TABLE queues for ACCESS EXCLUSIVE, and every claim and complete from every instance
+// queues behind it: a long transaction holding any lock on the table (a pg_dump) would stall
+// them all for as long as it runs. Short, so the stall is at most this; the start-up then fails.
+constexpr int kDdlLockTimeoutMs = 1000;
+
+// A slot among a bounded number, taken if one is free (a CAS, so the count never overshoots).
+class Slot {
+ public:
+  Slot(std::atomic<std::size_t>& taken, std::size_t most) : taken_(taken) {
+    std::size_t n = taken_.load();
+    do {
+      if (n >= most) return;
+    } while (!taken_.compare_exchange_weak(n, n + 1));
+    held_ = true;
+  }
+  Slot(const Slot&) = delete;
+  Slot& operator=(const Slot&) = delete;
+  ~Slot() {
+    if (held_) taken_.fetch_sub(1);
+  }
+  [[nodiscard]] bool held() const noexcept { return held_; }
+
+ private:
+  std::atomic<std::size_t>& taken_;
+  bool held_ = false;
+};
 
 }  // namespace
 
@@ -82,12 +124,20 @@ struct PostgresLock::Impl {
 
   ConnPtr connect() {
     // Defaults first: the expanded conninfo (dbname with expand_dbname) overrides them.
-    const std::array<const char*, 4> keys{"connect_timeout", "application_name", "dbname", nullptr};
-    const std::array<const char*, 4> values{"10", "gcp-pubsub-idempotency", conninfo.c_str(),
+    const std::array<const char*, 8> keys{
+        "connect_timeout",  "application_name", "keepalives_idle", "keepalives_interval",
+        "keepalives_count", "tcp_user_timeout", "dbname",          nullptr};
+    const std::array<const char*, 8> values{"10",
+                                            "gcp-pubsub-idempotency",
+                                            kKeepalivesIdle,
+                                            kKeepalivesInterval,
+                                            kKeepalivesCount,
+                                            kTcpUserTimeout,
+                                            conninfo.c_str(),
                                             nullptr};
     ConnPtr conn(PQconnectdbParams(keys.data(), values.data(), 1));
     if (!conn) throw StoreError("postgres: cannot connect: out of memory");
-    if (PQstatus(conn.get()) != CONNECTION_OK) {
+    if (PQstatus(conn.get()) != CONNECTION_OK || !postgres_detail::make_nonblocking(conn.get())) {
       throw StoreError("postgres: cannot connect: " +
                        postgres_detail::tidy(PQerrorMessage(conn.get()), secrets));
     }
@@ -131,8 +181,36 @@ struct PostgresLock::Impl {
     return postgres_detail::tidy(std::move(msg), hidden);
   }
 
+  // deadline() starts one round trip's wait for the server.
+  [[nodiscard]] Deadline deadline() const {
+    return Deadline::for_statement(options.statement_timeout);
+  }
+
+  // no_answer() is the one-line StoreError message for a round trip that got no answer.
+  [[nodiscard]] std::string no_answer(const char* what, std::string_view key,
+                                      const NoAnswer& e) const {
+    std::string text = std::string("postgres: ") + what;
+    if (!key.empty()) text += " for key " + key_fingerprint(key);
+    text += ": ";
+    text += postgres_detail::tidy(e.what(), secrets);
+    text += "; the connection was closed, and whether it took effect is unknown";
+    return text;
+  }
+
+  // answered() runs one round trip on a connection the caller owns and closes when this throws
+  // (setting one up, the table check, a waiter's): NoAnswer becomes a one-line StoreError.
+  template <class Send>
+  ResultPtr answered(const char* what, std::string_view key, Send&& send) {
+    try {
+      return std::forward<Send>(send)(deadline());
+    } catch (const NoAnswer& e) {
+      throw StoreError(no_answer(what, key, e));
+    }
+  }
+
   void exec_simple(PGconn* conn, const std::string& sql, const char* what) {
-    ResultPtr res(PQexec(conn, sql.c_str()));
+    const ResultPtr res = answered(
+        what, {}, [&](const Deadline& d) { return postgres_detail::exec_text(conn, sql, d); });
     const auto status = res ? PQresultStatus(res.get()) : PGRES_FATAL_ERROR;
     if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
       throw StoreError(std::string("postgres: ") + what + " failed: " + error_of(conn, res.get()));
@@ -145,8 +223,10 @@ struct PostgresLock::Impl {
   };
 
   TableState table_state(PGconn* conn) {
-    const std::string query = postgres_detail::table_state_sql(table);
-    ResultPtr res(PQexecParams(conn, query.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 1));
+    const postgres_detail::Statement query{"", postgres_detail::table_state_sql(table), {}};
+    const ResultPtr res = answered("checking for the table", {}, [&](const Deadline& d) {
+      return postgres_detail::exec_unprepared(conn, query, Params{}, d);
+    });
     if (!res || PQresultStatus(res.get()) != PGRES_TUPLES_OK) {
       throw StoreError("postgres: checking for the table failed: " + error_of(conn, res.get()));
     }
@@ -164,9 +244,25 @@ struct PostgresLock::Impl {
           (state.exists ? " lacks the waiters column this version needs" : " does not exist") +
           " and create_table is off; apply PostgresLock::schema() first (idem migrate does so)");
     }
-    // The same DDL creates a table or upgrades an old one (ADD COLUMN IF NOT EXISTS).
-    exec_simple(conn, postgres_detail::create_table_sql(table),
-                state.exists ? "adding the waiters column to the table" : "creating the table");
+    // The same DDL creates a table or upgrades an old one (ADD COLUMN IF NOT EXISTS), waiting
+    // at most kDdlLockTimeoutMs for the table's lock.
+    const char* what =
+        state.exists ? "adding the waiters column to the table" : "creating the table";
+    const std::string ddl = postgres_detail::create_table_sql(table, kDdlLockTimeoutMs);
+    const ResultPtr res = answered(
+        what, {}, [&](const Deadline& d) { return postgres_detail::exec_text(conn, ddl, d); });
+    const auto status = res ? PQresultStatus(res.get()) : PGRES_FATAL_ERROR;
+    if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK) return;
+    std::string text = std::string("postgres: ") + what + " failed: " + error_of(conn, res.get());
+    const char* sqlstate = res ? PQresultErrorField(res.get(), PG_DIAG_SQLSTATE) : nullptr;
+    if (sqlstate != nullptr && std::strcmp(sqlstate, "55P03") == 0) {
+      text += ": another transaction holds a lock on table " + table.display +
+              " (a pg_dump, a long transaction) and the change waits at most " +
+              std::to_string(kDdlLockTimeoutMs) +
+              " ms for it, so as not to stall every claim behind it; start again once it ends, or "
+              "apply PostgresLock::schema() by hand";
+    }
+    throw StoreError(text);
   }
 
   // register_waiter() counts a waiter in the row's `waiters` on its listening connection,
@@ -176,7 +272,9 @@ struct PostgresLock::Impl {
     Params p;
     p.bytes(key);
     p.int8(now());
-    const ResultPtr res = postgres_detail::exec_unprepared(conn, sql.wait, p);
+    const ResultPtr res = answered("registering a waiter", key, [&](const Deadline& d) {
+      return postgres_detail::exec_unprepared(conn, sql.wait, p, d);
+    });
     if (!res || PQresultStatus(res.get()) != PGRES_TUPLES_OK) {
       throw StoreError("postgres: registering a waiter failed for key " + key_fingerprint(key) +
                        ": " + error_of(conn, res.get(), key));
@@ -185,18 +283,24 @@ struct PostgresLock::Impl {
     return PQntuples(res.get()) == 1;
   }
 
-  // unregister_waiter() undoes register_waiter(); a failure only leaves the count high, which
-  // costs a NOTIFY, so it is not reported.
+  // unregister_waiter() undoes register_waiter(); a failure (no answer included: the listening
+  // connection is closed next anyway) only leaves the count high, which costs a NOTIFY, so it is
+  // not reported.
   void unregister_waiter(PGconn* conn, std::string_view key) noexcept {
     Params p;
     p.bytes(key);
-    const ResultPtr res = postgres_detail::exec_unprepared(conn, sql.unwait, p);
+    try {
+      (void)postgres_detail::exec_unprepared(conn, sql.unwait, p, deadline());
+    } catch (const StoreError&) {
+      return;  // NoAnswer
+    }
   }
 
   void prepare(PGconn* conn) {
     for (const postgres_detail::Statement* s : sql.all()) {
-      ResultPtr res(PQprepare(conn, s->name, s->sql.c_str(), static_cast<int>(s->types.size()),
-                              s->types.data()));
+      const ResultPtr res = answered("preparing statements", {}, [&](const Deadline& d) {
+        return postgres_detail::prepare(conn, *s, d);
+      });
       if (!res || PQresultStatus(res.get()) != PGRES_COMMAND_OK) {
         throw StoreError(std::string("postgres: preparing ") + s->name +
                          " failed: " + error_of(conn, res.get()) +
@@ -213,7 +317,9 @@ struct PostgresLock::Impl {
 
   // run() executes a statement on a pooled connection and hands the result to `decode` while
   // the connection is still borrowed. A connection that broke is dropped and the statement
-  // retried once on a fresh one; serialization failures are retried too.
+  // retried once on a fresh one; serialization failures are retried too. One that gave no
+  // answer in time is closed, and the call fails: the caller retries if it will (each
+  // operation is safe to repeat), after a wait that was already long.
   template <class Decode>
   auto run(const postgres_detail::Statement& statement, const char* op, std::string_view key,
            const Params& params, Decode&& decode) {
@@ -221,10 +327,16 @@ struct PostgresLock::Impl {
     int conflicts = 0;
     while (true) {
       auto lease = pool.acquire();
-      const ResultPtr res = own_session()
-                                ? postgres_detail::exec_prepared(lease.get(), statement, params)
-                                : postgres_detail::exec_with_local_timeout(
-                                      lease.get(), statement, params, options.statement_timeout);
+      ResultPtr res;
+      try {
+        res = own_session()
+                  ? postgres_detail::exec_prepared(lease.get(), statement, params, deadline())
+                  : postgres_detail::exec_with_local_timeout(lease.get(), statement, params,
+                                                             options.statement_timeout, deadline());
+      } catch (const NoAnswer& e) {
+        lease.broken();  // and the idle ones: what silenced this one most likely silenced them
+        throw StoreError(no_answer(op, key, e));
+      }
       const auto status = res ? PQresultStatus(res.get()) : PGRES_FATAL_ERROR;
       if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) return decode(res.get());
       const std::string message = error_of(lease.get(), res.get(), key);
@@ -253,6 +365,8 @@ struct PostgresLock::Impl {
   postgres_detail::Statements sql;
   // How waits ended, the ones slept instead of notified (kTransaction) among them.
   store_detail::WaitTally waits;
+  // Listening connections open now (waiters'), at most pool_size: past that a wait polls.
+  std::atomic<std::size_t> listeners{0};
   store_detail::ConnectionPool<ConnPtr> pool;  // last: its connections are closed first
 };
 
@@ -384,7 +498,16 @@ void PostgresLock::do_wait_for_change(std::string_view key, std::chrono::millise
     LockBackend::do_wait_for_change(key, timeout, stop);
     return;
   }
-  ConnPtr listener;  // waits on its socket, so it is its own, not a pooled one
+  // A listener waits on its socket, so it is its own connection, not a pooled one; they are
+  // bounded apart from the pool (a waiter must not take the connection its holder's complete
+  // needs), and a wait that finds every one in use polls instead.
+  const Slot slot(impl_->listeners, impl_->options.pool_size);
+  if (!slot.held()) {
+    impl_->waits.count(store_detail::WaitEnd::kPolled);
+    LockBackend::do_wait_for_change(key, timeout, stop);
+    return;
+  }
+  ConnPtr listener;
   bool registered = false;
   bool lost = false;
   bool woken_early = false;

@@ -144,9 +144,13 @@ std::string ddl(const TableName& t) {
          "CREATE INDEX IF NOT EXISTS " + t.quoted_index + " ON " + t.quoted + " (expires_at);\n";
 }
 
-std::string create_table_sql(const TableName& t) {
-  return "SELECT pg_advisory_xact_lock(hashtext('gcp-pubsub-idempotency " + t.quoted + "')); " +
-         ddl(t);
+std::string create_table_sql(const TableName& t, int lock_timeout_ms) {
+  // The advisory lock first, without the limit: another process's DDL holds it at most about
+  // that long. Then the limit, for the table's own lock, for the rest of this transaction (the
+  // statements of one simple query are one transaction).
+  return "SELECT pg_advisory_xact_lock(hashtext('gcp-pubsub-idempotency " + t.quoted +
+         "')); SELECT set_config('lock_timeout', '" + std::to_string(lock_timeout_ms) +
+         "', true); " + ddl(t);
 }
 
 std::string table_state_sql(const TableName& t) {
@@ -207,10 +211,13 @@ Statements statements(const TableName& table) {
   // A waiter's registration, on its listening connection after LISTEN: counted only on a live
   // CLAIMED row, the one state that a complete or release will still notify about; no row
   // back means "settled or lapsed: claim again now". The row lock orders it against complete.
+  // A released row is CLAIMED with its lease ended at the release's instant, which a waiter
+  // whose clock is behind the releaser's reads as live: its emptied token tells it apart.
   s.wait = {"idem_wait",
             now_from("$2") + " UPDATE " + t +
                 " AS r SET waiters = r.waiters + 1 FROM c WHERE r.key = $1 AND r.state = 1 AND "
-                "c.n < r.lease_expiry AND c.n < r.expires_at RETURNING r.fence",
+                "r.claim_token <> ''::bytea AND c.n < r.lease_expiry AND c.n < r.expires_at "
+                "RETURNING r.fence",
             {kByteaOid, kInt8Oid}};
   // Its deregistration when the wait ends. Never below zero: the row may have been purged and
   // made anew meanwhile. One that never runs (a crashed waiter) leaves the count high, which

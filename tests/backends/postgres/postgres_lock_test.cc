@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <map>
 #include <memory>
 #include <set>
@@ -34,6 +35,7 @@
 #include "support/eventually.h"
 #include "support/server_clock_checks.h"
 #include "support/test_servers.h"
+#include "tcp_relay.h"
 
 namespace idempotency::testing {
 namespace {
@@ -88,6 +90,57 @@ std::string with_option(const std::string& conninfo, const std::string& key,
                         const std::string& value) {
   if (conninfo.find("://") == std::string::npos) return conninfo + " " + key + "=" + value;
   return conninfo + (conninfo.find('?') == std::string::npos ? "?" : "&") + key + "=" + value;
+}
+
+// Upstream is where a conninfo connects: its host and port, parsed by libpq.
+struct Upstream {
+  std::string host;
+  std::string port;
+};
+
+std::optional<Upstream> upstream_of(const std::string& conninfo) {
+  char* error = nullptr;
+  PQconninfoOption* parsed = PQconninfoParse(conninfo.c_str(), &error);
+  if (parsed == nullptr) {
+    PQfreemem(error);
+    return std::nullopt;
+  }
+  Upstream out{"localhost", "5432"};
+  for (const PQconninfoOption* o = parsed; o->keyword != nullptr; ++o) {
+    if (o->val == nullptr || *o->val == '\0') continue;
+    const std::string keyword = o->keyword;
+    if (keyword == "hostaddr" || (keyword == "host" && out.host == "localhost")) out.host = o->val;
+    if (keyword == "port") out.port = o->val;
+  }
+  PQconninfoFree(parsed);
+  // One host only, and over TCP: the relay stands in front of it.
+  if (out.host.find_first_of(",/") != std::string::npos ||
+      out.port.find(',') != std::string::npos) {
+    return std::nullopt;
+  }
+  return out;
+}
+
+// through() rewrites `conninfo` as a key/value string that connects to 127.0.0.1:`port` instead.
+std::string through(const std::string& conninfo, int port) {
+  char* error = nullptr;
+  PQconninfoOption* parsed = PQconninfoParse(conninfo.c_str(), &error);
+  std::string out = "host=127.0.0.1 port=" + std::to_string(port);
+  for (const PQconninfoOption* o = parsed; o != nullptr && o->keyword != nullptr; ++o) {
+    const std::string keyword = o->keyword;
+    if (o->val == nullptr || *o->val == '\0' || keyword == "host" || keyword == "hostaddr" ||
+        keyword == "port") {
+      continue;
+    }
+    std::string value;
+    for (const char* c = o->val; *c != '\0'; ++c) {
+      if (*c == '\'' || *c == '\\') value += '\\';
+      value += *c;
+    }
+    out += " " + keyword + "='" + value + "'";
+  }
+  PQconninfoFree(parsed);
+  return out;
 }
 
 int free_port() {
@@ -605,6 +658,63 @@ TEST_F(PostgresLockTest, AWaiterOnALapsedLeaseDoesNotWait) {
   EXPECT_EQ(waiters_on(admin, table_, "lapsed"), "0");
 }
 
+// A waiter whose clock is behind the releaser's reads a just-released row's lease (ended at the
+// release's instant) as live; its emptied token says it is not. Registered on it, the waiter
+// would sleep its whole slice with nobody left to notify it; it claims again at once instead.
+TEST_F(PostgresLockTest, AWaiterOnAReleasedRowDoesNotWaitWhenItsClockIsBehind) {
+  auto holder_clock = std::make_shared<ManualClock>();
+  auto waiter_clock = std::make_shared<ManualClock>(holder_clock->now() - std::chrono::seconds(1));
+  PostgresOptions holder_options;  // named: GCC 12 -O2 misreads a temporary's shared_ptr here
+  holder_options.backend = BackendOptions{.clock = holder_clock};
+  holder_options.table = table_;
+  PostgresOptions waiter_options;
+  waiter_options.backend = BackendOptions{.clock = waiter_clock};
+  waiter_options.table = table_;
+  auto holder = make(std::move(holder_options));
+  auto waiter = make(std::move(waiter_options));
+  holder->release(won(holder->claim("released", milliseconds(60'000))));
+  waiter->wait_for_change("released", std::chrono::seconds(2), std::stop_token{});
+  const PostgresWaitCounts counts = waiter->wait_counts();
+  EXPECT_EQ(counts.settled, 1U);
+  EXPECT_EQ(counts.timed_out, 0U) << "waited on a released row";
+  Admin admin(postgres_url());
+  EXPECT_EQ(waiters_on(admin, table_, "released"), "0");
+}
+
+// Waiters listen on connections of their own, at most pool_size of them at once: with a pool
+// of one, six waits at the same time open one listener and the other five poll, so the instance
+// never holds more than two connections (its pooled one and the listener), not seven.
+TEST_F(PostgresLockTest, ListeningConnectionsAreBoundedByThePoolSize) {
+  auto holder = make();
+  const std::string waiter_app = unique_name("idem_waiter");
+  PostgresLock waiter(with_option(postgres_url(), "application_name", waiter_app),
+                      PostgresOptions{.table = table_, .pool_size = 1});
+  constexpr int kWaits = 6;
+  for (int i = 0; i < kWaits; ++i) {
+    (void)won(holder->claim("held-" + std::to_string(i), milliseconds(60'000)));
+  }
+  Admin admin(postgres_url());
+  std::atomic<int> finished{0};
+  int most = 0;
+  {
+    std::vector<std::jthread> waits;
+    for (int i = 0; i < kWaits; ++i) {
+      waits.emplace_back([&, i] {
+        waiter.wait_for_change("held-" + std::to_string(i), milliseconds(1500), std::stop_token{});
+        ++finished;
+      });
+    }
+    while (finished.load() < kWaits) {
+      most = std::max(most, admin.connections(waiter_app));
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+  }
+  EXPECT_LE(most, 2) << "listening connections beyond pool_size";
+  const PostgresWaitCounts counts = waiter.wait_counts();
+  EXPECT_GE(counts.polled, 1U);
+  EXPECT_EQ(counts.polled + counts.timed_out, static_cast<std::uint64_t>(kWaits));
+}
+
 TEST_F(PostgresLockTest, RetriedClaimWithSameTokenReaffirms) {
   auto backend = make();
   Admin admin(postgres_url());
@@ -675,6 +785,41 @@ TEST_F(PostgresLockTest, StatementTimeoutIsStoreError) {
   }
   admin.exec("ROLLBACK");
   EXPECT_TRUE(std::holds_alternative<Won>(backend->claim("timeout-key-abc", milliseconds(1000))));
+}
+
+// A connection that goes silent (the relay stops forwarding both ways and keeps its sockets
+// open, as a NAT that forgot the flow or a proxy that stopped answering would) fails the call
+// at statement_timeout + 5 s, where libpq alone waits as long as TCP does (about 15 minutes on
+// a dead peer; for ever on a live proxy), and takes a heartbeat's renewer thread with it.
+TEST_F(PostgresLockTest, ACallOnAConnectionGoneSilentFailsAtItsDeadlineAndTheConnectionGoes) {
+  const auto upstream = upstream_of(url_);
+  if (!upstream) GTEST_SKIP() << "POSTGRES_URL is not one TCP host";
+  TcpRelay relay(upstream->host, upstream->port);
+  PostgresOptions options;
+  options.table = table_;
+  options.pool_size = 1;
+  options.statement_timeout = milliseconds(1000);
+  PostgresLock backend(through(url_, relay.port()), options);
+  (void)won(backend.claim("warm", milliseconds(60'000)));  // the pooled connection, used once
+  relay.silence();
+  auto claim = std::async(std::launch::async,
+                          [&] { return backend.claim("silent-key-4711", milliseconds(60'000)); });
+  // Generous: the deadline is 6 s. Past it the call is hung, as it would be for minutes.
+  const bool ended = claim.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  relay.resume();  // so a call that still waits (the old code's) ends, and so does this test
+  EXPECT_TRUE(ended) << "a claim on a silent connection was still waiting after 10 s";
+  try {
+    (void)claim.get();
+    ADD_FAILURE() << "a claim on a silent connection returned an answer";
+  } catch (const StoreError& e) {
+    const std::string what = e.what();
+    EXPECT_THAT(what, HasSubstr("no answer within 6000 ms"));
+    EXPECT_THAT(what, HasSubstr("unknown"));
+    EXPECT_THAT(what, Not(HasSubstr("silent-key-4711")));
+    EXPECT_EQ(what.find_first_of("\r\n"), std::string::npos) << "not one line";
+  }
+  // The silent connection was closed, not pooled again: the next call opens a fresh one.
+  EXPECT_TRUE(std::holds_alternative<Won>(backend.claim("after-silence", milliseconds(1000))));
 }
 
 TEST_F(PostgresLockTest, AKeyQuotedInAServerErrorNeverReachesTheMessage) {
@@ -805,14 +950,24 @@ TEST_F(PostgresLockTest, MalformedUrlNamesThePartNotThePassword) {
       {"postgres://alice:" + secret + "@localhost/db?nonsense=1", "nonsense"},
       {"postgres://alice:" + secret + "@localhost/db?connect_timeout=soon", "connect_timeout"},
       {"host=localhost password=" + secret + " dbname", "dbname"},
+      // Not taken for URLs, so libpq reads them as key=value strings and quotes the whole word.
+      {"postgres:/alice:" + secret + "@db/app", "must begin with postgres://"},
+      {" postgres://alice:" + secret + "@db/app", "must begin with postgres://"},
+      {"\npostgres://alice:" + secret + "@db/app", "must begin with postgres://"},
+      // A password with an unquoted space: libpq ends it at the space and quotes the next word.
+      {"host=localhost password=first " + secret, "password"},
+      {"host=localhost password=first " + secret + " dbname=app", "password"},
+      {"postgres://alice@localhost/db?password=first&" + secret + "&sslmode=disable", "password"},
   };
   for (const auto& [url, part] : cases) {
+    SCOPED_TRACE(part);
     try {
       PostgresLock backend(url, PostgresOptions{.table = table_});
       ADD_FAILURE() << "accepted: " << part;
     } catch (const std::invalid_argument& e) {
       EXPECT_THAT(e.what(), HasSubstr(part));
       EXPECT_THAT(e.what(), Not(HasSubstr(secret)));
+      EXPECT_THAT(e.what(), Not(HasSubstr("\n")));
     }
   }
 }
@@ -922,6 +1077,48 @@ TEST_F(PostgresLockTest, AnOldTableGetsTheWaitersColumnOrAOneLineError) {
              "claim_token bytea NOT NULL, result bytea, fingerprint bytea)");
   admin.exec(PostgresLock::schema(other));
   EXPECT_NO_THROW(make(PostgresOptions{.table = other, .create_table = false}));
+}
+
+// Adding the waiters column queues for ACCESS EXCLUSIVE behind any lock on the table (a pg_dump's
+// long transaction), and every later statement on the table from every instance queues behind
+// it. It gives up within its short lock_timeout instead: a reader meanwhile waits at most that,
+// and the constructor fails in one line.
+TEST_F(PostgresLockTest, AnOldTableUnderALongTransactionFailsTheStartInsteadOfStallingTheTable) {
+  Admin admin(postgres_url());
+  const std::string t = "\"" + table_ + "\"";
+  admin.exec("CREATE TABLE " + t +
+             " (key bytea PRIMARY KEY, state smallint NOT NULL CHECK (state IN (1, 2)), fence "
+             "bigint NOT NULL CHECK (fence >= 1), lease_expiry bigint NOT NULL, expires_at "
+             "bigint NOT NULL, claim_token bytea NOT NULL, result bytea, fingerprint bytea)");
+  Admin dump(postgres_url());
+  dump.exec("BEGIN");
+  dump.exec("SELECT 1 FROM " + t + " LIMIT 1");
+  auto starting = std::async(std::launch::async, [&] { return make(); });
+  // Once the change queues for the table's lock (or has given up already), a reader comes.
+  (void)eventually([&] {
+    return starting.wait_for(milliseconds(0)) == std::future_status::ready ||
+           admin.exec("SELECT count(*) FROM pg_locks WHERE relation = to_regclass('" + t +
+                      "') AND NOT granted") != "0";
+  });
+  Admin reader(postgres_url());
+  reader.exec("SET statement_timeout = 2000");
+  EXPECT_NO_THROW(reader.exec("SELECT count(*) FROM " + t))
+      << "a read queued behind the change for 2 s";
+  const bool ended = starting.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  dump.exec("ROLLBACK");  // lets a change that still waits (the old code's) through
+  EXPECT_TRUE(ended) << "the constructor still waited for the table after 10 s";
+  try {
+    (void)starting.get();
+    ADD_FAILURE() << "the column was added under a long transaction";
+  } catch (const StoreError& e) {
+    const std::string what = e.what();
+    EXPECT_THAT(what, HasSubstr(table_));
+    EXPECT_THAT(what, HasSubstr("55P03"));
+    EXPECT_EQ(what.find_first_of("\r\n"), std::string::npos) << "not one line";
+  }
+  // With the transaction over, the next start adds the column.
+  auto backend = make();
+  EXPECT_TRUE(backend->complete(won(backend->claim("after-upgrade", milliseconds(1000)))));
 }
 
 TEST_F(PostgresLockTest, KeyValueConninfoWorks) {
