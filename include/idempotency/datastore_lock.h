@@ -7,7 +7,11 @@
 // retried with jittered back-off, as are transient failures (UNAVAILABLE, DEADLINE_EXCEEDED,
 // INTERNAL, RESOURCE_EXHAUSTED, a dropped connection). A retried claim reuses its claim token,
 // so a claim whose commit reply was lost re-affirms itself (same fence, `Won`) instead of
-// finding the key held. Leases are judged by the client clock (`BackendOptions::clock`).
+// finding the key held. Keys a lookup defers are looked up again in the same transaction. A
+// call answered 401 UNAUTHENTICATED is sent once more after `TokenSource::invalidate()` drops
+// the refused token. Replies are read up to 2 MiB per key looked up and 16 MiB otherwise; a
+// longer one is a `StoreError`, not retried. Leases are judged by the client clock
+// (`BackendOptions::clock`).
 //
 // One entity per key, in `kind` (namespace and database optional): the key name is the
 // idempotency key itself, or "sha256:" + 64 hex digits of it when the key is not valid UTF-8,
@@ -17,6 +21,8 @@
 // (blobs); everything but `expires_at` is excluded from indexes. Enable the TTL policy with
 //   gcloud firestore fields ttls update expires_at --collection-group=KIND --enable-ttl
 // (correctness never depends on it: expired records are judged reclaimable on read).
+// `purge_expired()` leaves alone entities of the kind that are not its records (an auto-id key,
+// another schema), and logs `purge_skipped_foreign` once.
 //
 // Endpoint and credentials: `DATASTORE_EMULATOR_HOST` (or an explicit `http://` endpoint)
 // means plain HTTP with no token; otherwise https://datastore.googleapis.com with
@@ -83,7 +89,10 @@ struct DatastoreOptions {
 class DatastoreLock final : public LockBackend {
  public:
   /// The longest result stored: an entity holds at most 1,048,572 bytes, and 8 KiB of that
-  /// are left for the record's key, kind, namespace, claim token and fingerprint.
+  /// are left for the record's key, kind, namespace, claim token and fingerprint. Those are
+  /// not bounded (a fingerprint is the caller's), so complete() also counts the entity as
+  /// Datastore does (with 1 KiB to spare) and, when the result would not fit beside them,
+  /// completes the key without it, logged as `result_too_large`.
   static constexpr std::size_t kMaxResultBytes = 1'048'572 - 8 * 1024;
 
   /// DatastoreLock() resolves the project, endpoint and credentials; it makes no Datastore call.

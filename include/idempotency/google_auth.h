@@ -13,8 +13,12 @@
 //   std::string bearer = credentials->access_token();  // cached, refreshed before expiry
 //
 // Tokens are cached and refreshed `refresh_margin` before they expire, one refresh at a time
-// however many threads ask. Errors name the source tried and why it failed; no token, key or
-// refresh-token text ever appears in an error or a log line.
+// however many threads ask. A refresh that fails while the cached token is still valid is not
+// an error: the cached token keeps being served and the refresh is tried again after
+// `refresh_retry`. Once the token has expired the failure is thrown, and callers that arrive
+// within `refresh_retry` of it get that same failure rather than each waiting on a fetch of
+// their own. Errors name the source tried and why it failed; no token, key or refresh-token
+// text ever appears in an error or a log line.
 //
 // Thread safety: every TokenSource returned here is safe to share between threads.
 #pragma once
@@ -42,9 +46,16 @@ class TokenSource {
   TokenSource& operator=(const TokenSource&) = delete;
   virtual ~TokenSource() = default;
 
-  /// access_token() returns a token valid for at least the refresh margin, fetching a new one
+  /// access_token() returns a token for an `Authorization: Bearer` header, fetching a new one
   /// when the cached one is near expiry. Throws `AuthError` naming the source on failure.
   [[nodiscard]] virtual std::string access_token() = 0;
+
+  /// invalidate() says that `token`, from access_token(), was refused (an API answered 401
+  /// UNAUTHENTICATED: revoked, or judged expired by a clock that differs from Google's). A
+  /// source that caches it drops it, so the next access_token() fetches a new one; a token
+  /// other than the cached one is ignored, so many calls refused with one token cause one
+  /// fetch. The default does nothing.
+  virtual void invalidate(const std::string& token) { (void)token; }
 
   /// source() names where tokens come from (e.g. "service account key file /path"), for
   /// error messages; never contains secrets.
@@ -65,6 +76,10 @@ struct CredentialsOptions {
   std::shared_ptr<const Clock> clock;
   /// A cached token is refreshed this long before it expires.
   std::chrono::seconds refresh_margin = std::chrono::minutes(5);
+  /// After a failed fetch, no new one starts for this long: meanwhile a cached token that has
+  /// not expired is served, and once it has, callers get the failure. Zero: every call after a
+  /// failure fetches again.
+  std::chrono::milliseconds refresh_retry = std::chrono::seconds(1);
   /// Space-separated OAuth scopes requested by a service account.
   std::string scope = kDatastoreScope;
   /// Timeout of one HTTP request to a token endpoint or the metadata server.

@@ -6,6 +6,7 @@
 #include <openssl/pem.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -58,6 +59,7 @@ std::string metadata_base(const CredentialsOptions& o) {
 // Short, secret-free text from an OAuth error reply: the `error` and `error_description`
 // fields only, never the body as a whole.
 std::string describe_failure(const HttpResponse& r) {
+  if (r.too_large) return r.transport_error;
   if (!r.transport_error.empty()) return "cannot reach it: " + r.transport_error;
   std::string out = "HTTP " + std::to_string(r.status);
   try {
@@ -95,21 +97,69 @@ Token parse_token(const HttpResponse& r, const std::string& source) {
   }
 }
 
-// Caches one token and refreshes it under a mutex, so concurrent callers cause one fetch.
+// Caches one token. One caller at a time fetches, outside the mutex: while the cached token
+// is still valid the others keep using it, and once it has expired they wait for that fetch
+// rather than each starting their own. A failed fetch is remembered for `refresh_retry`, so a
+// token endpoint that is down costs one fetch per back-off, not one per call.
 class CachedSource : public TokenSource {
  public:
   explicit CachedSource(CredentialsOptions options)
-      : options_(std::move(options)), clock_(clock_of(options_)) {}
+      : options_(std::move(options)), clock_(clock_of(options_)) {
+    if (options_.refresh_retry.count() < 0) {
+      throw AuthError("google auth: refresh_retry must not be negative");
+    }
+  }
 
   std::string access_token() final {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      const TimePoint now = clock_->now();
+      const bool valid = usable(now);
+      if (valid && now < refresh_at_) return token_;
+      if (now < retry_at_) {  // the last fetch failed a moment ago
+        if (valid) return token_;
+        throw AuthError(failure_);
+      }
+      if (!fetching_) break;
+      if (valid) return token_;  // another caller is refreshing it
+      fetched_.wait(lock);
+    }
+    fetching_ = true;
+    lock.unlock();
+    try {
+      const TimePoint start = clock_->now();
+      Token t = fetch(start);
+      const auto margin = std::min<std::chrono::seconds>(options_.refresh_margin, t.lifetime / 2);
+      lock.lock();
+      token_ = std::move(t.value);
+      expires_at_ = start + t.lifetime;
+      refresh_at_ = expires_at_ - margin;
+      retry_at_ = TimePoint{};
+      fetching_ = false;
+      fetched_.notify_all();
+      return token_;
+    } catch (const AuthError& e) {
+      if (!lock.owns_lock()) lock.lock();
+      fetching_ = false;
+      fetched_.notify_all();
+      failure_ = e.what();
+      const TimePoint now = clock_->now();
+      retry_at_ = now + options_.refresh_retry;
+      if (usable(now)) return token_;
+      throw;
+    } catch (...) {
+      if (!lock.owns_lock()) lock.lock();
+      fetching_ = false;
+      fetched_.notify_all();
+      throw;
+    }
+  }
+
+  void invalidate(const std::string& token) final {
     std::lock_guard lock(mutex_);
-    const TimePoint now = clock_->now();
-    if (!token_.empty() && now < refresh_at_) return token_;
-    Token t = fetch(now);
-    const auto margin = std::min<std::chrono::seconds>(options_.refresh_margin, t.lifetime / 2);
-    token_ = std::move(t.value);
-    refresh_at_ = now + t.lifetime - margin;
-    return token_;
+    if (token.empty() || token != token_) return;  // already replaced: nothing to drop
+    token_.clear();
+    expires_at_ = refresh_at_ = TimePoint{};
   }
 
  protected:
@@ -118,10 +168,18 @@ class CachedSource : public TokenSource {
   HttpClient http_;
 
  private:
+  // Called with mutex_ held.
+  [[nodiscard]] bool usable(TimePoint now) const { return !token_.empty() && now < expires_at_; }
+
   std::shared_ptr<const Clock> clock_;
   std::mutex mutex_;
+  std::condition_variable fetched_;  // a fetch ended, well or not
+  bool fetching_ = false;
   std::string token_;
+  TimePoint expires_at_;
   TimePoint refresh_at_;
+  TimePoint retry_at_;   // no fetch before this, after one failed
+  std::string failure_;  // what the failed fetch said
 };
 
 struct PkeyFree {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 
 namespace idempotency::auth::detail {
 namespace {
@@ -15,9 +16,22 @@ void global_init() {
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
 }
 
+// Where a transfer's body goes, and how much of it may arrive.
+struct BodySink {
+  std::string* body;
+  std::size_t limit;
+  bool overflowed = false;
+};
+
 std::size_t append_body(char* data, std::size_t size, std::size_t count, void* user) {
-  static_cast<std::string*>(user)->append(data, size * count);
-  return size * count;
+  auto* sink = static_cast<BodySink*>(user);
+  const std::size_t n = size * count;
+  if (n > sink->limit - sink->body->size()) {
+    sink->overflowed = true;
+    return 0;  // anything but n makes curl abort the transfer (CURLE_WRITE_ERROR)
+  }
+  sink->body->append(data, n);
+  return n;
 }
 
 struct SlistFree {
@@ -58,7 +72,7 @@ void HttpClient::give_back(std::unique_ptr<Handle> handle) {
 
 HttpResponse HttpClient::request(const std::string& method, const std::string& url,
                                  const std::vector<std::string>& headers, const std::string& body,
-                                 std::chrono::milliseconds timeout) {
+                                 std::chrono::milliseconds timeout, std::size_t max_reply_bytes) {
   std::unique_ptr<Handle> handle = take();
   CURL* c = handle->easy.get();
   curl_easy_reset(c);
@@ -74,7 +88,8 @@ HttpResponse HttpClient::request(const std::string& method, const std::string& u
   curl_easy_setopt(c, CURLOPT_URL, url.c_str());
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, list.get());
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, append_body);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &response.body);
+  BodySink sink{&response.body, max_reply_bytes};
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
   curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
@@ -89,7 +104,13 @@ HttpResponse HttpClient::request(const std::string& method, const std::string& u
     curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
   }
   const CURLcode rc = curl_easy_perform(c);
-  if (rc != CURLE_OK) {
+  if (sink.overflowed) {
+    response.too_large = true;
+    response.transport_error =
+        "the reply is longer than " + std::to_string(max_reply_bytes) + " bytes";
+    response.status = 0;
+    response.body.clear();
+  } else if (rc != CURLE_OK) {
     response.transport_error = error[0] != '\0' ? error : curl_easy_strerror(rc);
     response.status = 0;
   } else {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -16,12 +17,19 @@
 
 namespace idempotency::auth::detail {
 
+/// The longest reply body request() reads unless told otherwise: far above a token
+/// endpoint's or the metadata server's replies (a few KiB).
+inline constexpr std::size_t kDefaultMaxReplyBytes = std::size_t{1} << 20;
+
 /// One HTTP response; `status` is 0 when the transfer failed before a status arrived.
 struct HttpResponse {
   long status = 0;
   std::string body;
   /// curl's message when the transfer failed (connection refused, timed out, reset), else "".
   std::string transport_error;
+  /// True when the transfer was cut off because the body grew past the caller's limit (then
+  /// `transport_error` says so): a reply that will be as long when asked again.
+  bool too_large = false;
 };
 
 /// HttpClient sends one request at a time per handle, from a pool of reusable handles.
@@ -33,10 +41,13 @@ class HttpClient {
   HttpClient& operator=(const HttpClient&) = delete;
 
   /// request() sends `method` (GET or POST) to `url` with `headers` ("Name: value") and `body`,
-  /// waiting at most `timeout`. Never throws for a network failure.
+  /// waiting at most `timeout`. A reply body longer than `max_reply_bytes` is not read on: the
+  /// transfer fails with `too_large` set, so a broken or hostile server cannot make the client
+  /// hold an unbounded reply. Never throws for a network failure.
   [[nodiscard]] HttpResponse request(const std::string& method, const std::string& url,
                                      const std::vector<std::string>& headers,
-                                     const std::string& body, std::chrono::milliseconds timeout);
+                                     const std::string& body, std::chrono::milliseconds timeout,
+                                     std::size_t max_reply_bytes = kDefaultMaxReplyBytes);
 
  private:
   struct Handle;

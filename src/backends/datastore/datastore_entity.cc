@@ -1,5 +1,7 @@
 // A record as a Datastore entity, both ways: which property holds which field, which are
-// indexed, and the strict reading that never takes a malformed entity for a record.
+// indexed, the strict reading that never takes a malformed entity for a record, and an
+// entity's size as Datastore counts it.
+#include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -67,6 +69,45 @@ Json entity_properties(const Record& r) {
   if (r.result) props["result"] = blob(*r.result);
   if (r.fingerprint) props["fingerprint"] = blob(*r.fingerprint);
   return props;
+}
+
+namespace {
+
+// A string as Datastore stores it: its UTF-8 bytes + 1.
+std::size_t string_size(const Json& s) { return s.get_ref<const std::string&>().size() + 1; }
+
+// A blobValue's decoded length, from its base64 text (either alphabet, padded or not).
+std::size_t blob_size(const Json& b) {
+  const auto& text = b.get_ref<const std::string&>();
+  std::size_t n = text.size();
+  while (n > 0 && text[n - 1] == '=') --n;
+  return n / 4 * 3 + (n % 4 == 0 ? 0 : n % 4 - 1);
+}
+
+std::size_t value_size(const Json& v) {
+  if (v.contains("blobValue")) return blob_size(v["blobValue"]);
+  if (v.contains("stringValue")) return string_size(v["stringValue"]);
+  if (v.contains("booleanValue") || v.contains("nullValue")) return 1;
+  return 8;  // integer, double, timestamp: all the entity_properties() writes besides blobs
+}
+
+}  // namespace
+
+std::size_t entity_size(const Json& entity) {
+  const Json& key = entity.at("key");
+  std::size_t size = 16 + 32;
+  const std::string ns = key.at("partitionId").value("namespaceId", "");
+  if (!ns.empty()) size += ns.size() + 1;
+  for (const Json& element : key.at("path")) {
+    size += string_size(element.at("kind"));
+    size += element.contains("name") ? string_size(element["name"]) : 8;
+  }
+  if (entity.contains("properties")) {
+    for (const auto& [name, value] : entity["properties"].items()) {
+      size += name.size() + 1 + value_size(value);
+    }
+  }
+  return size;
 }
 
 }  // namespace idempotency::datastore_detail

@@ -105,6 +105,11 @@ std::string redact_keys(std::string message, std::span<const std::string_view> s
 RpcFailure classify(const HttpResponse& r) {
   RpcFailure f;
   f.http = r.status;
+  if (r.too_large) {
+    f.status = "REPLY_TOO_LARGE";
+    f.message = r.transport_error;
+    return f;
+  }
   if (!r.transport_error.empty()) {
     // No reply: the request may or may not have been applied; a retry of the whole
     // transaction finds out (a claim re-affirms itself by its token).

@@ -5,6 +5,7 @@
 // Thread safety: pure functions.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -52,7 +53,8 @@ struct RpcFailure {
 [[nodiscard]] std::string redact_keys(std::string message,
                                       std::span<const std::string_view> secrets);
 
-/// classify() turns a non-200 reply (or no reply) into a failure the retry loop can judge.
+/// classify() turns a non-200 reply (or no reply) into a failure the retry loop can judge. A
+/// reply cut off for its length is not retried: it would be as long again.
 [[nodiscard]] RpcFailure classify(const auth::detail::HttpResponse& r);
 
 /// decode_blob() decodes a blobValue in either base64 alphabet, padded or not; false when it
@@ -70,5 +72,14 @@ struct RpcFailure {
 /// entity_properties() writes a record as entity properties: integers unindexed, `expires_at`
 /// also as an indexed timestamp for the purge query and a Datastore TTL policy.
 [[nodiscard]] nlohmann::json entity_properties(const Record& record);
+
+/// The most an entity may hold, as Datastore counts it (entity_size()).
+inline constexpr std::size_t kMaxEntityBytes = 1'048'572;
+
+/// entity_size() counts `entity` (a key and properties, as the REST API writes them) the way
+/// Google documents an entity's storage size: the key (namespace, each path element's kind and
+/// name or 8 for an id, + 16), each property's name + 1 and value (a blob's bytes, a string's
+/// + 1, 8 for an integer, double or timestamp, 1 for a boolean or null), + 32.
+[[nodiscard]] std::size_t entity_size(const nlohmann::json& entity);
 
 }  // namespace idempotency::datastore_detail

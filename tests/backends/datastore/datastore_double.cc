@@ -183,7 +183,7 @@ std::optional<Json> DatastoreDouble::entity(const std::string& kind,
   std::lock_guard lock(mutex_);
   for (const auto& [id, stored] : entities_) {
     const Json& path = stored.entity["key"]["path"][0];
-    if (path["kind"] == kind && path["name"] == name) return stored.entity;
+    if (path["kind"] == kind && path.value("name", "") == name) return stored.entity;
   }
   return std::nullopt;
 }
@@ -230,6 +230,11 @@ void DatastoreDouble::serve_url_safe_blobs(bool on) {
   url_safe_blobs_ = on;
 }
 
+void DatastoreDouble::set_lookup_defer_beyond(std::size_t n) {
+  std::lock_guard lock(mutex_);
+  lookup_defer_beyond_ = n;
+}
+
 namespace {
 
 constexpr const char* kTooManyEntityGroups =
@@ -247,8 +252,12 @@ void refuse_default_database_name(const nlohmann::json& partition) {
 std::string DatastoreDouble::key_id(const Json& key) {
   const Json& p = key.at("partitionId");
   const Json& path = key.at("path").at(0);
-  if (!path.contains("name")) throw std::invalid_argument("The key has no name.");
-  const std::string name = path["name"].get<std::string>();
+  if (!path.contains("name") && !path.contains("id")) {
+    throw std::invalid_argument("The key has no name or id.");
+  }
+  // An id (an auto-allocated key, another program's) sorts apart from every name.
+  const std::string name =
+      path.contains("name") ? path["name"].get<std::string>() : "#" + path["id"].get<std::string>();
   if (name.empty() || name.size() > 1500) throw std::invalid_argument("The key name is invalid.");
   if (name.size() >= 4 && name.rfind("__", 0) == 0 && name.substr(name.size() - 2) == "__") {
     throw std::invalid_argument("The key name matches the reserved pattern __.*__.");
@@ -359,7 +368,13 @@ DatastoreDouble::Reply DatastoreDouble::lookup(const Json& body) {
   }
   Json found = Json::array();
   Json missing = Json::array();
+  Json deferred = Json::array();
+  std::size_t answered = 0;
   for (const auto& key : body.at("keys")) {
+    if (lookup_defer_beyond_ != 0 && answered++ >= lookup_defer_beyond_) {
+      deferred.push_back(key);
+      continue;
+    }
     const std::string id = key_id(key);
     auto it = entities_.find(id);
     if (tx != nullptr) tx->reads[id] = current_version(id);
@@ -378,6 +393,7 @@ DatastoreDouble::Reply DatastoreDouble::lookup(const Json& body) {
   Json out = Json::object();
   if (!found.empty()) out["found"] = found;
   if (!missing.empty()) out["missing"] = missing;
+  if (!deferred.empty()) out["deferred"] = deferred;
   return Reply{200, out};
 }
 

@@ -80,7 +80,8 @@ class DatastoreDouble {
   [[nodiscard]] std::optional<Json> entity(const std::string& kind, const std::string& name) const;
   /// entity_count() counts the stored entities of `kind`.
   [[nodiscard]] std::size_t entity_count(const std::string& kind) const;
-  /// put() stores `entity` (with its key) as a non-transactional upsert would.
+  /// put() stores `entity` (with its key, named or with an integer id) as a non-transactional
+  /// upsert would.
   void put(const Json& entity);
 
   // Query paging as Datastore may do it: a batch can stop early with moreResults NOT_FINISHED
@@ -106,6 +107,9 @@ class DatastoreDouble {
   /// serve_url_safe_blobs() makes lookups answer every blobValue in the URL-safe alphabet
   /// without padding, which the proto3 JSON mapping allows a writer to use for bytes.
   void serve_url_safe_blobs(bool on);
+  /// set_lookup_defer_beyond() answers at most `n` keys per lookup and lists the rest as
+  /// `deferred`, as Datastore may under resource constraints ("not looked up"). 0: off.
+  void set_lookup_defer_beyond(std::size_t n);
 
  private:
   struct Stored {
@@ -153,6 +157,7 @@ class DatastoreDouble {
   std::size_t entity_group_limit_ = 0;
   std::vector<std::string> previous_transactions_;
   bool url_safe_blobs_ = false;
+  std::size_t lookup_defer_beyond_ = 0;
 };
 
 }  // namespace idempotency::testing

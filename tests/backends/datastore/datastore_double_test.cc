@@ -205,6 +205,26 @@ TEST_F(DatastoreDoubleTest, LookupsCanServeBlobsUrlSafeAndUnpadded) {
             "-_-__g");
 }
 
+TEST_F(DatastoreDoubleTest, LookupsCanDeferKeysBeyondAFew) {
+  ASSERT_EQ(upsert(entity("a", "2026-01-01T00:00:00Z")).status, 200);
+  server_.set_lookup_defer_beyond(1);
+  const Result r = call("lookup", {{"keys", {key("a"), key("b"), key("c")}}});
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.body["found"].size(), 1U);
+  EXPECT_FALSE(r.body.contains("missing"));
+  ASSERT_EQ(r.body["deferred"].size(), 2U);
+  EXPECT_EQ(r.body["deferred"][0], key("b"));
+}
+
+TEST_F(DatastoreDoubleTest, KeysWithAnIdAreStoredApartFromNames) {
+  server_.put(
+      {{"key", {{"partitionId", {{"projectId", "p"}}}, {"path", {{{"kind", "K"}, {"id", "7"}}}}}},
+       {"properties", Json::object()}});
+  EXPECT_EQ(server_.entity_count("K"), 1U);
+  EXPECT_FALSE(server_.entity("K", "7").has_value());
+  EXPECT_EQ(lookup(begin(), "7").body["missing"].size(), 1U);
+}
+
 TEST_F(DatastoreDoubleTest, IndexedValuesOver1500BytesAreRefused) {
   Json e = entity("a", "2026-01-01T00:00:00Z");
   e["properties"]["big"] = {{"blobValue", std::string(2000, 'A')}};

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -22,6 +23,7 @@
 #include "idempotency/errors.h"
 #include "idempotency/forwarding_backend.h"
 #include "support/claim_matchers.h"
+#include "support/log_capture.h"
 #include "support/test_servers.h"
 
 namespace idempotency::testing {
@@ -192,12 +194,39 @@ class Unlimited final : public ForwardingBackend {
   }
 };
 
-TEST_F(DatastoreLockTest, WithoutTheLimitALongerResultFailsItsComplete) {
-  // What the limit guards against: Google refuses the entity (400), after the work ran.
+TEST_F(DatastoreLockTest, WithoutTheLimitTheEntityCountStillCompletesWithoutTheResult) {
+  // What the limit guards against: Google refuses the entity (400), after the work ran, and
+  // the key is claimed and the work run again after the lease. Past the core's limit, the
+  // backend's own count of the entity still drops the result rather than fail the complete.
   auto backend = make();
   Unlimited unlimited(*backend);
   Claim c = won(unlimited.claim("orders:huge", kLease));
-  EXPECT_THROW((void)unlimited.complete(c, std::string(1'048'572, 'r')), StoreError);
+  EXPECT_TRUE(unlimited.complete(c, std::string(1'048'572, 'r')));
+  const auto record = backend->inspect("orders:huge");
+  EXPECT_EQ(record->state, RecordState::kDone);
+  EXPECT_EQ(record->result, std::nullopt);
+}
+
+// kMaxResultBytes leaves 8 KiB for the key, claim token and fingerprint, but a fingerprint is
+// the caller's and may be longer: the complete then stores the record without its result
+// rather than failing after the work ran (and the work running again after the lease).
+TEST_F(DatastoreLockTest, ALongFingerprintLeavesLessRoomAndTheResultIsDroppedNotTheComplete) {
+  auto backend = make();
+  LogCapture logs;
+  const std::string fingerprint(9000, 'f');
+  Claim c = won(backend->claim("orders:fp", kLease, ClaimRequest{.fingerprint = fingerprint}));
+  EXPECT_TRUE(backend->complete(c, std::string(DatastoreLock::kMaxResultBytes, 'r')));
+  const auto record = backend->inspect("orders:fp");
+  EXPECT_EQ(record->state, RecordState::kDone) << "done, so the work is not run again";
+  EXPECT_EQ(record->result, std::nullopt);
+  EXPECT_EQ(record->fingerprint, std::optional<std::string>(fingerprint));
+  EXPECT_EQ(logs.count("result_too_large"), 1);
+  EXPECT_THAT(logs.all_text(), Not(HasSubstr("orders:fp")));
+  // A result that fits beside the long fingerprint is still kept.
+  Claim fits = won(backend->claim("orders:fp2", kLease, ClaimRequest{.fingerprint = fingerprint}));
+  EXPECT_TRUE(backend->complete(fits, std::string(1'000'000, 'r')));
+  EXPECT_EQ(backend->inspect("orders:fp2")->result->size(), 1'000'000U);
+  EXPECT_EQ(logs.count("result_too_large"), 1);
 }
 
 TEST_F(DatastoreLockTest, AKeyGoogleQuotesWithEscapesNeverReachesTheMessage) {
@@ -473,6 +502,56 @@ TEST_F(DatastoreLockTest, PurgeLeavesOtherKindsAndNamespacesAlone) {
   EXPECT_EQ(b.purge_expired(), 1U);
 }
 
+// Another program's entities in the kind (an auto-allocated id, another schema), expired by
+// the same indexed property, are passed over: one of them must not stop every purge at it.
+TEST_F(DatastoreLockTest, PurgePassesOverEntitiesThatAreNotRecords) {
+  auto owned = with_expired(3, "old-");
+  LogCapture logs;
+  const nlohmann::json partition = {{"projectId", "proj"}};
+  const nlohmann::json expired = {{"timestampValue", "2000-01-01T00:00:00Z"}};
+  server_.put({{"key", {{"partitionId", partition}, {"path", {{{"kind", kind_}, {"id", "57"}}}}}},
+               {"properties", {{"expires_at", expired}}}});
+  server_.put(
+      {{"key",
+        {{"partitionId", partition}, {"path", {{{"kind", kind_}, {"name", "a-foreign-name"}}}}}},
+       {"properties", {{"expires_at", expired}, {"note", {{"stringValue", "not a record"}}}}}});
+  EXPECT_EQ(owned->purge_expired(), 3U);
+  EXPECT_EQ(server_.entity_count(kind_), 2U);  // the foreign ones, left alone
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(owned->inspect("old-" + std::to_string(i)));
+  EXPECT_EQ(logs.count("purge_skipped_foreign"), 1);
+  EXPECT_THAT(logs.all_text(), Not(HasSubstr("a-foreign-name")));
+  EXPECT_EQ(owned->purge_expired(), 0U);
+  EXPECT_EQ(logs.count("purge_skipped_foreign"), 1);  // said once
+}
+
+// Datastore may defer keys of a lookup ("not looked up due to resource constraints"); they
+// are looked up again in the same transaction, not the transaction retried until it gives up.
+TEST_F(DatastoreLockTest, DeferredKeysAreLookedUpAgainInTheSameTransaction) {
+  auto owned = with_expired(7, "old-");
+  server_.set_lookup_defer_beyond(2);
+  server_.reset_counts();
+  EXPECT_EQ(owned->purge_expired(), 7U);
+  EXPECT_EQ(server_.calls("beginTransaction"), 1);
+  EXPECT_EQ(server_.calls("lookup"), 4);  // 2 + 2 + 2 + 1
+  EXPECT_EQ(server_.calls("commit"), 1);
+  EXPECT_EQ(server_.entity_count(kind_), 0U);
+}
+
+// A reply is read up to a bound (2 MiB per key looked up): a longer one is a StoreError at
+// once, since it would be as long when asked again.
+TEST_F(DatastoreLockTest, AnOverlongReplyIsAStoreErrorAndNotRetried) {
+  auto backend = make();
+  server_.inject(
+      Fault{.method = "lookup", .http = 200, .message = std::string(std::size_t{3} << 20, 'x')});
+  try {
+    (void)backend->claim("orders:long", kLease);
+    FAIL() << "expected StoreError";
+  } catch (const StoreError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("longer than"));
+  }
+  EXPECT_EQ(server_.calls("lookup"), 1);
+}
+
 TEST_F(DatastoreLockTest, TheUrlFormIsParsed) {
   DatastoreOptions o = parse_datastore_url("datastore://my-proj/tenant-a?kind=Orders&database=db2");
   EXPECT_EQ(o.project, "my-proj");
@@ -624,6 +703,40 @@ TEST_F(DatastoreLockTest, CredentialsAreSentAsABearerToken) {
   DatastoreLock authed(o);
   (void)won(authed.claim("k", kLease));
   EXPECT_EQ(server_.last_header("x-goog-user-project"), "");
+}
+
+// The first token it hands out is refused by the double, every later one accepted: a token
+// revoked, or judged expired by a clock that differs from Google's, while still cached.
+class FirstTokenRefused final : public auth::TokenSource {
+ public:
+  std::string access_token() override { return ++handed_out == 1 ? "tok-1" : "tok-2"; }
+  std::string source() const override { return "first refused"; }
+  std::atomic<int> handed_out{0};
+};
+
+TEST_F(DatastoreLockTest, ARefusedTokenIsReplacedAndTheCallSentOnceMore) {
+  server_.require_token("tok-2");
+  auto source = std::make_shared<FirstTokenRefused>();
+  DatastoreOptions o = options();
+  o.credentials = source;
+  DatastoreLock backend(o);
+  (void)won(backend.claim("orders:401", kLease));
+  EXPECT_EQ(server_.calls("beginTransaction"), 2);  // the refused one, then once more
+  EXPECT_EQ(server_.last_header("authorization"), "Bearer tok-2");
+}
+
+TEST_F(DatastoreLockTest, ATokenRefusedAgainIsAStoreErrorAfterOneRetry) {
+  server_.require_token("tok-other");
+  DatastoreOptions o = options();
+  o.credentials = std::make_shared<FixedToken>();
+  DatastoreLock backend(o);
+  try {
+    (void)backend.claim("k", kLease);
+    FAIL() << "expected StoreError";
+  } catch (const StoreError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("401 UNAUTHENTICATED"));
+  }
+  EXPECT_EQ(server_.calls("beginTransaction"), 2);  // bounded: sent once more, no further
 }
 
 // Credentials that name a quota project (gcloud's user credentials) bill API calls to it.

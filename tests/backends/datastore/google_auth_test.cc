@@ -57,7 +57,7 @@ std::string base64url_decode(std::string s) {
       EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
                       reinterpret_cast<const unsigned char*>(s.data()), static_cast<int>(s.size()));
   std::size_t size = n < 0 ? 0 : static_cast<std::size_t>(n);
-  if (s.size() >= 1 && s[s.size() - 1] == '=') --size;
+  if (!s.empty() && s.back() == '=') --size;
   if (s.size() >= 2 && s[s.size() - 2] == '=') --size;
   out.resize(size);
   return out;
@@ -69,7 +69,7 @@ class GoogleDouble {
   explicit GoogleDouble(EVP_PKEY* public_key) : key_(public_key) {
     server_.set_tcp_nodelay(true);
     server_.Post("/token", [this](const httplib::Request& req, httplib::Response& res) {
-      std::this_thread::sleep_for(latency_);
+      std::this_thread::sleep_for(latency_.load());
       fetches_++;
       std::lock_guard lock(mutex_);
       if (fail_status_ != 0) {
@@ -124,18 +124,19 @@ class GoogleDouble {
   }
 
   std::atomic<int> fetches_{0};
-  std::chrono::milliseconds latency_{0};
+  std::atomic<std::chrono::milliseconds> latency_{std::chrono::milliseconds(0)};
   int expires_in_ = 3600;
   std::int64_t expected_iat_ = 0;
   std::vector<std::string> jwt_problems_;  // empty when every JWT verified
   int jwts_seen_ = 0;
   bool refresh_ok_ = false;
+  std::atomic<std::size_t> padding_{0};  // bytes of filler in each token reply
 
  private:
   void answer(httplib::Response& res, const std::string& token) const {
-    res.set_content(
-        Json{{"access_token", token}, {"expires_in", expires_in_}, {"token_type", "Bearer"}}.dump(),
-        "application/json");
+    Json reply = {{"access_token", token}, {"expires_in", expires_in_}, {"token_type", "Bearer"}};
+    if (padding_ != 0) reply["padding"] = std::string(padding_.load(), 'x');
+    res.set_content(reply.dump(), "application/json");
   }
 
   void verify_jwt(const std::string& jwt) {
@@ -182,7 +183,7 @@ class GoogleAuthTest : public ::testing::Test {
   }
 
   std::string write_service_account() {
-    const std::string path = dir_.file("sa.json");
+    std::string path = dir_.file("sa.json");
     std::ofstream(path) << Json{
         {"type", "service_account"},
         {"project_id", "proj"},
@@ -234,6 +235,7 @@ TEST_F(GoogleAuthTest, ConcurrentCallersCauseOneRefresh) {
   google_.latency_ = std::chrono::milliseconds(200);
   auto creds = auth::credentials_from_file(write_service_account(), options());
   std::vector<std::thread> threads;
+  threads.reserve(8);
   std::atomic<int> right{0};
   for (int i = 0; i < 8; ++i) {
     threads.emplace_back([&] {
@@ -243,6 +245,102 @@ TEST_F(GoogleAuthTest, ConcurrentCallersCauseOneRefresh) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(right, 8);
   EXPECT_EQ(google_.fetches_, 1);
+}
+
+// The token endpoint is briefly down when the refresh comes due, minutes before the cached
+// token expires: the cached token keeps being served, the refresh is tried again once per
+// back-off, and only a token that has actually expired makes the failure an error.
+TEST_F(GoogleAuthTest, AFailedRefreshKeepsServingTheStillValidToken) {
+  auto creds = auth::credentials_from_file(write_service_account(), options());
+  EXPECT_EQ(creds->access_token(), "tok-1");
+  clock_->advance(seconds(3600 - 300 + 1));  // inside the refresh margin
+  google_.fail_with(503, R"({"error":"temporarily_unavailable"})");
+  EXPECT_EQ(creds->access_token(), "tok-1");
+  EXPECT_EQ(google_.fetches_, 2);
+  EXPECT_EQ(creds->access_token(), "tok-1");
+  EXPECT_EQ(google_.fetches_, 2) << "no new fetch within the back-off";
+  clock_->advance(seconds(2));  // past the 1 s back-off
+  EXPECT_EQ(creds->access_token(), "tok-1");
+  EXPECT_EQ(google_.fetches_, 3);
+  clock_->advance(seconds(300));  // the token has expired
+  EXPECT_THROW((void)creds->access_token(), auth::AuthError);
+  EXPECT_EQ(google_.fetches_, 4);
+  EXPECT_THROW((void)creds->access_token(), auth::AuthError);
+  EXPECT_EQ(google_.fetches_, 4) << "the failure is handed on within the back-off";
+  google_.fail_with(0, "");
+  clock_->advance(seconds(2));
+  google_.expected_iat_ = to_millis(clock_->now()) / 1000;
+  EXPECT_EQ(creds->access_token(), "tok-5");
+  EXPECT_THAT(google_.jwt_problems_, ::testing::IsEmpty());
+}
+
+// Many callers while a slow refresh fails: one fetch, not one per caller in turn (each as long
+// as the timeout), and every caller still gets the valid token.
+TEST_F(GoogleAuthTest, CallersDuringAFailingRefreshCauseOneFetch) {
+  auto creds = auth::credentials_from_file(write_service_account(), options());
+  EXPECT_EQ(creds->access_token(), "tok-1");
+  clock_->advance(seconds(3600 - 300 + 1));
+  google_.fail_with(503, R"({"error":"temporarily_unavailable"})");
+  google_.latency_ = std::chrono::milliseconds(200);
+  std::vector<std::thread> threads;
+  threads.reserve(8);
+  std::atomic<int> right{0};
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&] {
+      try {
+        if (creds->access_token() == "tok-1") right++;
+      } catch (const auth::AuthError&) {
+        // counted as not right
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(right, 8);
+  EXPECT_LE(google_.fetches_ - 1, 2);
+}
+
+// With no valid token, callers that arrive while a fetch runs wait for it and share its
+// failure, rather than each repeating it.
+TEST_F(GoogleAuthTest, CallersWithoutAValidTokenShareOneFailedFetch) {
+  google_.fail_with(503, R"({"error":"temporarily_unavailable"})");
+  google_.latency_ = std::chrono::milliseconds(200);
+  auto creds = auth::credentials_from_file(write_service_account(), options());
+  std::vector<std::thread> threads;
+  threads.reserve(8);
+  std::atomic<int> failed{0};
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&] {
+      try {
+        (void)creds->access_token();
+      } catch (const auth::AuthError& e) {
+        if (std::string(e.what()).find("HTTP 503") != std::string::npos) failed++;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failed, 8);
+  EXPECT_LE(google_.fetches_, 2);
+}
+
+// A token an API refused (401) is dropped once; a stale report about an older one is ignored.
+TEST_F(GoogleAuthTest, InvalidateDropsOnlyTheRefusedCachedToken) {
+  auto creds = auth::credentials_from_file(write_service_account(), options());
+  EXPECT_EQ(creds->access_token(), "tok-1");
+  creds->invalidate("tok-0");
+  EXPECT_EQ(creds->access_token(), "tok-1");
+  creds->invalidate("tok-1");
+  EXPECT_EQ(creds->access_token(), "tok-2");
+  creds->invalidate("tok-1");  // another caller refused with the old token: already replaced
+  EXPECT_EQ(creds->access_token(), "tok-2");
+  EXPECT_EQ(google_.fetches_, 2);
+}
+
+// A reply is read up to a bound (1 MiB for a token endpoint), with an error that says so.
+TEST_F(GoogleAuthTest, AnOverlongReplyIsRefusedWithAClearError) {
+  google_.padding_ = std::size_t{2} << 20;
+  auto creds = auth::credentials_from_file(write_service_account(), options());
+  EXPECT_THAT([&] { (void)creds->access_token(); },
+              ::testing::ThrowsMessage<auth::AuthError>(HasSubstr("longer than 1048576 bytes")));
 }
 
 TEST_F(GoogleAuthTest, AnAuthorizedUserFileUsesItsRefreshToken) {
@@ -280,8 +378,8 @@ TEST_F(GoogleAuthTest, DefaultCredentialsPreferTheFileThenTheMetadataServer) {
   auto metadata = auth::google_default_credentials(auth::CredentialsOptions{.clock = clock_});
   EXPECT_THAT(metadata->source(), HasSubstr("metadata server http://" + google_.host()));
   EXPECT_EQ(metadata->access_token(), "md-1");
-  ::setenv("GOOGLE_APPLICATION_CREDENTIALS", write_service_account().c_str(),
-           1);  // NOLINT(concurrency-mt-unsafe)
+  const std::string sa = write_service_account();
+  ::setenv("GOOGLE_APPLICATION_CREDENTIALS", sa.c_str(), 1);  // NOLINT(concurrency-mt-unsafe)
   auto file = auth::google_default_credentials(auth::CredentialsOptions{.clock = clock_});
   EXPECT_THAT(file->source(), HasSubstr("service account key file"));
   EXPECT_EQ(file->access_token(), "tok-2");
@@ -312,8 +410,8 @@ TEST_F(GoogleAuthTest, DefaultCredentialsReadGcloudsWellKnownFileBeforeTheMetada
   EXPECT_TRUE(google_.refresh_ok_);
   EXPECT_EQ(gcloud->quota_project(), "billed-project");
   // GOOGLE_APPLICATION_CREDENTIALS still comes first.
-  ::setenv("GOOGLE_APPLICATION_CREDENTIALS", write_service_account().c_str(),
-           1);  // NOLINT(concurrency-mt-unsafe)
+  const std::string sa = write_service_account();
+  ::setenv("GOOGLE_APPLICATION_CREDENTIALS", sa.c_str(), 1);  // NOLINT(concurrency-mt-unsafe)
   auto file = auth::google_default_credentials(auth::CredentialsOptions{.clock = clock_});
   EXPECT_THAT(file->source(), HasSubstr("service account key file"));
   EXPECT_EQ(file->quota_project(), "");
