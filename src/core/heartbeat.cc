@@ -37,6 +37,10 @@ constexpr std::chrono::milliseconds kMinRetry{10};
 // store's timeout must not hold back every other claim's, nor must a slow store's round trips,
 // one after another, outlast a heartbeat's interval. Started one at a time, as needed.
 constexpr std::size_t kMaxRenewers = 4;
+// Distinct intervals whose queues are kept once empty: a process uses one or a few, and a kept
+// queue spares every guarded call an allocation. Past this many, an emptied queue goes, so
+// intervals that differ call by call cannot grow the map, and the watcher's scan of it, for ever.
+constexpr std::size_t kKeptIntervals = 16;
 }  // namespace
 
 class HeartbeatScheduler {
@@ -75,6 +79,11 @@ class HeartbeatScheduler {
       return;
     }
     settled_.wait(lock, [&] { return renewer_of(beat) == nullptr; });
+  }
+
+  std::size_t intervals_queued() {
+    std::lock_guard lock(mutex_);
+    return by_interval_.size();
   }
 
   HeartbeatScheduler(const HeartbeatScheduler&) = delete;
@@ -129,14 +138,18 @@ class HeartbeatScheduler {
     if (due < sleeping_until_) wake_.notify_all();
   }
 
-  // Requires the mutex. Takes `beat` out of its queue, if it is in one.
-  static void unlink(Heartbeat& beat) {
+  // Requires the mutex. Takes `beat` out of its queue, if it is in one; an interval's queue
+  // left empty goes too when more than kKeptIntervals are kept.
+  void unlink(Heartbeat& beat) {
     Heartbeat::Queue* queue = beat.queue_;
     if (queue == nullptr) return;
     (beat.prev_ != nullptr ? beat.prev_->next_ : queue->head) = beat.next_;
     (beat.next_ != nullptr ? beat.next_->prev_ : queue->tail) = beat.prev_;
     beat.queue_ = nullptr;
     beat.prev_ = beat.next_ = nullptr;
+    if (queue->head == nullptr && queue != &retries_ && by_interval_.size() > kKeptIntervals) {
+      by_interval_.erase(beat.spec_.interval);
+    }
   }
 
   // Requires the mutex. The heartbeat due first, or null when none is queued.
@@ -262,7 +275,7 @@ class HeartbeatScheduler {
   std::condition_variable hire_;     // for an idle renewer: the watch is free, or stop
   std::condition_variable settled_;  // a renewal (or on_lost) returned
   // The queued heartbeats: by interval, and the retries. One that is running or stopped is in
-  // none. A map node per distinct interval, made once.
+  // none. A map node per distinct interval, kept while empty up to kKeptIntervals of them.
   std::map<std::chrono::milliseconds, Heartbeat::Queue> by_interval_;
   Heartbeat::Queue retries_;
   std::list<Renewer> renewers_;  // started as needed, up to kMaxRenewers
@@ -293,5 +306,9 @@ Heartbeat::~Heartbeat() { HeartbeatScheduler::instance().remove(*this); }
 bool Heartbeat::lost() const noexcept { return lost_.load(); }
 
 std::uint64_t Heartbeat::renewals() const noexcept { return renewals_.load(); }
+
+std::size_t heartbeat_intervals_queued() {
+  return HeartbeatScheduler::instance().intervals_queued();
+}
 
 }  // namespace idempotency::detail

@@ -206,6 +206,18 @@ TEST(Heartbeat, EachIntervalAndEveryRetryKeepsItsOwnPaceBesideALongerOne) {
   EXPECT_FALSE(failing->lost()) << "retried while its lease lasts";
 }
 
+// A caller whose interval differs call by call (a third of a lease from a job's deadline) must
+// not leave a queue behind for each: the scheduler would grow, and its watcher's scan with it.
+TEST(Heartbeat, IntervalsThatComeAndGoLeaveABoundedNumberOfQueues) {
+  for (int i = 0; i < 200; ++i) {
+    const Heartbeat beat(HeartbeatSpec{.interval = std::chrono::milliseconds(600'000 + i),
+                                       .lease = 1h,
+                                       .renew = [] { return true; },
+                                       .on_lost = [] {}});
+  }
+  EXPECT_LE(heartbeat_intervals_queued(), 32U);
+}
+
 TEST(Heartbeat, RefusesAnIntervalThatIsNotShorterThanTheLease) {
   auto yes = [] { return true; };
   auto nothing = [] {};

@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <utility>
@@ -76,5 +77,9 @@ class Heartbeat {
   Heartbeat* next_ = nullptr;
   bool stopped_ = false;  // removed, or lost: never queued again
 };
+
+/// heartbeat_intervals_queued() counts the distinct intervals the scheduler keeps a queue for
+/// (for tests: it stays bounded whatever intervals come and go).
+[[nodiscard]] std::size_t heartbeat_intervals_queued();
 
 }  // namespace idempotency::detail
