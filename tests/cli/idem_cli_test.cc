@@ -181,7 +181,10 @@ TEST_F(IdemCliTest, ReleaseSaysWhenTheLeaseIsStillLive) {
   EXPECT_THAT(idem({"release", kKey}).out, HasSubstr("the lease is still live"));
   (void)lock().claim("lapsed", std::chrono::milliseconds(1));
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  EXPECT_THAT(idem({"release", "lapsed"}).out, Not(HasSubstr("still live")));
+  const IdemRun lapsed = idem({"release", "lapsed"});
+  EXPECT_EQ(lapsed.exit_code, 4) << lapsed.err;  // found, and only shown without --yes
+  EXPECT_THAT(lapsed.out, HasSubstr("would release"));
+  EXPECT_THAT(lapsed.out, Not(HasSubstr("still live")));
 }
 
 TEST_F(IdemCliTest, ReleaseWithYesMakesTheClaimReclaimable) {

@@ -141,6 +141,7 @@ TEST_F(Zombie, AZombieWhoseWriteLandsLateIsRefusedByTheSinkAndTheMessageStaysDon
   EXPECT_EQ(effects().size(), 2U) << "the redelivery did not run the work again";
 
   const std::string log = zombie_log_once("handler_nacked");
+  EXPECT_NE(log.find("\"handler_nacked\""), std::string::npos) << "not logged:\n" << log;
   EXPECT_EQ(log.find(kId), std::string::npos) << "a raw key in the log:\n" << log;
 }
 

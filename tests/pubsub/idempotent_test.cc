@@ -68,8 +68,10 @@ TEST_F(IdempotentTest, TheFirstDeliveryIsHandledAndTheRedeliveryIsADuplicate) {
 
 TEST_F(IdempotentTest, EveryKeyedDeliveryFormFromGooglesDocsIsGuarded) {
   auto handle = wrap();
+  int files = 0;
   for (const auto& entry : std::filesystem::directory_iterator(IDEMPOTENCY_PUBSUB_ENVELOPES_DIR)) {
     SCOPED_TRACE(entry.path().filename().string());
+    ++files;
     const PushRequest request = testing::parse_http_text(read_file(entry.path()));
     const int first = handle(request).status;
     if (entry.path().filename() == "unwrapped_no_metadata.http") {
@@ -81,6 +83,9 @@ TEST_F(IdempotentTest, EveryKeyedDeliveryFormFromGooglesDocsIsGuarded) {
     EXPECT_EQ(handle(request).status, 204);
     EXPECT_EQ(runs_, before);
   }
+  EXPECT_EQ(files, 12);
+  // The fixtures carry six message ids: each ran once, and no two messages shared a key.
+  EXPECT_EQ(runs_, 6);
 }
 
 TEST_F(IdempotentTest, AConcurrentDuplicateOnThisInstanceJoinsAndIsAcked) {

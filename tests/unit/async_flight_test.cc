@@ -117,8 +117,12 @@ TEST(AsyncFlight, ABlockingOnceCallerJoinsAnAsynchronousOwner) {
   InMemoryLock backend;
   auto owner = begin_async_flight("k-4", backend, typeid(std::string), unexpected());
   BlockingCaller joiner("k-4", backend);
-  // Whether the joiner is already waiting or not, it must not run while the owner runs.
+  // Whether the joiner is already waiting or not, it must not run (or answer) while the owner
+  // runs: neither a claim beside the owner's flight nor an answer before its outcome.
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(joiner.runs, 0) << "ran beside the asynchronous owner";
+  EXPECT_EQ(joiner.status.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout)
+      << "answered before the owner settled";
   owner->settle(
       ErasedOutcome{Status::kExecuted, std::make_shared<const std::string>("41"), 1, std::nullopt});
   expect_joined_or_ran_after(joiner);
