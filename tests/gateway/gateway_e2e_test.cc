@@ -54,7 +54,8 @@ class GatewayTest : public ::testing::Test {
     }
     if (backend_url_.empty()) {
       // NOLINTNEXTLINE(concurrency-mt-unsafe): read before any thread starts
-      if (std::getenv("CI") != nullptr) GTEST_FAIL() << "CI is set but no " << kBackend << " server";
+      if (std::getenv("CI") != nullptr)
+        GTEST_FAIL() << "CI is set but no " << kBackend << " server";
       GTEST_SKIP() << "no " << kBackend << " test server";
     }
     upstream_ = std::make_unique<ChildProcess>(GATEWAY_UPSTREAM_PATH, std::vector<std::string>{},
