@@ -12,10 +12,18 @@
 // No timing is asserted: back-offs and deadlines are scaled down with --time-scale, and where a
 // scenario needs an overlap (a concurrent duplicate, a redelivery during a slow call) the test
 // checks in the simulator's --events that the overlap happened.
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -54,6 +62,7 @@ struct Event {
   bool deadline_expired = false;
   bool late = false;
   bool duplicate = false;
+  bool after_dead_letter = false;
 };
 
 std::vector<Event> read_events(const std::string& path) {
@@ -72,7 +81,8 @@ std::vector<Event> read_events(const std::string& path) {
          .acked = j.at("acked"),
          .deadline_expired = j.at("deadline_expired"),
          .late = j.at("late"),
-         .duplicate = j.at("duplicate")});
+         .duplicate = j.at("duplicate"),
+         .after_dead_letter = j.value("after_dead_letter", false)});
   }
   return out;
 }
@@ -264,11 +274,12 @@ TEST_F(SimThroughGateway, APoisonMessageIsDeadLetteredAfterTheMaximumAttempts) {
   EXPECT_EQ(dead_ids, ids);
 }
 
-// Ack deadline: the upstream takes 3 s, the deadline is 500 ms. The simulator counts the
-// deadline as a nack and redelivers while the first call still runs (its request stays open);
-// the redelivery meets the live holder, and the effect still happens once. The redelivery is
-// due at about 1 s (the deadline, then a 500 ms back-off): the slow call outlasts it by 2 s, so
-// a loaded machine cannot make the redelivery come after the call has ended.
+// Ack deadline: the upstream takes 3 s, the deadline is 500 ms. At the deadline the simulator
+// closes the request, as Pub/Sub's push request times out, counts it as a nack and redelivers
+// while the gateway's first call still runs; the redelivery meets the live holder, and the
+// effect still happens once. The redelivery is due a moment after the deadline (the push
+// back-off's first pause, 5 ms here): the slow call outlasts it by 2.5 s, so a loaded machine
+// cannot make the redelivery come after the call has ended.
 TEST_F(SimThroughGateway, AnExpiredAckDeadlineRedeliversDuringTheSlowCallAndTheEffectIsOnce) {
   const auto run =
       sim({"--endpoint", push_url(), "--messages", "2", "--attribute", "test_behavior=slow",
@@ -285,10 +296,11 @@ TEST_F(SimThroughGateway, AnExpiredAckDeadlineRedeliversDuringTheSlowCallAndTheE
                                     [&](const Event& e) { return e.id == id && e.attempt == 1; });
     ASSERT_NE(first, all.end());
     EXPECT_TRUE(first->deadline_expired);
-    EXPECT_TRUE(first->late) << "the slow call's late answer was recorded";
-    EXPECT_FALSE(first->acked) << "a late answer never acks";
+    EXPECT_FALSE(first->status.has_value()) << "closed at its deadline, before the slow answer";
+    EXPECT_FALSE(first->acked) << "an expired request never acks";
+    // The gateway's call began when the first request arrived and lasts 3 s.
     const bool redelivered_during = std::any_of(all.begin(), all.end(), [&](const Event& e) {
-      return e.id == id && e.attempt > 1 && e.start_ms < first->end_ms;
+      return e.id == id && e.attempt > 1 && e.start_ms < first->start_ms + 3000;
     });
     EXPECT_TRUE(redelivered_during) << "redelivered while the first call still ran";
     EXPECT_EQ(upstream_calls(id), 1);
@@ -416,6 +428,8 @@ TEST(SimMutexScenario, DifferentMessagesForOnePoAllRunOnceAndNeverOverlap) {
                             "16",
                             "--duplicate-rate",
                             "0.5",
+                            "--retry",
+                            "exponential",
                             "--max-backoff",
                             "20s",
                             "--time-scale",
@@ -589,8 +603,8 @@ TEST(SimSelfTest, AnEndpointThatIsDownAndComesBackGetsEveryMessage) {
   }
   const std::string events = dir.file("events.jsonl");
   SimProcess sim({"--endpoint", "http://127.0.0.1:" + std::to_string(port) + "/push", "--messages",
-                  "5", "--time-scale", "0.01", "--max-backoff", "30s", "--events", events, "--json",
-                  "--run-timeout", "120s"},
+                  "5", "--time-scale", "0.01", "--retry", "exponential", "--max-backoff", "30s",
+                  "--events", events, "--json", "--run-timeout", "120s"},
                  dir.path().string());
   // Wait (bounded) until a delivery was refused, then bring the endpoint back.
   for (int i = 0; i < 6000 && read_events(events).empty(); ++i) {
@@ -604,6 +618,297 @@ TEST(SimSelfTest, AnEndpointThatIsDownAndComesBackGetsEveryMessage) {
   ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
   EXPECT_EQ(summary_of(run)["acked"], 5);
   EXPECT_GE(summary_of(run)["answers"]["error"], 1);
+}
+
+// Concurrent copies of one message: Pub/Sub counts delivery attempts per message as 1 + nacks +
+// expired deadlines, and a duplicate is neither, so each copy's first delivery carries
+// deliveryAttempt 1.
+TEST(SimSelfTest, ConcurrentCopiesBothCarryDeliveryAttemptOne) {
+  TempDir dir;
+  std::mutex mutex;
+  std::map<std::string, std::vector<int>> attempts;  // per messageId
+  Endpoint endpoint([&](const pubsub::PushRequest& request) {
+    auto parsed = pubsub::parse_push(request);
+    const auto& m = std::get<pubsub::Message>(parsed);
+    std::lock_guard lock(mutex);
+    attempts[m.message_id.value_or("?")].push_back(m.delivery_attempt.value_or(-1));
+    return pubsub::PushResponse{.status = 204};
+  });
+  const auto run = run_sim({"--endpoint", endpoint.url(), "--messages", "5", "--duplicate-rate",
+                            "1", "--duplicate-concurrent", "--max-delivery-attempts", "5", "--seed",
+                            "4", "--json", "--run-timeout", "60s"},
+                           dir.path().string());
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_EQ(summary_of(run)["duplicates"], 5);
+  std::lock_guard lock(mutex);
+  ASSERT_EQ(attempts.size(), 5U);
+  for (const auto& [id, seen] : attempts) {
+    EXPECT_EQ(seen, (std::vector<int>{1, 1})) << id;
+  }
+}
+
+// A message is settled once. Two copies go out together: the first to arrive is slow and
+// acks after 2 s; the other is answered 500 each time, so its nacks spend the message's five
+// delivery attempts and it is dead-lettered about half a second in. The slow copy's later 200
+// settles nothing (Pub/Sub has forwarded the message): the summary counts the message
+// dead-lettered, not acked, and counts that answer apart.
+TEST(SimSelfTest, AMessageIsAckedOrDeadLetteredNeverBoth) {
+  TempDir dir;
+  std::atomic<bool> first{true};
+  Endpoint endpoint([&](const pubsub::PushRequest&) {
+    if (first.exchange(false)) {
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      return pubsub::PushResponse{.status = 200};
+    }
+    return pubsub::PushResponse{.status = 500};
+  });
+  const std::string dead = dir.file("dead.jsonl");
+  const std::string events = dir.file("events.jsonl");
+  // Back-off 100 ms between the nacked copy's attempts; the deadline (6 s) is the slow copy's.
+  const auto run = run_sim({"--endpoint",
+                            endpoint.url(),
+                            "--messages",
+                            "1",
+                            "--duplicate-rate",
+                            "1",
+                            "--duplicate-concurrent",
+                            "--max-delivery-attempts",
+                            "5",
+                            "--dead-letter",
+                            dead,
+                            "--retry",
+                            "exponential",
+                            "--min-backoff",
+                            "10s",
+                            "--max-backoff",
+                            "10s",
+                            "--ack-deadline",
+                            "600s",
+                            "--time-scale",
+                            "0.01",
+                            "--events",
+                            events,
+                            "--json",
+                            "--run-timeout",
+                            "60s"},
+                           dir.path().string());
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  const auto summary = summary_of(run);
+  EXPECT_EQ(summary["dead_lettered"], 1);
+  EXPECT_EQ(summary["acked"], 0) << "dead-lettered and acked at once: " << run.out;
+  EXPECT_EQ(summary.value("acked_after_dead_letter", -1), 1);
+  const auto all = read_events(events);
+  EXPECT_EQ(std::count_if(all.begin(), all.end(),
+                          [](const Event& e) { return e.after_dead_letter && !e.acked; }),
+            1);
+  std::ifstream in(dead);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  const auto j = nlohmann::json::parse(line);
+  EXPECT_EQ(j["deliveryAttempts"], 5);
+  EXPECT_EQ(j["lastStatus"], 500) << "the answer of the attempt that spent the last one";
+}
+
+// The ack deadline is also the request timeout: every attempt's handler outlives it (300 ms
+// against 200 ms) and would answer 200, but the request is closed at the deadline, so no
+// answer counts and the dead-letter line says the last attempt expired rather than showing
+// an earlier attempt's late 200.
+TEST(SimSelfTest, ADeadLetteredMessageWhoseLastAttemptExpiredSaysSo) {
+  TempDir dir;
+  Endpoint endpoint([](const pubsub::PushRequest&) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    return pubsub::PushResponse{.status = 200};
+  });
+  const std::string dead = dir.file("dead.jsonl");
+  const auto run = run_sim({"--endpoint", endpoint.url(), "--messages", "2",
+                            "--max-delivery-attempts", "5", "--dead-letter", dead, "--time-scale",
+                            "0.02", "--ack-deadline", "10s", "--json", "--run-timeout", "60s"},
+                           dir.path().string());
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  const auto summary = summary_of(run);
+  EXPECT_EQ(summary["dead_lettered"], 2);
+  EXPECT_EQ(summary["acked"], 0);
+  std::ifstream in(dead);
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) {
+    ++lines;
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_FALSE(j.contains("lastStatus")) << line;
+    EXPECT_EQ(j.value("lastError", ""), "ack deadline expired") << line;
+  }
+  EXPECT_EQ(lines, 2);
+}
+
+// A push endpoint on a raw socket that accepts, reads and never answers. It records when each
+// connection was accepted and when the peer closed it, and the most connections open at once.
+class SilentEndpoint {
+ public:
+  struct Connection {
+    int fd = -1;
+    Clock::time_point accepted;
+    std::optional<Clock::time_point> closed;
+  };
+
+  SilentEndpoint() {
+    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (listener_ < 0) throw std::runtime_error("socket failed");
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t size = sizeof address;
+    if (::bind(listener_, reinterpret_cast<sockaddr*>(&address), size) != 0 ||
+        ::listen(listener_, 128) != 0 ||
+        ::getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &size) != 0) {
+      ::close(listener_);
+      throw std::runtime_error("bind/listen failed");
+    }
+    port_ = ntohs(address.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~SilentEndpoint() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    for (auto& c : connections_) {
+      if (!c.closed) ::close(c.fd);
+    }
+    ::close(listener_);
+  }
+  SilentEndpoint(const SilentEndpoint&) = delete;
+  SilentEndpoint& operator=(const SilentEndpoint&) = delete;
+
+  [[nodiscard]] std::string url() const {
+    return "http://127.0.0.1:" + std::to_string(port_) + "/push";
+  }
+  // Stops serving and returns what it saw.
+  std::pair<std::vector<Connection>, std::size_t> finish() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    return {connections_, max_open_};
+  }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      std::vector<pollfd> fds{{.fd = listener_, .events = POLLIN, .revents = 0}};
+      std::vector<std::size_t> which;
+      for (std::size_t i = 0; i < connections_.size(); ++i) {
+        if (connections_[i].closed) continue;
+        fds.push_back({.fd = connections_[i].fd, .events = POLLIN, .revents = 0});
+        which.push_back(i);
+      }
+      if (::poll(fds.data(), fds.size(), 10) <= 0) continue;
+      // Closes before accepts: the simulator closes a request's connection before it opens the
+      // next one, so one poll that sees both must not count them open together.
+      for (std::size_t k = 1; k < fds.size(); ++k) {
+        if (fds[k].revents == 0) continue;
+        auto& c = connections_[which[k - 1]];
+        char buffer[4096];
+        while (true) {
+          const auto n = ::recv(c.fd, buffer, sizeof buffer, MSG_DONTWAIT);
+          if (n > 0) continue;
+          if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
+          c.closed = Clock::now();  // end of stream or reset: the peer closed it
+          ::close(c.fd);
+          --open_;
+          break;
+        }
+      }
+      if ((fds[0].revents & POLLIN) != 0) {
+        while (true) {
+          const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+          if (fd < 0) break;
+          connections_.push_back({.fd = fd, .accepted = Clock::now(), .closed = std::nullopt});
+          max_open_ = std::max(max_open_, ++open_);
+        }
+      }
+    }
+  }
+
+  int listener_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::vector<Connection> connections_;  // the serving thread's until finish()
+  std::size_t open_ = 0;
+  std::size_t max_open_ = 0;
+  std::thread thread_;
+};
+
+// The ack deadline is the push request timeout: against an endpoint that never answers, each
+// request's connection is closed at its deadline (200 ms here), so open connections never
+// exceed --concurrency, however long the run, and every message is dead-lettered after five
+// expired deadlines. Without the close, each deadline would free a slot and leave its socket
+// open, and a run would pile up connections until it ended (or ran out of descriptors).
+TEST(SimSelfTest, AnUnansweredRequestIsClosedAtItsDeadline) {
+  TempDir dir;
+  SilentEndpoint endpoint;
+  const std::string dead = dir.file("dead.jsonl");
+  const auto run = run_sim({"--endpoint",
+                            endpoint.url(),
+                            "--messages",
+                            "6",
+                            "--concurrency",
+                            "3",
+                            "--max-delivery-attempts",
+                            "5",
+                            "--dead-letter",
+                            dead,
+                            "--retry",
+                            "exponential",
+                            "--min-backoff",
+                            "10s",
+                            "--max-backoff",
+                            "10s",
+                            "--time-scale",
+                            "0.02",
+                            "--ack-deadline",
+                            "10s",
+                            "--json",
+                            "--run-timeout",
+                            "60s"},
+                           dir.path().string());
+  const auto exited = Clock::now();
+  // The simulator's last closes reach the endpoint's poll loop a moment later.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto [connections, max_open] = endpoint.finish();
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  const auto summary = summary_of(run);
+  EXPECT_EQ(summary["dead_lettered"], 6);
+  EXPECT_EQ(summary["deadline_expired"], 30);
+  EXPECT_GE(connections.size(), 6U);
+  EXPECT_LE(max_open, 3U) << "more connections open than --concurrency";
+  for (const auto& c : connections) {
+    ASSERT_TRUE(c.closed.has_value()) << "a connection outlived the simulator";
+    // 1.5 s is more than seven deadlines; unclosed, the first ones would last the whole run.
+    EXPECT_LT(*c.closed - c.accepted, std::chrono::milliseconds(1500))
+        << "closed " << std::chrono::duration<double>(exited - *c.closed).count()
+        << " s before the simulator exited";
+  }
+}
+
+// --retry immediate is paced by the push back-off: a message answered 503 each time is
+// redelivered after pauses of 100, 200, 400 and 800 ms (10 to 80 ms at --time-scale 0.1), never
+// in a tight loop. Timers never fire early, so these are lower bounds on a loaded machine too.
+TEST(SimSelfTest, ImmediateRetryIsPacedByThePushBackoff) {
+  TempDir dir;
+  Endpoint endpoint([](const pubsub::PushRequest&) { return pubsub::PushResponse{.status = 503}; });
+  const std::string events = dir.file("events.jsonl");
+  const auto run = run_sim({"--endpoint", endpoint.url(), "--messages", "1", "--retry", "immediate",
+                            "--max-delivery-attempts", "5", "--time-scale", "0.1", "--events",
+                            events, "--json", "--run-timeout", "60s"},
+                           dir.path().string());
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_EQ(summary_of(run)["dead_lettered"], 1);
+  auto all = read_events(events);
+  ASSERT_EQ(all.size(), 5U);
+  std::sort(all.begin(), all.end(),
+            [](const Event& a, const Event& b) { return a.start_ms < b.start_ms; });
+  const std::vector<double> pause_ms{10, 20, 40, 80};
+  for (std::size_t i = 1; i < all.size(); ++i) {
+    EXPECT_EQ(all[i].attempt, static_cast<int>(i) + 1);
+    EXPECT_GE(all[i].start_ms - all[i - 1].end_ms, pause_ms[i - 1] - 0.01)
+        << "attempt " << i + 1 << " came too soon after the nack of attempt " << i;
+  }
 }
 
 }  // namespace

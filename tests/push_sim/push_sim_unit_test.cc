@@ -113,6 +113,28 @@ TEST(PushSimEnvelope, CloudEventBinaryModeHasCeHeadersAndMessagePublishedData) {
   EXPECT_EQ(m.attributes, sample().attributes);
 }
 
+// Pub/Sub's JSON leaves out an empty bytes field, so an attributes-only message has no "data"
+// member: a handler that reads message["data"] unconditionally must fail here, not in
+// production. Both JSON forms carry the same `message` object.
+TEST(PushSimEnvelope, AnAttributesOnlyMessageHasNoDataMember) {
+  auto m = sample();
+  m.data.clear();
+  for (const Form form : {Form::kWrapped, Form::kCloudEvent}) {
+    SCOPED_TRACE(form == Form::kWrapped ? "wrapped" : "cloudevent");
+    const auto request = build_request(form, m, context());
+    const auto body = nlohmann::json::parse(request.body);
+    EXPECT_FALSE(body["message"].contains("data")) << request.body;
+    EXPECT_EQ(body["message"]["attributes"]["po"], "PO-7");
+    const auto parsed_message = parsed(request);
+    EXPECT_EQ(parsed_message.message_id, "4242");
+    EXPECT_TRUE(parsed_message.data.empty());
+    EXPECT_EQ(parsed_message.attributes, m.attributes);
+  }
+  const auto with_data =
+      nlohmann::json::parse(build_request(Form::kWrapped, sample(), context()).body);
+  EXPECT_TRUE(with_data["message"].contains("data")) << "a message with data still carries it";
+}
+
 TEST(PushSimVerdict, OnlyPubSubsAckCodesAck) {
   for (int status : {102, 200, 201, 202, 204}) {
     EXPECT_EQ(classify(status, false), Verdict::kAck) << status;
@@ -136,7 +158,7 @@ TEST(PushSimBackoff, ExponentialDoublesFromTheMinimumUpToTheMaximum) {
   EXPECT_EQ(backoff(policy, 1000), seconds(600)) << "no overflow after many nacks";
 }
 
-TEST(PushSimBackoff, ImmediateNeverWaitsAndTimeScaleShrinksEveryWait) {
+TEST(PushSimBackoff, ImmediateHasNoPerMessageWaitAndTimeScaleShrinksEveryWait) {
   const RetryPolicy immediate{.kind = RetryPolicy::Kind::kImmediate};
   EXPECT_EQ(backoff(immediate, 1), milliseconds(0));
   EXPECT_EQ(backoff(immediate, 50), milliseconds(0));
@@ -144,6 +166,50 @@ TEST(PushSimBackoff, ImmediateNeverWaitsAndTimeScaleShrinksEveryWait) {
   EXPECT_EQ(scaled(seconds(600), 0.001), milliseconds(600));
   EXPECT_EQ(scaled(milliseconds(1), 0.001), milliseconds(1)) << "a wait never rounds to zero";
   EXPECT_EQ(scaled(milliseconds(0), 0.5), milliseconds(0));
+}
+
+// The push back-off that paces the immediate policy: a nack pauses the subscription 100 ms,
+// each later nack doubles the pause up to 60 s, nacks during a pause change nothing, and an ack
+// resets the step (the pause under way still runs out).
+TEST(PushSimBackoff, PushBackoffPausesFrom100MsDoublingTo60SAndAnAckResetsIt) {
+  using Clock = PushBackoff::Clock;
+  const Clock::time_point t0{};
+  PushBackoff b;
+  EXPECT_EQ(b.step(), milliseconds(0));
+  EXPECT_LE(b.resume_at(), t0) << "no pause before any nack";
+
+  Clock::time_point now = t0 + seconds(1);
+  b.on_nack(now, 1.0);
+  EXPECT_EQ(b.step(), milliseconds(100));
+  EXPECT_EQ(b.resume_at(), now + milliseconds(100));
+  b.on_nack(now + milliseconds(50), 1.0);
+  EXPECT_EQ(b.step(), milliseconds(100)) << "a nack during the pause does not grow it";
+  EXPECT_EQ(b.resume_at(), now + milliseconds(100)) << "nor lengthen it";
+
+  const std::vector<int> expected_ms{200,    400,    800,    1'600,  3'200,  6'400,
+                                     12'800, 25'600, 51'200, 60'000, 60'000, 60'000};
+  for (std::size_t i = 0; i < expected_ms.size(); ++i) {
+    now = b.resume_at();
+    b.on_nack(now, 1.0);
+    EXPECT_EQ(b.step(), milliseconds(expected_ms[i])) << i;
+    EXPECT_EQ(b.resume_at(), now + milliseconds(expected_ms[i])) << i;
+  }
+
+  const auto pause_end = b.resume_at();
+  b.on_ack();
+  EXPECT_EQ(b.step(), milliseconds(0));
+  EXPECT_EQ(b.resume_at(), pause_end) << "the pause under way runs out";
+  b.on_nack(pause_end, 1.0);
+  EXPECT_EQ(b.step(), milliseconds(100)) << "after an ack, the next nack starts over";
+
+  PushBackoff fast;
+  fast.on_nack(t0, 0.01);
+  EXPECT_EQ(fast.resume_at(), t0 + milliseconds(1)) << "--time-scale scales the pause";
+  for (int i = 0; i < 20; ++i) fast.on_nack(fast.resume_at(), 0.01);
+  EXPECT_EQ(fast.step(), seconds(60));
+  const auto before = fast.resume_at();
+  fast.on_nack(before, 0.01);
+  EXPECT_EQ(fast.resume_at(), before + milliseconds(600)) << "60 s at 1%";
 }
 
 std::variant<Options, OptionsExit> parse(std::vector<std::string> args) {
@@ -171,7 +237,7 @@ TEST(PushSimOptions, DefaultsAreWhatTheHelpSays) {
   EXPECT_EQ(o.subscriptions[0].name, "projects/sim-project/subscriptions/sub-1");
   EXPECT_EQ(o.form, Form::kWrapped);
   EXPECT_EQ(o.ack_deadline, seconds(10));
-  EXPECT_EQ(o.retry.kind, RetryPolicy::Kind::kExponential);
+  EXPECT_EQ(o.retry.kind, RetryPolicy::Kind::kImmediate) << "Pub/Sub's default";
   EXPECT_EQ(o.retry.min_backoff, seconds(10));
   EXPECT_EQ(o.retry.max_backoff, seconds(600));
   EXPECT_EQ(o.max_delivery_attempts, 0);
@@ -216,6 +282,21 @@ TEST(PushSimOptions, BadValuesAreRefusedWithTheFlagNamed) {
   EXPECT_NE(refusal({e, url, "--input", "f.jsonl", "--messages", "3"}).find("--messages"),
             std::string::npos);
   EXPECT_NE(refusal({e, url, "--no-such-flag"}).find("--no-such-flag"), std::string::npos);
+  // Flags that would be silently ignored are refused, naming them.
+  for (const auto& keys : std::vector<std::vector<std::string>>{
+           {"--key-attribute", "po", "--keys", "3"}, {"--keys", "3"}, {"--key-attribute", "po"}}) {
+    std::vector<std::string> args{e, url, "--input", "f.jsonl"};
+    args.insert(args.end(), keys.begin(), keys.end());
+    const std::string text = refusal(args);
+    EXPECT_NE(text.find("--key-attribute/--keys"), std::string::npos) << text;
+    EXPECT_NE(text.find("--input"), std::string::npos) << text;
+  }
+  EXPECT_NE(refusal({e, url, "--max-backoff", "20s"}).find("--retry exponential"),
+            std::string::npos);
+  EXPECT_NE(refusal({e, url, "--retry", "immediate", "--min-backoff", "1s"}).find("--min-backoff"),
+            std::string::npos);
+  EXPECT_TRUE(std::holds_alternative<Options>(
+      parse({e, url, "--retry", "exponential", "--min-backoff", "1s", "--max-backoff", "20s"})));
 }
 
 TEST(PushSimMessages, GeneratedMessagesDrawKeysAndOrderingKeysReproducibly) {
@@ -268,6 +349,39 @@ TEST(PushSimMessages, InputLinesKeepTheirFieldsAndBadLinesNameTheirNumber) {
   }
 }
 
+// An --input line without data, or with empty data, is an attributes-only message (sent
+// without a "data" member); one with neither data nor an attribute is refused, as Pub/Sub
+// refuses to publish it.
+TEST(PushSimMessages, AnInputLineWithoutDataIsAttributesOnly) {
+  std::mt19937_64 random(1);
+  std::istringstream in(R"({"attributes": {"a": "1"}})"
+                        "\n"
+                        R"({"data": "", "attributes": {"a": "2"}})"
+                        "\n");
+  const auto messages = read_messages(in, {}, 0, random);
+  ASSERT_EQ(messages.size(), 2U);
+  for (const auto& m : messages) {
+    EXPECT_TRUE(m.data.empty());
+    const auto body = nlohmann::json::parse(build_request(Form::kWrapped, m, context()).body);
+    EXPECT_FALSE(body["message"].contains("data")) << body.dump();
+  }
+
+  std::istringstream empty(R"({"data": "ok"})"
+                           "\n"
+                           R"({"messageId": "m-2"})"
+                           "\n");
+  try {
+    (void)read_messages(empty, {}, 0, random);
+    FAIL() << "a message with neither data nor an attribute was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("line 2"), std::string::npos) << e.what();
+  }
+  std::istringstream extra(R"({"messageId": "m-3"})"
+                           "\n");
+  EXPECT_EQ(read_messages(extra, {{"b", "2"}}, 0, random).at(0).attributes.at("b"), "2")
+      << "an --attribute makes it a message";
+}
+
 TEST(PushSimSummary, PercentilesAndJsonCarryTheCounts) {
   EXPECT_EQ(percentile({}, 50), 0);
   EXPECT_EQ(percentile({5, 1, 3, 2, 4}, 50), 3);
@@ -277,7 +391,9 @@ TEST(PushSimSummary, PercentilesAndJsonCarryTheCounts) {
   s.dead_lettered = 1;
   s.unsettled = 2;
   s.answers["500"] = 4;
+  s.acked_after_dead_letter = 3;
   const auto json = summary_json(s);
+  EXPECT_EQ(json["acked_after_dead_letter"], 3);
   EXPECT_EQ(json["acked"], 7);
   EXPECT_EQ(json["dead_lettered"], 1);
   EXPECT_EQ(json["unsettled"], 2);

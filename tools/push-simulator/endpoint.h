@@ -34,8 +34,9 @@ struct AttemptResult {
 /// Endpoint sends push requests to one URL.
 class Endpoint {
  public:
-  /// Endpoint() connects lazily; `request_timeout` bounds how long a request may stay open
-  /// (the ack deadline is the scheduler's, not this). Throws std::invalid_argument for a bad URL.
+  /// Endpoint() connects lazily; `request_timeout` bounds the whole exchange (connect, write,
+  /// read): when it passes the connection is closed and the request ends without an answer, as
+  /// Pub/Sub's push request ends at the ack deadline. Throws std::invalid_argument for a bad URL.
   Endpoint(const std::string& url, std::chrono::milliseconds connect_timeout,
            std::chrono::milliseconds request_timeout, std::size_t max_idle);
 

@@ -22,11 +22,12 @@ std::string rfc3339(std::chrono::system_clock::time_point t) {
 
 nlohmann::json wrapped_message(const SimMessage& m) {
   const std::string published = rfc3339(m.publish_time);
-  nlohmann::json message{{"data", base64(m.data)},
-                         {"messageId", m.id},
+  nlohmann::json message{{"messageId", m.id},
                          {"message_id", m.id},
                          {"publishTime", published},
                          {"publish_time", published}};
+  // Pub/Sub's JSON leaves an empty bytes field out: an attributes-only message has no "data".
+  if (!m.data.empty()) message["data"] = base64(m.data);
   if (!m.attributes.empty()) message["attributes"] = m.attributes;
   if (!m.ordering_key.empty()) message["orderingKey"] = m.ordering_key;
   return message;

@@ -28,7 +28,8 @@ struct DeliveryContext {
 [[nodiscard]] std::string rfc3339(std::chrono::system_clock::time_point t);
 
 /// wrapped_message() is the `message` object of a push envelope (both messageId spellings,
-/// both publishTime spellings, data base64, attributes and orderingKey when present).
+/// both publishTime spellings; data base64, attributes and orderingKey when present: an
+/// attributes-only message, whose data is empty, has no "data" member, as Pub/Sub sends it).
 [[nodiscard]] nlohmann::json wrapped_message(const SimMessage& m);
 
 /// build_request() is the POST for `m` in `form`:

@@ -22,6 +22,7 @@ void EventLog::write(const AttemptEvent& e) {
                       {"acked", e.acked},
                       {"deadline_expired", e.deadline_expired},
                       {"late", e.late},
+                      {"after_dead_letter", e.after_dead_letter},
                       {"abandoned", e.abandoned}};
   if (!e.ordering_key.empty()) line["orderingKey"] = e.ordering_key;
   if (e.status) {

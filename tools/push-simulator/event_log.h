@@ -22,9 +22,10 @@ struct AttemptEvent {
   std::optional<int> status;
   std::string error;              ///< Empty when a status came back.
   bool acked = false;             ///< This attempt acked the message.
-  bool deadline_expired = false;  ///< The ack deadline passed before the answer.
-  bool late = false;              ///< An answer came after the deadline (recorded, not acked).
-  bool abandoned = false;         ///< Still open when the run ended.
+  bool deadline_expired = false;  ///< The ack deadline passed first: the request was closed.
+  bool late = false;  ///< An answer raced the close at the deadline (recorded, not acked).
+  bool after_dead_letter = false;  ///< An ack status for a message already dead-lettered.
+  bool abandoned = false;          ///< Still open when the run ended.
 };
 
 /// EventLog writes attempt events to a file, or nowhere when constructed without a path.

@@ -70,6 +70,10 @@ std::vector<SimMessage> read_messages(std::istream& in,
       }
     }
     for (const auto& [name, value] : extra) m.attributes.emplace(name, value);
+    if (m.data.empty() && m.attributes.empty()) {
+      throw InputError(where +
+                       "a message needs data or an attribute (Pub/Sub refuses one with neither)");
+    }
     if (json.contains("orderingKey")) {
       if (!json["orderingKey"].is_string()) {
         throw InputError(where + "\"orderingKey\" is not a string");

@@ -19,7 +19,9 @@ namespace idempotency::push_sim {
 /// One published message.
 struct SimMessage {
   std::string id;
-  std::string data;  ///< Bytes, sent base64-encoded in a wrapped envelope.
+  /// Bytes, sent base64-encoded in a wrapped envelope. Empty: an attributes-only message (Pub/Sub
+  /// has no "empty but present" data: its JSON then has no "data" member).
+  std::string data;
   std::map<std::string, std::string> attributes;
   std::string ordering_key;  ///< Empty: no ordering key.
   std::chrono::system_clock::time_point publish_time;
@@ -49,7 +51,9 @@ struct InputError : std::runtime_error {
 /// read_messages() reads one JSON object per line (blank lines skipped): "data" (text) or
 /// "data_base64", "attributes" (string values), "orderingKey", "messageId" (a fresh one when
 /// absent); `extra` attributes are added where the line has none of that name, and
-/// `ordering_keys` > 0 gives lines without an orderingKey one. Throws InputError.
+/// `ordering_keys` > 0 gives lines without an orderingKey one. A line without data (or with
+/// empty data) is an attributes-only message. Throws InputError, also for a message with
+/// neither data nor an attribute, which Pub/Sub refuses to publish.
 [[nodiscard]] std::vector<SimMessage> read_messages(
     std::istream& in, const std::vector<std::pair<std::string, std::string>>& extra,
     int ordering_keys, std::mt19937_64& random);

@@ -53,7 +53,8 @@ Options validate(Options o, const std::vector<std::string>& endpoints,
                  const std::vector<std::string>& named, const std::string& form,
                  const std::string& retry, const std::string& ack_deadline,
                  const std::string& min_backoff, const std::string& max_backoff,
-                 const std::string& run_timeout, const std::vector<std::string>& attributes) {
+                 const std::string& run_timeout, const std::vector<std::string>& attributes,
+                 bool backoff_given) {
   for (const auto& url : endpoints) check_url("--endpoint", url);
   if (o.balance) {
     if (endpoints.empty() || !named.empty()) {
@@ -107,6 +108,12 @@ Options validate(Options o, const std::vector<std::string>& endpoints,
         "--ack-deadline: must be from 10s to 600s, as Pub/Sub allows (--time-scale "
         "makes a run faster)");
   }
+  // Silently ignored, they would read as a schedule the run does not follow.
+  if (backoff_given && o.retry.kind != RetryPolicy::Kind::kExponential) {
+    throw BadFlag(
+        "--min-backoff/--max-backoff: only with --retry exponential (the default is immediate, "
+        "as Pub/Sub's)");
+  }
   o.retry.min_backoff = duration_flag("--min-backoff", min_backoff);
   o.retry.max_backoff = duration_flag("--max-backoff", max_backoff);
   if (o.retry.min_backoff > std::chrono::seconds(600) ||
@@ -134,6 +141,11 @@ Options validate(Options o, const std::vector<std::string>& endpoints,
   if (o.messages < 1) throw BadFlag("--messages: must be at least 1");
   if (o.ordering_keys < 0) throw BadFlag("--ordering-keys: must not be negative");
   if (o.keys < 0) throw BadFlag("--keys: must not be negative");
+  // The keys are drawn only for generated messages: with --input they would be ignored.
+  if (!o.input.empty() && (o.keys > 0 || !o.key_attribute.empty())) {
+    throw BadFlag(
+        "--key-attribute/--keys: not with --input (give the attribute in the file's lines)");
+  }
   if ((o.keys > 0) != !o.key_attribute.empty()) {
     throw BadFlag("--key-attribute and --keys: give both (e.g. --key-attribute po --keys 10)");
   }
@@ -165,7 +177,7 @@ std::variant<Options, OptionsExit> parse_options(int argc, const char* const* ar
   std::vector<std::string> named;
   std::vector<std::string> attributes;
   std::string form = "wrapped";
-  std::string retry = "exponential";
+  std::string retry = "immediate";
   std::string ack_deadline = "10s";
   std::string min_backoff = "10s";
   std::string max_backoff = "600s";
@@ -195,16 +207,23 @@ std::variant<Options, OptionsExit> parse_options(int argc, const char* const* ar
                  "give messages one of K ordering keys; per key one outstanding, in order (0: off)")
       ->capture_default_str();
   app.add_option("--ack-deadline", ack_deadline,
-                 "the ack deadline, also the push request timeout (10s-600s)")
+                 "the ack deadline, also the push request timeout: a request still open then is "
+                 "closed and counted as a nack (10s-600s)")
       ->capture_default_str();
-  app.add_option("--retry", retry, "immediate | exponential (back-off from --min-backoff)")
+  app.add_option("--retry", retry,
+                 "immediate (Pub/Sub's default: redelivered at once, behind the subscription's "
+                 "push back-off, 100ms doubling per nack up to 60s, reset by an ack) | "
+                 "exponential (from --min-backoff, doubling, up to --max-backoff)")
       ->capture_default_str();
-  app.add_option("--min-backoff", min_backoff, "first back-off after a nack (exponential)")
-      ->capture_default_str();
-  app.add_option("--max-backoff", max_backoff, "largest back-off (exponential)")
-      ->capture_default_str();
+  auto* min_backoff_option =
+      app.add_option("--min-backoff", min_backoff, "first back-off after a nack (exponential only)")
+          ->capture_default_str();
+  auto* max_backoff_option =
+      app.add_option("--max-backoff", max_backoff, "largest back-off (exponential only)")
+          ->capture_default_str();
   app.add_option("--time-scale", o.time_scale,
-                 "multiplies every back-off and the ack deadline (0.01: 100x faster)")
+                 "multiplies every back-off (the push back-off too) and the ack deadline (0.01: "
+                 "100x faster)")
       ->capture_default_str();
   app.add_option("--max-delivery-attempts", o.max_delivery_attempts,
                  "dead-letter policy: after N attempts a message is dead-lettered (5-100; 0: no "
@@ -251,8 +270,9 @@ std::variant<Options, OptionsExit> parse_options(int argc, const char* const* ar
   }
   try {
     if (seed_option->count() > 0) o.seed = seed;
+    const bool backoff_given = min_backoff_option->count() > 0 || max_backoff_option->count() > 0;
     return validate(std::move(o), endpoints, named, form, retry, ack_deadline, min_backoff,
-                    max_backoff, run_timeout, attributes);
+                    max_backoff, run_timeout, attributes, backoff_given);
   } catch (const BadFlag& e) {
     return OptionsExit{.code = 2, .text = e.what()};
   }

@@ -21,10 +21,12 @@ enum class Form {
   kCloudEvent,  ///< Eventarc, CloudEvents binary mode: ce-* headers, MessagePublishedData body.
 };
 
-/// Pub/Sub's retry policy for nacked messages.
+/// Pub/Sub's retry policy for nacked messages. Immediate (Pub/Sub's default) redelivers at once,
+/// paced only by the subscription-wide push back-off (PushBackoff, retry.h); exponential waits
+/// from min_backoff, doubling, up to max_backoff.
 struct RetryPolicy {
   enum class Kind { kImmediate, kExponential };
-  Kind kind = Kind::kExponential;
+  Kind kind = Kind::kImmediate;
   std::chrono::milliseconds min_backoff{10'000};
   std::chrono::milliseconds max_backoff{600'000};
 };

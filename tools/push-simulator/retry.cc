@@ -34,4 +34,10 @@ std::chrono::milliseconds backoff(const RetryPolicy& policy, int nacks) noexcept
   return std::min(delay, policy.max_backoff);
 }
 
+void PushBackoff::on_nack(Clock::time_point now, double time_scale) noexcept {
+  if (now < resume_at_) return;
+  step_ = step_.count() == 0 ? kFirst : std::min(step_ * 2, kMax);
+  resume_at_ = now + scaled(step_, time_scale);
+}
+
 }  // namespace idempotency::push_sim

@@ -34,16 +34,17 @@ Scheduler::Scheduler(asio::io_context& io, const Options& options, std::vector<S
       run_timer_(io),
       drain_timer_(io) {
   const auto deadline = scaled(options.ack_deadline, options.time_scale);
-  // Connecting is bounded by the deadline; the request itself may stay open as long as the run,
-  // as a push request does when the handler outlives its ack deadline.
+  // The ack deadline is also Pub/Sub's push request timeout: the endpoint closes a request
+  // still open then, so a handler that cancels work when its client goes away meets that here,
+  // and a slow endpoint never holds more than --concurrency connections.
   const auto connect = std::min<std::chrono::milliseconds>(deadline, std::chrono::seconds(5));
   for (const auto& spec : options.subscriptions) {
-    Sub sub{.spec = spec};
+    Sub sub{.spec = spec, .resume = std::make_unique<asio::steady_timer>(io)};
     const auto urls = spec.instances.empty() ? std::vector<std::string>{spec.url} : spec.instances;
     for (const auto& url : urls) {
       try {
         sub.instances.push_back(std::make_shared<Endpoint>(
-            url, connect, options.run_timeout, static_cast<std::size_t>(options.concurrency)));
+            url, connect, deadline, static_cast<std::size_t>(options.concurrency)));
       } catch (const std::invalid_argument& e) {
         throw std::invalid_argument("endpoint '" + url + "': " + e.what());
       }
@@ -129,22 +130,42 @@ void Scheduler::release_key(Sub& sub, const std::string& key) {
 
 void Scheduler::dispatch(std::size_t s) {
   Sub& sub = subs_[s];
-  while (!stopped_ && sub.in_flight < options_.concurrency && !sub.ready.empty()) {
+  while (!stopped_ && sub.in_flight < options_.concurrency && !sub.ready.empty() && !paused(s)) {
     const std::size_t chain = sub.ready.front();
     sub.ready.pop_front();
     start_attempt(chain);
   }
 }
 
+// With the immediate policy the push back-off paces the subscription: while it pauses, nothing
+// is sent, and a timer dispatches again when the pause ends.
+bool Scheduler::paused(std::size_t s) {
+  if (options_.retry.kind != RetryPolicy::Kind::kImmediate) return false;
+  Sub& sub = subs_[s];
+  if (Clock::now() >= sub.push_backoff.resume_at()) return false;
+  if (!sub.resume_armed) {
+    sub.resume_armed = true;
+    sub.resume->expires_at(sub.push_backoff.resume_at());
+    sub.resume->async_wait([this, s](boost::system::error_code ec) {
+      subs_[s].resume_armed = false;
+      if (!ec && !stopped_) dispatch(s);
+    });
+  }
+  return true;
+}
+
 void Scheduler::start_attempt(std::size_t chain) {
   Track& track = tracks_[chains_[chain].track];
-  if (track.dead) {  // a dead-lettered message is never delivered again
+  // A dead-lettered message is never delivered again, nor one whose attempts are spent (a copy
+  // of a message another copy acked).
+  if (track.dead ||
+      (options_.max_delivery_attempts > 0 && track.failures >= options_.max_delivery_attempts)) {
     end_chain(chain);
     return;
   }
   Sub& sub = subs_[track.sub];
   const SimMessage& message = messages_[track.message];
-  ++track.attempts;
+  const int number = track.failures + 1;
   ++stats_.deliveries;
   // Behind a balanced subscription, each attempt meets whichever instance the balancer picks
   // (drawn only then, so that an unbalanced run's seed replays as before).
@@ -155,7 +176,7 @@ void Scheduler::start_attempt(std::size_t chain) {
   const Endpoint& endpoint = *sub.instances[instance];
   DeliveryContext context{
       .subscription = sub.spec.name, .topic = topic_name(options_), .path = endpoint.target()};
-  if (options_.max_delivery_attempts > 0) context.delivery_attempt = track.attempts;
+  if (options_.max_delivery_attempts > 0) context.delivery_attempt = number;
   if (signer_ != nullptr) context.bearer = signer_->token(std::chrono::system_clock::now());
   auto request =
       std::make_shared<const pubsub::PushRequest>(build_request(options_.form, message, context));
@@ -163,13 +184,16 @@ void Scheduler::start_attempt(std::size_t chain) {
   auto attempt = std::make_shared<Attempt>();
   attempt->id = next_attempt_id_++;
   attempt->chain = chain;
-  attempt->number = track.attempts;
+  attempt->number = number;
   attempt->start = Clock::now();
+  // Not after the endpoint's own timeout, which starts a moment later: the deadline's timer
+  // fires first, and the close follows.
+  attempt->deadline_at = attempt->start + scaled(options_.ack_deadline, options_.time_scale);
   attempt->deadline = std::make_unique<asio::steady_timer>(io_);
   open_[attempt->id] = attempt;
   ++sub.in_flight;
 
-  attempt->deadline->expires_after(scaled(options_.ack_deadline, options_.time_scale));
+  attempt->deadline->expires_at(attempt->deadline_at);
   attempt->deadline->async_wait([this, attempt](boost::system::error_code ec) {
     if (!ec && !attempt->done && !stopped_) on_deadline(attempt);
   });
@@ -179,54 +203,73 @@ void Scheduler::start_attempt(std::size_t chain) {
 }
 
 void Scheduler::on_deadline(const std::shared_ptr<Attempt>& attempt) {
-  // Pub/Sub counts the delivery as nacked and redelivers; the request stays open.
+  // Pub/Sub counts the delivery as nacked and redelivers; the endpoint closes the request at
+  // the same deadline, and its slot is freed then (on_answer), so open requests never exceed
+  // --concurrency.
+  expire(attempt);
+}
+
+void Scheduler::expire(const std::shared_ptr<Attempt>& attempt) {
+  if (attempt->expired) return;
   attempt->expired = true;
-  const std::size_t s = tracks_[chains_[attempt->chain].track].sub;
-  --subs_[s].in_flight;
   ++stats_.deadline_expired;
-  on_nack(attempt->chain);
-  dispatch(s);
+  on_nack(attempt->chain, {.status = std::nullopt, .error = "ack deadline expired"});
 }
 
 void Scheduler::on_answer(const std::shared_ptr<Attempt>& attempt, const AttemptResult& result) {
   attempt->done = true;
+  attempt->deadline->cancel();
   open_.erase(attempt->id);
-  Track& track = tracks_[chains_[attempt->chain].track];
-  ++stats_.answers[result.status ? std::to_string(*result.status) : "error"];
-  track.last_status = result.status;
-  track.last_error = result.error;
-  const Verdict verdict = classify(result.status, attempt->expired);
+  // The endpoint's timeout may be handled before the deadline's timer: the same expiry.
+  if (!attempt->expired && !result.status && Clock::now() >= attempt->deadline_at) {
+    expire(attempt);
+  }
+  const std::size_t chain = attempt->chain;
+  const std::size_t s = tracks_[chains_[chain].track].sub;
+  --subs_[s].in_flight;
   AttemptEvent event = event_of(*attempt, result);
-  if (verdict == Verdict::kDeadlineExpired) {
-    // A late answer: recorded, ignored for acking (the deadline already nacked the attempt).
-    ++stats_.late_answers;
-    event.late = true;
+  if (attempt->expired) {
+    // Already a nack. An answer that raced the close is recorded, never acked.
+    if (result.status) {
+      ++stats_.answers[std::to_string(*result.status)];
+      ++stats_.late_answers;
+      event.late = true;
+    } else {
+      event.error = "ack deadline expired: the request was closed";
+    }
     if (events_ != nullptr) events_->write(event);
+    dispatch(s);
     check_done();
     return;
   }
-  attempt->deadline->cancel();
-  const std::size_t s = track.sub;
-  --subs_[s].in_flight;
-  event.acked = verdict == Verdict::kAck;
-  if (events_ != nullptr) events_->write(event);
-  if (verdict == Verdict::kAck) {
-    on_ack(attempt->chain);
+  ++stats_.answers[result.status ? std::to_string(*result.status) : "error"];
+  const Track& track = tracks_[chains_[chain].track];
+  if (classify(result.status, false) == Verdict::kAck) {
+    // An ack for a message another copy already dead-lettered settles nothing.
+    event.acked = !track.dead;
+    event.after_dead_letter = track.dead;
+    if (events_ != nullptr) events_->write(event);
+    on_ack(chain);
   } else {
     ++stats_.nacked;
-    on_nack(attempt->chain);
+    if (events_ != nullptr) events_->write(event);
+    on_nack(chain, result);
   }
   dispatch(s);
 }
 
 void Scheduler::on_ack(std::size_t chain) {
   const std::size_t t = chains_[chain].track;
-  if (!tracks_[t].acked) {
-    tracks_[t].acked = true;
+  Track& track = tracks_[t];
+  subs_[track.sub].push_backoff.on_ack();
+  if (track.dead) {
+    ++stats_.acked_after_dead_letter;
+  } else if (!track.acked) {
+    track.acked = true;
     ++stats_.acked;
-    const auto latency = Clock::now() - published_at_[tracks_[t].message];
+    const auto latency = Clock::now() - published_at_[track.message];
     stats_.ack_latency_ms.push_back(std::chrono::duration<double, std::milli>(latency).count());
-    if (tracks_[t].duplicate_after_ack && !chains_[chain].duplicate) {
+    if (track.duplicate_after_ack && !chains_[chain].duplicate) {
       // Delivered again after its ack, ahead of the next message of its ordering key.
       add_chain(t, true, true);
     }
@@ -234,16 +277,21 @@ void Scheduler::on_ack(std::size_t chain) {
   end_chain(chain);
 }
 
-void Scheduler::on_nack(std::size_t chain) {
+void Scheduler::on_nack(std::size_t chain, const AttemptResult& outcome) {
   Track& track = tracks_[chains_[chain].track];
-  ++track.nacks;
-  if (options_.max_delivery_attempts > 0 && track.attempts >= options_.max_delivery_attempts) {
-    if (!track.acked && !track.dead) dead_letter(track);
+  const std::size_t s = track.sub;
+  ++track.failures;
+  subs_[s].push_backoff.on_nack(Clock::now(), options_.time_scale);
+  if (track.dead) {  // another copy dead-lettered it: nothing left to deliver
     end_chain(chain);
     return;
   }
-  const std::size_t s = track.sub;
-  after(scaled(backoff(options_.retry, track.nacks), options_.time_scale), [this, chain, s] {
+  if (options_.max_delivery_attempts > 0 && track.failures >= options_.max_delivery_attempts) {
+    if (!track.acked) dead_letter(track, outcome);
+    end_chain(chain);
+    return;
+  }
+  after(scaled(backoff(options_.retry, track.failures), options_.time_scale), [this, chain, s] {
     subs_[s].ready.push_back(chain);
     dispatch(s);
   });
@@ -263,23 +311,24 @@ void Scheduler::end_chain(std::size_t chain) {
   check_done();
 }
 
-void Scheduler::dead_letter(Track& track) {
+// `outcome` is the attempt whose nack (or expired deadline) spent the last delivery attempt.
+void Scheduler::dead_letter(Track& track, const AttemptResult& outcome) {
   track.dead = true;
   ++stats_.dead_lettered;
   if (dead_letter_ == nullptr) return;
   const SimMessage& m = messages_[track.message];
   nlohmann::json line{{"subscription", subs_[track.sub].spec.name},
                       {"message", wrapped_message(m)},
-                      {"deliveryAttempts", track.attempts}};
+                      {"deliveryAttempts", track.failures}};
   // The attributes Pub/Sub adds to a message it forwards to a dead-letter topic.
   line["message"]["attributes"]["CloudPubSubDeadLetterSourceDeliveryCount"] =
-      std::to_string(track.attempts);
+      std::to_string(track.failures);
   line["message"]["attributes"]["CloudPubSubDeadLetterSourceSubscription"] =
       subs_[track.sub].spec.name;
-  if (track.last_status) {
-    line["lastStatus"] = *track.last_status;
+  if (outcome.status) {
+    line["lastStatus"] = *outcome.status;
   } else {
-    line["lastError"] = track.last_error.empty() ? "ack deadline expired" : track.last_error;
+    line["lastError"] = outcome.error.empty() ? "no answer" : outcome.error;
   }
   *dead_letter_ << line.dump() << '\n' << std::flush;
 }
@@ -289,7 +338,7 @@ void Scheduler::check_done() {
   if (!draining_) {
     draining_ = true;
     stats_.elapsed_ms = since_start_ms(Clock::now());
-    // Late answers still on their way are worth one more ack deadline of waiting.
+    // Every open request is closed by its deadline: waiting one ack deadline is enough.
     drain_timer_.expires_after(scaled(options_.ack_deadline, options_.time_scale));
     drain_timer_.async_wait([this](boost::system::error_code ec) {
       if (!ec) stop();

@@ -1,9 +1,13 @@
 // Scheduler: Pub/Sub's delivery loop for one run, on one Asio event loop. Every message goes to
 // every subscription; each (subscription, message) is delivered until acked or, with a
-// dead-letter policy, dead-lettered after --max-delivery-attempts. A nack waits its back-off;
-// an ack deadline that passes is a nack while the request stays open (a late answer is
-// recorded, never acked). Per subscription at most --concurrency requests are outstanding; per
-// ordering key one message is outstanding, in publish order.
+// dead-letter policy, dead-lettered once its delivery attempts (1 + nacks + expired deadlines,
+// counted over all its copies, as Pub/Sub counts them per message) reach
+// --max-delivery-attempts; it is settled once, acked or dead-lettered, never both. A nack waits
+// its back-off (with the immediate policy, the subscription's push back-off). The ack deadline
+// is also the request timeout: a request still open then is closed and counted as a nack. Per
+// subscription at most --concurrency requests are open (a slot is freed when its request is
+// closed, not when its deadline nacks it); per ordering key one message is outstanding, in
+// publish order.
 //
 // Thread safety: not thread-safe; everything runs on the io_context's one thread.
 #pragma once
@@ -43,7 +47,7 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   /// start() publishes every message and starts delivering; the io_context stops once every
-  /// message is settled (and open late requests are answered or one ack deadline passed), or
+  /// message is settled and every request closed (at the latest one ack deadline later), or
   /// when --run-timeout passes. Call once, then run the io_context.
   void start();
 
@@ -57,14 +61,13 @@ class Scheduler {
   struct Track {  // one message on one subscription
     std::size_t message = 0;
     std::size_t sub = 0;
-    int attempts = 0;
-    int nacks = 0;
+    // Nacks and expired deadlines of every copy: the next request's deliveryAttempt is one
+    // more (a copy sent without either, a duplicate, does not count, as in Pub/Sub's rule).
+    int failures = 0;
     int live_chains = 0;
     bool acked = false;
     bool dead = false;
     bool duplicate_after_ack = false;
-    std::optional<int> last_status;
-    std::string last_error;
   };
   struct Chain {  // one obligation to deliver, until acked or given up
     std::size_t track = 0;
@@ -75,6 +78,7 @@ class Scheduler {
     std::size_t chain = 0;
     int number = 0;
     Clock::time_point start;
+    Clock::time_point deadline_at;
     bool expired = false;
     bool done = false;
     std::unique_ptr<boost::asio::steady_timer> deadline;
@@ -86,9 +90,12 @@ class Scheduler {
   struct Sub {
     Subscription spec;
     std::vector<std::shared_ptr<Endpoint>> instances;  ///< One, or --balance's several.
-    int in_flight = 0;
+    int in_flight = 0;  ///< Requests open (sent and not yet answered or closed).
     std::deque<std::size_t> ready;
     std::map<std::string, KeyQueue> keys;
+    PushBackoff push_backoff;  ///< Paces deliveries with the immediate retry policy.
+    std::unique_ptr<boost::asio::steady_timer> resume;  ///< Wakes dispatch() after a pause.
+    bool resume_armed = false;
   };
 
   void add_chain(std::size_t track, bool duplicate, bool front_of_key);
@@ -97,10 +104,12 @@ class Scheduler {
   void start_attempt(std::size_t chain);
   void on_answer(const std::shared_ptr<Attempt>& attempt, const AttemptResult& result);
   void on_deadline(const std::shared_ptr<Attempt>& attempt);
+  void expire(const std::shared_ptr<Attempt>& attempt);
   void on_ack(std::size_t chain);
-  void on_nack(std::size_t chain);
+  void on_nack(std::size_t chain, const AttemptResult& outcome);
   void end_chain(std::size_t chain);
-  void dead_letter(Track& track);
+  void dead_letter(Track& track, const AttemptResult& outcome);
+  [[nodiscard]] bool paused(std::size_t sub);
   void check_done();
   void stop();
   void after(std::chrono::milliseconds delay, std::function<void()> fn);

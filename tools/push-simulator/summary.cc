@@ -26,6 +26,7 @@ nlohmann::json summary_json(const Stats& s) {
           {"deadline_expired", s.deadline_expired},
           {"late_answers", s.late_answers},
           {"dead_lettered", s.dead_lettered},
+          {"acked_after_dead_letter", s.acked_after_dead_letter},
           {"unsettled", s.unsettled},
           {"answers", s.answers},
           {"latency_ms",
@@ -48,7 +49,7 @@ std::string summary_text(const Stats& s) {
       "  acked              %llu\n"
       "  nacked             %llu attempts\n"
       "  deadline-expired   %llu attempts (%llu late answers)\n"
-      "  dead-lettered      %llu\n"
+      "  dead-lettered      %llu (%llu later acks ignored)\n"
       "  unsettled          %llu%s\n"
       "  publish->ack       p50 %.1f ms, p99 %.1f ms\n"
       "  elapsed            %.1f ms\n",
@@ -60,6 +61,7 @@ std::string summary_text(const Stats& s) {
       static_cast<unsigned long long>(s.deadline_expired),
       static_cast<unsigned long long>(s.late_answers),
       static_cast<unsigned long long>(s.dead_lettered),
+      static_cast<unsigned long long>(s.acked_after_dead_letter),
       static_cast<unsigned long long>(s.unsettled), s.timed_out ? " (--run-timeout passed)" : "",
       percentile(s.ack_latency_ms, 50), percentile(s.ack_latency_ms, 99), s.elapsed_ms);
   return text + ("  answers            " + (answers.empty() ? "none" : answers) + "\n");

@@ -19,12 +19,15 @@ struct Stats {
   std::uint64_t republished = 0;       ///< Copies with a new messageId (--republish-rate).
   std::uint64_t deliveries = 0;        ///< Requests sent (attempts).
   std::uint64_t duplicates = 0;        ///< Extra deliveries of one messageId (--duplicate-rate).
-  std::uint64_t acked = 0;             ///< Messages acked.
+  std::uint64_t acked = 0;             ///< Messages acked (never also dead-lettered).
   std::uint64_t nacked = 0;            ///< Attempts answered with a non-ack status or failed.
   std::uint64_t deadline_expired = 0;  ///< Attempts unanswered within the ack deadline.
   std::uint64_t late_answers = 0;      ///< Answers that came after their deadline.
   std::uint64_t dead_lettered = 0;     ///< Messages dead-lettered.
-  std::uint64_t unsettled = 0;         ///< Messages neither acked nor dead-lettered.
+  /// Ack answers for a message already dead-lettered (another copy spent its attempts while
+  /// this one ran): Pub/Sub had forwarded it, so the ack settles nothing; not in `acked`.
+  std::uint64_t acked_after_dead_letter = 0;
+  std::uint64_t unsettled = 0;                   ///< Messages neither acked nor dead-lettered.
   std::map<std::string, std::uint64_t> answers;  ///< Per status ("200") or "error".
   std::vector<double> ack_latency_ms;            ///< Publish to first ack, per acked message.
   double elapsed_ms = 0;
