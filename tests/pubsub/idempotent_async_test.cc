@@ -152,27 +152,35 @@ class FifoPool {
   std::vector<std::jthread> workers_;  // last: joined before what they use goes
 };
 
-// A store whose calls may block and whose lease renewals take 3 s: one is in flight when a
-// handler fails.
+// A store whose calls may block and whose lease renewals wait until the test lets them go (10 s
+// at most): one is in flight when a handler answers.
 class SlowRenewals final : public ForwardingBackend {
  public:
   using ForwardingBackend::ForwardingBackend;
   std::atomic<bool> renewing{false};
+  std::atomic<bool> renewed{false};  // a renewal returned
+  void let_renewals_go() { go_.set_value(); }
 
  protected:
   [[nodiscard]] bool do_may_block() const noexcept override { return true; }
   std::optional<TimePoint> do_extend(const Claim& claim, std::chrono::milliseconds lease) override {
     renewing = true;
-    std::this_thread::sleep_for(std::chrono::seconds(3));
+    (void)released_.wait_for(std::chrono::seconds(10));
+    renewed = true;
     return ForwardingBackend::do_extend(claim, lease);
   }
+
+ private:
+  std::promise<void> go_;
+  std::shared_future<void> released_ = go_.get_future().share();
 };
 
-// The gateway calls `done` on its event loop, the one thread serving every connection: a
-// failure must not make it wait for a renewal in flight before the release.
-TEST(IdempotentAsyncLoop, AFailureDoesNotHoldTheCallerOfDoneForARenewalInFlight) {
+// The gateway calls `done` on its event loop, the one thread serving every connection: hands
+// `result` to done() while a renewal of the delivery's key is in flight, checks that done()
+// returned without waiting for it, and returns the answer.
+PushResponse done_with_a_renewal_in_flight(InMemoryLock& memory, const std::string& id,
+                                           HandlerResult result) {
   using namespace std::chrono_literals;
-  InMemoryLock memory;
   auto store = std::make_shared<SlowRenewals>(memory);
   Threads threads;
   std::promise<HandlerDone> handed;
@@ -181,45 +189,38 @@ TEST(IdempotentAsyncLoop, AFailureDoesNotHoldTheCallerOfDoneForARenewalInFlight)
       [&](const Delivery&, HandlerDone done) { handed.set_value(std::move(done)); },
       [&](std::function<void()> work) { threads.run(std::move(work)); });
   auto answer = std::make_shared<std::promise<PushResponse>>();
-  handle(std::make_shared<const PushRequest>(push("m-slow-renewal")),
+  handle(std::make_shared<const PushRequest>(push(id)),
          [answer](PushResponse response) { answer->set_value(std::move(response)); });
   HandlerDone done = handed.get_future().get();
-  ASSERT_TRUE(eventually([&] { return store->renewing.load(); }));
-  const auto called = std::chrono::steady_clock::now();
-  done(PushResponse{.status = 500});
-  EXPECT_LT(std::chrono::steady_clock::now() - called, 1500ms)
-      << "done() waited for the 3 s renewal before returning";
-  EXPECT_EQ(answer->get_future().get().status, 500);
-  EXPECT_TRUE(std::holds_alternative<Won>(memory.claim("m-slow-renewal", 1min)))
-      << "the failure released the key";
+  EXPECT_TRUE(eventually([&] { return store->renewing.load(); }));
+  done(std::move(result));
+  EXPECT_FALSE(store->renewed) << "done() waited for the renewal in flight before returning";
+  store->let_renewals_go();
+  PushResponse response = answer->get_future().get();
   threads.join();
+  return response;
 }
 
-// The same for an unknown outcome, which keeps the key held: its renewals stop off the
-// caller's thread too.
-TEST(IdempotentAsyncLoop, AnUnknownOutcomeDoesNotHoldTheCallerOfDoneForARenewalInFlight) {
-  using namespace std::chrono_literals;
+TEST(IdempotentAsyncLoop, AFailureDoesNotHoldTheCallerOfDoneForARenewalInFlight) {
   InMemoryLock memory;
-  auto store = std::make_shared<SlowRenewals>(memory);
-  Threads threads;
-  std::promise<HandlerDone> handed;
-  auto handle = idempotent_async(
-      {.backend = store, .lease = 1s, .heartbeat = 100ms},
-      [&](const Delivery&, HandlerDone done) { handed.set_value(std::move(done)); },
-      [&](std::function<void()> work) { threads.run(std::move(work)); });
-  auto answer = std::make_shared<std::promise<PushResponse>>();
-  handle(std::make_shared<const PushRequest>(push("m-slow-renewal-unknown")),
-         [answer](PushResponse response) { answer->set_value(std::move(response)); });
-  HandlerDone done = handed.get_future().get();
-  ASSERT_TRUE(eventually([&] { return store->renewing.load(); }));
-  const auto called = std::chrono::steady_clock::now();
-  done(std::make_exception_ptr(OutcomeUnknown("no answer from the app")));
-  EXPECT_LT(std::chrono::steady_clock::now() - called, 1500ms)
-      << "done() waited for the 3 s renewal before returning";
-  EXPECT_EQ(answer->get_future().get().status, 503);
-  EXPECT_TRUE(std::holds_alternative<HeldByOther>(memory.claim("m-slow-renewal-unknown", 1min)))
+  EXPECT_EQ(
+      done_with_a_renewal_in_flight(memory, "m-slow-renewal", PushResponse{.status = 500}).status,
+      500);
+  EXPECT_TRUE(std::holds_alternative<Won>(memory.claim("m-slow-renewal", std::chrono::minutes(1))))
+      << "the failure released the key";
+}
+
+// An unknown outcome keeps the key held; its renewals stop off the caller's thread too.
+TEST(IdempotentAsyncLoop, AnUnknownOutcomeDoesNotHoldTheCallerOfDoneForARenewalInFlight) {
+  InMemoryLock memory;
+  EXPECT_EQ(done_with_a_renewal_in_flight(
+                memory, "m-slow-renewal-unknown",
+                std::make_exception_ptr(OutcomeUnknown("no answer from the app")))
+                .status,
+            503);
+  EXPECT_TRUE(std::holds_alternative<HeldByOther>(
+      memory.claim("m-slow-renewal-unknown", std::chrono::minutes(1))))
       << "an unknown outcome keeps the key held";
-  threads.join();
 }
 
 enum class Mode { kInline, kMayBlock, kSendsAsync };

@@ -1046,15 +1046,21 @@ TEST_F(PostgresLockTest, MissingTableWithoutCreateIsStoreErrorUntilSchemaApplied
   EXPECT_TRUE(backend->complete(won(backend->claim("schema-key", milliseconds(1000)))));
 }
 
-// A table made before the waiters column: with create_table the constructor adds it and keeps
-// the rows; without, it refuses in one line that names the table and the column.
-TEST_F(PostgresLockTest, AnOldTableGetsTheWaitersColumnOrAOneLineError) {
-  Admin admin(postgres_url());
-  const std::string t = "\"" + table_ + "\"";
+// Makes `table` as versions before the waiters column did; returns its quoted name.
+std::string create_table_without_waiters(Admin& admin, const std::string& table) {
+  const std::string t = "\"" + table + "\"";
   admin.exec("CREATE TABLE " + t +
              " (key bytea PRIMARY KEY, state smallint NOT NULL CHECK (state IN (1, 2)), fence "
              "bigint NOT NULL CHECK (fence >= 1), lease_expiry bigint NOT NULL, expires_at "
              "bigint NOT NULL, claim_token bytea NOT NULL, result bytea, fingerprint bytea)");
+  return t;
+}
+
+// A table made before the waiters column: with create_table the constructor adds it and keeps
+// the rows; without, it refuses in one line that names the table and the column.
+TEST_F(PostgresLockTest, AnOldTableGetsTheWaitersColumnOrAOneLineError) {
+  Admin admin(postgres_url());
+  const std::string t = create_table_without_waiters(admin, table_);
   admin.exec("INSERT INTO " + t +
              " VALUES ('old-done'::bytea, 2, 4, 0, 9000000000000, 'tok'::bytea, 'r'::bytea, NULL)");
   try {
@@ -1071,10 +1077,7 @@ TEST_F(PostgresLockTest, AnOldTableGetsTheWaitersColumnOrAOneLineError) {
   EXPECT_TRUE(backend->complete(won(backend->claim("new-key", milliseconds(1000)))));
   // Applying the printed schema by hand upgrades an old table the same way.
   const std::string other = unique_name("idem_pg_old");
-  admin.exec("CREATE TABLE \"" + other +
-             "\" (key bytea PRIMARY KEY, state smallint NOT NULL, "
-             "fence bigint NOT NULL, lease_expiry bigint NOT NULL, expires_at bigint NOT NULL, "
-             "claim_token bytea NOT NULL, result bytea, fingerprint bytea)");
+  (void)create_table_without_waiters(admin, other);
   admin.exec(PostgresLock::schema(other));
   EXPECT_NO_THROW(make(PostgresOptions{.table = other, .create_table = false}));
 }
@@ -1085,11 +1088,7 @@ TEST_F(PostgresLockTest, AnOldTableGetsTheWaitersColumnOrAOneLineError) {
 // and the constructor fails in one line.
 TEST_F(PostgresLockTest, AnOldTableUnderALongTransactionFailsTheStartInsteadOfStallingTheTable) {
   Admin admin(postgres_url());
-  const std::string t = "\"" + table_ + "\"";
-  admin.exec("CREATE TABLE " + t +
-             " (key bytea PRIMARY KEY, state smallint NOT NULL CHECK (state IN (1, 2)), fence "
-             "bigint NOT NULL CHECK (fence >= 1), lease_expiry bigint NOT NULL, expires_at "
-             "bigint NOT NULL, claim_token bytea NOT NULL, result bytea, fingerprint bytea)");
+  const std::string t = create_table_without_waiters(admin, table_);
   Admin dump(postgres_url());
   dump.exec("BEGIN");
   dump.exec("SELECT 1 FROM " + t + " LIMIT 1");

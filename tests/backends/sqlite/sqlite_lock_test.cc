@@ -191,13 +191,33 @@ TEST(SqliteLock, ACorruptFileIsAStoreErrorNeverAWon) {
   }
 }
 
+// Another connection's exclusive transaction on the file, as an operator's sqlite3 or another
+// process's long write holds it, until release() or the end of the scope.
+class HeldWriteLock {
+ public:
+  explicit HeldWriteLock(const std::string& path) {
+    EXPECT_EQ(sqlite3_open(path.c_str(), &db_), SQLITE_OK);
+    EXPECT_EQ(sqlite3_exec(db_, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK);
+  }
+  ~HeldWriteLock() { release(); }
+  HeldWriteLock(const HeldWriteLock&) = delete;
+  HeldWriteLock& operator=(const HeldWriteLock&) = delete;
+  void release() {
+    if (db_ == nullptr) return;
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    sqlite3_close(db_);
+    db_ = nullptr;
+  }
+
+ private:
+  sqlite3* db_ = nullptr;
+};
+
 TEST(SqliteLock, ALockedDatabasePastTheBusyTimeoutIsAStoreError) {
   TempDir dir;
   const std::string path = dir.file("locked.db");
   SqliteLock backend(path, SqliteOptions{.busy_timeout = milliseconds(100)});
-  sqlite3* other = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &other), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(other, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK);
+  HeldWriteLock other(path);
   try {
     (void)backend.claim("orders:secret-123", kLease);
     ADD_FAILURE() << "expected StoreError";
@@ -205,8 +225,7 @@ TEST(SqliteLock, ALockedDatabasePastTheBusyTimeoutIsAStoreError) {
     EXPECT_THAT(e.what(), HasSubstr("locked"));
     EXPECT_THAT(e.what(), ::testing::Not(HasSubstr("secret-123")));
   }
-  sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr);
-  sqlite3_close(other);
+  other.release();
   (void)won(backend.claim("orders:secret-123", kLease));  // nothing was half-written
 }
 
@@ -216,9 +235,7 @@ TEST(SqliteLock, ALockedDatabaseFailsCallsSharingACommitAfterOneBusyTimeoutNotOn
   TempDir dir;
   const std::string path = dir.file("locked.db");
   SqliteLock backend(path, SqliteOptions{.busy_timeout = milliseconds(250)});
-  sqlite3* other = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &other), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(other, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK);
+  HeldWriteLock other(path);
   constexpr int kCallers = 16;
   std::atomic<int> refused{0};
   const auto start = std::chrono::steady_clock::now();
@@ -234,8 +251,7 @@ TEST(SqliteLock, ALockedDatabaseFailsCallsSharingACommitAfterOneBusyTimeoutNotOn
   }
   for (auto& t : callers) t.join();
   const auto waited = std::chrono::steady_clock::now() - start;
-  sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr);
-  sqlite3_close(other);
+  other.release();
   EXPECT_EQ(refused, kCallers);
   // A few timeouts at most (the groups as callers arrive), against 16 one after another.
   EXPECT_LT(waited, std::chrono::milliseconds(250) * kCallers / 2);
