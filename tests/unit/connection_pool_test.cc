@@ -263,6 +263,7 @@ TEST(ConnectionPool, ManyThreadsNeverHoldMoreThanTheBound) {
   Pool pool = opener.pool(kSize, milliseconds(10'000));
   std::atomic<int> out{0};
   std::atomic<int> most{0};
+  std::atomic<int> broken{0};
   std::vector<std::thread> threads;
   threads.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) {
@@ -274,7 +275,10 @@ TEST(ConnectionPool, ManyThreadsNeverHoldMoreThanTheBound) {
         while (now > seen && !most.compare_exchange_weak(seen, now)) {
         }
         // Some threads break theirs, so closing and reopening races with lending too.
-        if ((i + t) % 17 == 0) lease.get()->broken = true;
+        if ((i + t) % 17 == 0) {
+          lease.get()->broken = true;
+          ++broken;
+        }
         --out;
       }
     });
@@ -282,7 +286,9 @@ TEST(ConnectionPool, ManyThreadsNeverHoldMoreThanTheBound) {
   for (auto& thread : threads) thread.join();
   EXPECT_LE(most.load(), static_cast<int>(kSize));
   EXPECT_GE(most.load(), 1);
-  EXPECT_LE(opener.opened(), kThreads * kRounds);
+  // Connections are lent again, not opened per borrow: one for each slot, and one more for
+  // each connection given back broken.
+  EXPECT_LE(opener.opened(), static_cast<int>(kSize) + broken.load());
 }
 
 }  // namespace
