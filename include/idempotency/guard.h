@@ -12,7 +12,10 @@
 // out is logged as an alertable error (event "fenced_out"): re-raising would nack and repeat
 // a side effect that already happened. Everything else propagates.
 //
-// Thread safety: a Guard belongs to one thread at a time; the backend is shared.
+// Thread safety: a Guard belongs to one thread at a time; the backend is shared. Re-entry is
+// detected on the thread that took the guard: handed to another thread, the guard leaves that
+// first thread marked as the key's owner (its own lock() of the key is a ReentryError, not
+// InProgress) and the new one unmarked, until the guard ends.
 #pragma once
 
 #include <chrono>
