@@ -97,11 +97,20 @@ ResultPtr next_result(PGconn* conn, const Deadline& deadline) {
   return ResultPtr(PQgetResult(conn));
 }
 
+// is_copy() says whether `r` starts a COPY: libpq then hands out a COPY result on every call
+// and never the null that ends a query's results.
+bool is_copy(const PGresult* r) {
+  const auto status = PQresultStatus(r);
+  return status == PGRES_COPY_IN || status == PGRES_COPY_OUT || status == PGRES_COPY_BOTH;
+}
+
 // last_result() reads a query's results to their end and keeps the last, or the first error,
-// as PQexec does.
+// as PQexec does; a COPY ends them too, as in PQexec (no statement here asks for one, so only a
+// broken server or proxy sends it, and the caller reads it as the unexpected answer it is).
 ResultPtr last_result(PGconn* conn, const Deadline& deadline) {
   ResultPtr kept;
   while (ResultPtr r = next_result(conn, deadline)) {
+    if (is_copy(r.get())) return r;
     if (!kept || !is_error(kept.get())) kept = std::move(r);
   }
   return kept;

@@ -31,6 +31,7 @@
 #include "idempotency/key.h"
 #include "idempotency/open_backend.h"
 #include "postgres_admin.h"
+#include "postgres_internal.h"
 #include "support/claim_matchers.h"
 #include "support/eventually.h"
 #include "support/server_clock_checks.h"
@@ -1044,6 +1045,28 @@ TEST_F(PostgresLockTest, MissingTableWithoutCreateIsStoreErrorUntilSchemaApplied
   admin.exec(PostgresLock::schema(table_));
   auto backend = make(PostgresOptions{.table = table_, .create_table = false});
   EXPECT_TRUE(backend->complete(won(backend->claim("schema-key", milliseconds(1000)))));
+}
+
+// No statement of the library asks for a COPY, but a broken server or proxy may answer with
+// one: libpq then hands out a COPY result on every call, never the null that ends a query's
+// results, so reading to the end must stop at it rather than spin on a thread for ever.
+TEST(PostgresRoundTrip, ACopyAnswerEndsTheRoundTripInsteadOfSpinning) {
+  const std::string url = postgres_url();
+  ASSERT_FALSE(url.empty()) << "no PostgreSQL test server";
+  PGconn* raw = PQconnectdb(url.c_str());
+  ASSERT_EQ(PQstatus(raw), CONNECTION_OK) << PQerrorMessage(raw);
+  ASSERT_TRUE(postgres_detail::make_nonblocking(raw));
+  auto answer = std::async(std::launch::async, [raw] {
+    return postgres_detail::exec_text(
+        raw, "COPY (SELECT 1) TO STDOUT",
+        postgres_detail::Deadline::for_statement(std::chrono::seconds(5)));
+  });
+  ASSERT_EQ(answer.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+      << "spun on COPY results";
+  const postgres_detail::ResultPtr r = answer.get();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(PQresultStatus(r.get()), PGRES_COPY_OUT);
+  PQfinish(raw);
 }
 
 // Makes `table` as versions before the waiters column did; returns its quoted name.
