@@ -11,8 +11,10 @@
 // `SKIP LOCKED` so that instances purging at once do not fight over rows. Waits are jittered
 // (±25 % of the interval) so that many instances started together do not purge in lockstep.
 // A failing pass is logged (`purge_failed`) and retried at the next tick; a pass that takes
-// longer than the interval is logged (`purge_behind`). Purging never changes an answer: only
-// records past their `expires_at` are deleted, and those already answer as absent.
+// longer than the interval is logged (`purge_behind`). Purging never changes whether a claim
+// wins, is a duplicate or finds the key held: only records past their `expires_at` are deleted,
+// and a claim already wins those. The purged key's next claim starts again at fence 1 (as on
+// Redis, which deletes at `expires_at`) instead of the old fence + 1.
 //
 // Thread safety: construct and destroy from one thread; `passes()` and `purged()` may be read
 // from any thread.

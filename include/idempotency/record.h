@@ -27,7 +27,8 @@ enum class RecordState : std::uint8_t { kClaimed = 1, kDone = 2 };
 /// One key's record. Times are epoch milliseconds of the clock the backend judges by.
 struct Record {
   RecordState state = RecordState::kClaimed;
-  /// Fencing token: >= 1 and only ever rises while the record exists.
+  /// Fencing token: >= 1 and only ever rises while the record exists; a record deleted after
+  /// its `expires_at` takes its fence with it, and the key's next claim starts at 1.
   std::int64_t fence = 1;
   /// Until this instant a CLAIMED record is held by its claimant (mutual exclusion).
   Millis lease_expiry = 0;

@@ -11,6 +11,7 @@
 #include <utility>
 #include <variant>
 
+#include "idempotency/backend.h"
 #include "idempotency/detail/lease_keeper.h"
 #include "idempotency/errors.h"
 #include "idempotency/guard.h"
@@ -76,7 +77,10 @@ std::optional<std::string> encoded_result(const OnceHooks& hooks,
 ErasedOutcome claim_and_execute(std::string_view key, LockBackend& backend,
                                 const OnceOptions& options, const OnceHooks& hooks) {
   if (options.stop.stop_requested()) throw Cancelled();
-  const auto deadline = std::chrono::steady_clock::now() + options.wait_for;
+  // At most kMaxTtl: "wait for ever" as milliseconds::max() would overflow the steady clock's
+  // nanoseconds into a deadline already past.
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::min(options.wait_for, idempotency::kMaxTtl);
   std::chrono::milliseconds backoff(10);
   while (true) {
     ClaimResult result = backend.claim(key, options.lease, ClaimRequest{{}, options.fingerprint});

@@ -95,6 +95,19 @@ TEST_P(CrossInstance, WaitForReplaysOnceTheHolderElsewhereFinishes) {
   EXPECT_EQ(o.value(), "from-A");
 }
 
+// milliseconds::max(), "for ever", once overflowed the deadline into the past: in_progress at once.
+TEST_P(CrossInstance, WaitForTheLongestDurationWaitsForTheHolder) {
+  Holder holder(*a_, "k");
+  std::jthread finisher([&] {
+    std::this_thread::sleep_for(milliseconds(100));  // let B find the key held and wait
+    holder.finish();
+  });
+  auto o = once(
+      "k", *b_, [] { return std::string("from-B"); }, OnceOptions{.wait_for = milliseconds::max()});
+  EXPECT_EQ(o.status(), Status::kReplayed);
+  EXPECT_EQ(o.value(), "from-A");
+}
+
 TEST_P(CrossInstance, WaitForTakesOverWhenTheHolderElsewhereFails) {
   Holder holder(*a_, "k", /*fail=*/true);
   std::jthread finisher([&] {

@@ -44,7 +44,8 @@ struct OnceOptions {
   /// must name one operation on one payload (the seed's rule), and a reused key replays.
   std::optional<std::string> fingerprint;
   /// On a live holder in another process, wait up to this long for it to finish and replay
-  /// its result instead of answering `kInProgress`. Zero: do not wait.
+  /// its result instead of answering `kInProgress`. Zero: do not wait. At most `kMaxTtl` (366
+  /// days) is waited, so `milliseconds::max()` waits as long as a holder can hold.
   std::chrono::milliseconds wait_for{0};
   /// Cancels this caller: a joined caller alone gets `Cancelled`. An owner's token is passed
   /// to the operation when it accepts one; the key is released and handed off only once the
