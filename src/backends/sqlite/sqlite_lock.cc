@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -136,6 +137,9 @@ struct SqliteLock::Impl {
   std::optional<Record> read(std::string_view key) {
     sqlite3_stmt* s = select.get();
     sqlite3_reset(s);
+    // Reset on every way out, a throw included: a statement left active keeps its read
+    // snapshot, and every later write on this connection fails once another has written.
+    const std::unique_ptr<sqlite3_stmt, int (*)(sqlite3_stmt*)> reset_on_exit(s, sqlite3_reset);
     bind_blob(db.get(), s, 1, key);
     const int rc = sqlite3_step(s);
     if (rc == SQLITE_DONE) return std::nullopt;
@@ -153,7 +157,6 @@ struct SqliteLock::Impl {
     r.claim_token = column_bytes(s, 4);
     r.result = column_optional_bytes(s, 5);
     r.fingerprint = column_optional_bytes(s, 6);
-    sqlite3_reset(s);
     return r;
   }
 

@@ -170,6 +170,25 @@ TEST(SqliteLock, OnceWaitsForAHolderInAnotherProcessAndReplays) {
   EXPECT_EQ(o.value(), "from-child");
 }
 
+// A row read as unknown (written by something else) fails its read; the read's statement must
+// not stay active, or its connection keeps an old snapshot and every later write on it fails
+// once another connection has written (SQLITE_BUSY_SNAPSHOT).
+TEST(SqliteLock, AnUnreadableRecordLeavesItsConnectionUsable) {
+  TempDir dir;
+  const std::string path = dir.file("idem.db");
+  SqliteLock lock(path);
+  (void)won(lock.claim("bad", kLease));
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  EXPECT_EQ(sqlite3_exec(db, "UPDATE idempotency_records SET state = 9", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  EXPECT_THROW((void)lock.inspect("bad"), StoreError);
+  SqliteLock other(path);
+  (void)won(other.claim("written-elsewhere", kLease));
+  (void)won(lock.claim("k", kLease));
+}
+
 TEST(SqliteLock, AnUnopenableFileIsAStoreErrorWithSqlitesMessage) {
   try {
     SqliteLock backend("/nonexistent-dir/sub/idem.db");
