@@ -127,6 +127,20 @@ CompleteStatus note_complete_outcome(const Claim& claim,
 /// failure is logged (`release_failed`), never thrown: the key frees itself when the lease
 /// lapses, and callers are destructors and failure paths that must not throw.
 void release_after_failure(LockBackend& backend, const Claim& claim) noexcept;
+
+/// made_or_released() returns `make()`; when it throws, releases `claim` (as
+/// release_after_failure()) and rethrows. For what a claim just won needs before its work can
+/// run (its lease keeper): failing to make it (out of memory, no thread for the heartbeat) must
+/// not leave the key held, with no work under it, until the lease lapses.
+template <class Make>
+auto made_or_released(LockBackend& backend, const Claim& claim, Make&& make) -> decltype(make()) {
+  try {
+    return std::forward<Make>(make)();
+  } catch (...) {
+    release_after_failure(backend, claim);
+    throw;
+  }
+}
 /// keep_after_unknown_outcome() leaves `claim` held after work whose outcome is unknown (it may
 /// still be happening elsewhere), so no one reclaims the key before its lease lapses; logs
 /// `outcome_unknown` (fingerprint and fence only).

@@ -63,8 +63,11 @@ Guard::Guard(LockBackend& backend, Claim claim, bool completes, std::shared_ptr<
     : backend_(&backend),
       claim_(std::move(claim)),
       registration_(std::move(registration)),
-      keeper_(backend, claim_, options.lease, options.heartbeat),
-      lost_token_(keeper_.lost_token()),
+      keeper_(detail::made_or_released(
+          backend, claim_,
+          [&] { return detail::LeaseKeeper(backend, claim_, options.lease, options.heartbeat); })),
+      lost_token_(
+          detail::made_or_released(backend, claim_, [this] { return keeper_.lost_token(); })),
       completes_(completes),
       exceptions_at_entry_(std::uncaught_exceptions()) {}
 

@@ -417,8 +417,18 @@ std::shared_ptr<void> register_guard(const LockBackend& backend, std::string_vie
   std::lock_guard lock(table.mutex);
   Entry& entry = table.entry_for_call(k, key);
   const std::uint64_t id = table.next_guard_id++;
-  entry.guards.emplace_back(id, std::this_thread::get_id());
-  return std::make_shared<GuardRegistration>(std::move(k), id);
+  // What allocates comes before the guard is entered: a failure after it would leave this
+  // thread marked as the key's holder for good (a ReentryError on every later call).
+  std::shared_ptr<GuardRegistration> registration;
+  try {
+    entry.guards.reserve(entry.guards.size() + 1);
+    registration = std::make_shared<GuardRegistration>(k, id);
+  } catch (...) {
+    table.erase_if_empty(k);
+    throw;
+  }
+  entry.guards.emplace_back(id, std::this_thread::get_id());  // reserved: cannot throw
+  return registration;
 }
 
 }  // namespace detail

@@ -88,10 +88,14 @@ ErasedOutcome claim_and_execute(std::string_view key, LockBackend& backend,
       const Claim& claim = won->claim;
       // The operation is asked to stop when its caller cancels or its claim is lost; the two
       // callbacks unregister (waiting for a running one) before `work` goes.
-      std::stop_source work;
-      detail::LeaseKeeper keeper(backend, claim, options.lease, options.heartbeat);
+      std::stop_source work = made_or_released(backend, claim, [] { return std::stop_source(); });
+      detail::LeaseKeeper keeper = made_or_released(backend, claim, [&] {
+        return detail::LeaseKeeper(backend, claim, options.lease, options.heartbeat);
+      });
       std::stop_callback on_cancel(options.stop, [&work] { work.request_stop(); });
-      std::stop_callback on_lost(keeper.lost_token(), [&work] { work.request_stop(); });
+      std::stop_callback on_lost(
+          made_or_released(backend, claim, [&] { return keeper.lost_token(); }),
+          [&work] { work.request_stop(); });
       std::shared_ptr<const void> value;
       bool ran = false;
       try {

@@ -1,0 +1,133 @@
+// An allocation that fails anywhere in lock(), mutex() or once() must not leave the key held:
+// the call throws std::bad_alloc and the key can be claimed again at once, as after any other
+// failure, instead of staying CLAIMED until its lease lapses. Each test fails the first, second,
+// third... allocation of one call in turn until a call makes no more, so every allocation the
+// call makes, the ones after its claim is won among them, is made to fail once.
+//
+// This program replaces the global operator new (its own program for that reason), counting
+// only the allocations of the thread that arms it.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <new>
+#include <stdexcept>
+#include <string>
+
+#include "idempotency/guard.h"
+#include "idempotency/memory_lock.h"
+#include "idempotency/once.h"
+
+namespace {
+
+// Allocations to let through before one fails on this thread; negative: none fails.
+thread_local long allocations_before_failure = -1;
+
+}  // namespace
+
+void* operator new(std::size_t size) {
+  if (allocations_before_failure >= 0 && allocations_before_failure-- == 0) {
+    throw std::bad_alloc();
+  }
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;  // NOLINT(*-no-malloc)
+  throw std::bad_alloc();
+}
+
+// GCC 12 takes the replacement's own free() for a delete of memory from malloc().
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void operator delete(void* p) noexcept { std::free(p); }  // NOLINT(*-no-malloc)
+
+void operator delete(void* p, std::size_t /*size*/) noexcept {
+  std::free(p);
+}  // NOLINT(*-no-malloc)
+#pragma GCC diagnostic pop
+
+namespace idempotency::testing {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr milliseconds kLease = std::chrono::minutes(15);
+constexpr milliseconds kHeartbeat = std::chrono::minutes(1);
+// More than any call here makes; a sweep that reaches it has a call that never stops failing.
+constexpr long kMostAllocations = 2000;
+
+// Fails the call's `n`th allocation (from 0) while alive.
+class FailingAllocation {
+ public:
+  explicit FailingAllocation(long n) { allocations_before_failure = n; }
+  FailingAllocation(const FailingAllocation&) = delete;
+  FailingAllocation& operator=(const FailingAllocation&) = delete;
+  ~FailingAllocation() { allocations_before_failure = -1; }
+};
+
+// Runs `call(key)` with its nth allocation failing, for n = 0, 1, 2... until a run makes no
+// allocation fail, and after each failure runs `call(key)` again, allocations unharmed: it must
+// find the key free (or done, for once(), whose work may have run before the failure), not held
+// (`InProgress`) nor this thread still marked as its holder (`ReentryError`).
+template <class Call>
+void sweep(const std::string& name, Call call) {
+  long n = 0;
+  for (; n < kMostAllocations; ++n) {
+    const std::string key = name + "-" + std::to_string(n);
+    bool failed = false;
+    {
+      const FailingAllocation failing(n);
+      try {
+        call(key);
+      } catch (const std::bad_alloc&) {
+        failed = true;
+      }
+    }
+    if (!failed) break;
+    try {
+      call(key);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "after allocation " << n << " failed, the next call threw: " << e.what();
+      return;
+    }
+  }
+  EXPECT_GT(n, 0) << "the call allocated nothing: the sweep tested nothing";
+  EXPECT_LT(n, kMostAllocations);
+}
+
+TEST(AllocationFailure, ALockThatCannotStartGivesItsKeyUp) {
+  InMemoryLock backend;
+  sweep("lock", [&](const std::string& key) {
+    Guard guard = lock(key, backend, LockOptions{.lease = kLease});
+    allocations_before_failure = -1;  // giving the key up is not what is tested
+    guard.release();
+  });
+}
+
+TEST(AllocationFailure, ALockWithAHeartbeatThatCannotStartGivesItsKeyUp) {
+  InMemoryLock backend;
+  sweep("heartbeat", [&](const std::string& key) {
+    Guard guard = lock(key, backend, LockOptions{.lease = kLease, .heartbeat = kHeartbeat});
+    allocations_before_failure = -1;  // giving the key up is not what is tested
+    guard.release();
+  });
+}
+
+TEST(AllocationFailure, AMutexThatCannotStartGivesItsKeyUp) {
+  InMemoryLock backend;
+  sweep("mutex", [&](const std::string& key) {
+    Guard guard = mutex(key, backend, LockOptions{.lease = kLease, .heartbeat = kHeartbeat});
+    allocations_before_failure = -1;  // giving the key up is not what is tested
+    guard.release();
+  });
+}
+
+TEST(AllocationFailure, OnceThatCannotRunGivesItsKeyUpOrCompletesIt) {
+  InMemoryLock backend;
+  sweep("once", [&](const std::string& key) {
+    const auto outcome = once(
+        key, backend, [] { return std::string(64, 'r'); },
+        OnceOptions{.lease = kLease, .heartbeat = kHeartbeat});
+    if (outcome.status() == Status::kInProgress) throw std::runtime_error("the key is held");
+  });
+}
+
+}  // namespace
+}  // namespace idempotency::testing
