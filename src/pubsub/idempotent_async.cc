@@ -8,7 +8,6 @@
 #include "idempotency/pubsub/idempotent_async.h"
 
 #include <atomic>
-#include <future>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -17,6 +16,7 @@
 #include <utility>
 #include <variant>
 
+#include "blocking_path.h"
 #include "idempotency/detail/lease_keeper.h"
 #include "idempotency/detail/once_engine.h"
 #include "idempotency/errors.h"
@@ -28,53 +28,14 @@
 namespace idempotency::pubsub {
 namespace {
 
+using detail::awaited;
+using detail::run_blocking_path;
 using detail::Seen;
+using detail::with_a_failure;
 using detail::Wrapper;
 using idempotency::detail::AsyncFlight;
 using idempotency::detail::ErasedOutcome;
 using idempotency::detail::LeaseKeeper;
-
-// A failure reported with an empty exception_ptr (`done(std::current_exception())` outside a
-// catch) is a failure like any other: rethrowing it as it is would be undefined behaviour.
-HandlerResult with_a_failure(HandlerResult result) {
-  if (auto* error = std::get_if<std::exception_ptr>(&result); error && !*error) {
-    *error = std::make_exception_ptr(
-        std::runtime_error("the handler reported a failure without an exception"));
-  }
-  return result;
-}
-
-// A blocking-path handler: starts the asynchronous one and waits for it, on a thread that may
-// block. A second call of `done` (a handler bug) is ignored rather than crashing the process.
-// Only `done` and its copies hold the promise: a handler that drops them all uncalled breaks
-// it, which is an unknown outcome (held, not released), as on the asynchronous path, and not a
-// thread waiting for ever on a key renewed for ever.
-ResponseHandler awaited(AsyncResponseHandler handler) {
-  return [handler = std::move(handler)](const Delivery& delivery) {
-    // Apart from the promise, which must go with the last copy of `done`, while the flag
-    // must outlive the handler's call.
-    auto called = std::make_shared<std::atomic<bool>>(false);
-    auto promise = std::make_shared<std::promise<HandlerResult>>();
-    auto future = promise->get_future();
-    try {
-      handler(delivery, [called, promise = std::move(promise)](HandlerResult result) {
-        if (!called->exchange(true)) promise->set_value(with_a_failure(std::move(result)));
-      });
-    } catch (...) {
-      // Thrown before `done`: a failure like any other. Thrown after it (a handler bug), the
-      // first answer stands, as on the asynchronous path: the work it reported done is kept.
-      if (!called->exchange(true)) throw;
-    }
-    HandlerResult result;
-    try {
-      result = future.get();
-    } catch (const std::future_error&) {
-      throw OutcomeUnknown("the handler dropped its done callback without calling it");
-    }
-    if (auto* error = std::get_if<std::exception_ptr>(&result)) std::rethrow_exception(*error);
-    return std::get<PushResponse>(std::move(result));
-  };
-}
 
 // What every delivery on this wrapper shares.
 struct Shared {
@@ -412,24 +373,6 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
   bool complete_pending_ = false;            // answered, and the complete not yet ended
 };
 
-// The blocking path, on run_blocking: everything idempotent() does, the handler awaited.
-void run_blocking_path(const std::shared_ptr<const Shared>& shared,
-                       std::shared_ptr<const PushRequest> request, Respond respond) {
-  shared->run_blocking([shared, request = std::move(request), respond = std::move(respond)] {
-    PushResponse response;
-    try {
-      response = (*shared->blocking)(*request);
-    } catch (const std::exception& e) {
-      log(LogRecord{Severity::kError,
-                    "handler_threw",
-                    "the push wrapper threw before deciding an outcome; nacking",
-                    {{"error", e.what()}}});
-      response = push_response(DeliveryOutcome::kHandlerFailed, {});
-    }
-    respond(std::move(response));
-  });
-}
-
 // The first guarded deliveries build the backend through its factory, which may block: on
 // run_blocking, after which each goes on as any other delivery. Never through the blocking
 // once(): it would hold a worker waiting for an asynchronous flight of the same key, whose
@@ -483,7 +426,8 @@ AsyncPushHandler idempotent_async(IdempotentOptions options, AsyncResponseHandle
     const auto& options = wrapper.options;
     // Waiting for a holder, authenticating (a key fetch) and the unguarded path may block.
     if (wrapper.disabled || options.wait_for.count() > 0 || options.authenticate) {
-      run_blocking_path(shared, std::move(request), std::move(respond));
+      run_blocking_path(shared->blocking, shared->run_blocking, std::move(request),
+                        std::move(respond));
       return;
     }
     detail::Admission admission = wrapper.admit(*request);
@@ -492,7 +436,8 @@ AsyncPushHandler idempotent_async(IdempotentOptions options, AsyncResponseHandle
       return;
     }
     if (!admission.unguarded_why.empty()) {
-      run_blocking_path(shared, std::move(request), std::move(respond));
+      run_blocking_path(shared->blocking, shared->run_blocking, std::move(request),
+                        std::move(respond));
       return;
     }
     LockBackend* backend = wrapper.backend->ready();
