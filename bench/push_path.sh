@@ -190,7 +190,7 @@ if name != "gateway": sys.exit(0)
 # What guarding the push adds to the gateway's path: each step's inclusive instructions, averaged
 # over the first 20 pushes' parts.
 steps = [  # (leg, what, the function whose inclusive count is the step's)
-    (0, "the envelope parsed and checked", "idempotency::pubsub::parse_push("),
+    (0, "the envelope parsed and checked", "idempotency::pubsub::internal::parse_push_into("),
     (0, "this process's flight for the key begun", "idempotency::detail::begin_async_flight("),
     (0, "the claim", "idempotency::LockBackend::claim("),
     (0, "the lease keeper started", "idempotency::detail::LeaseKeeper::LeaseKeeper("),

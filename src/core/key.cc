@@ -9,7 +9,13 @@
 namespace idempotency {
 
 bool is_blank_key(std::string_view key) noexcept {
-  return key.find_first_not_of(kBlankKeyBytes) == std::string_view::npos;
+  // kBlankKeyBytes by their values (SP, and HTAB to CR): a key is judged three times a push,
+  // and find_first_not_of() costs a memchr over the set for each byte.
+  static_assert(kBlankKeyBytes == " \t\n\v\f\r");
+  for (const char c : key) {
+    if (c != ' ' && (c < '\t' || c > '\r')) return false;
+  }
+  return true;
 }
 
 void validate_key(std::string_view key) {

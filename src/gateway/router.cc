@@ -4,6 +4,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
@@ -38,9 +39,9 @@ http::AsyncHandler make_router(pubsub::AsyncPushHandler handler,
                                pubsub::RunBlocking run_blocking) {
   return [handler = std::move(handler),
           readiness = ReadinessProbe(std::move(backend), lease, std::move(run_blocking)),
-          metrics = std::move(metrics)](pubsub::PushRequest request,
+          metrics = std::move(metrics)](pubsub::PushRequest&& request,
                                         const http::Responder& respond) {
-    if (request.method == "GET" || request.method == "HEAD") {
+    if (const std::string_view method = request.method; method == "GET" || method == "HEAD") {
       const std::string path = request.path.substr(0, request.path.find('?'));
       if (path == "/healthz") return respond(text(200, "ok\n"));
       if (path == "/readyz") {

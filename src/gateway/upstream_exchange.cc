@@ -14,6 +14,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "idempotency/detail/chunked_body.h"
@@ -53,12 +54,12 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   using Impl = UpstreamPool::Impl;
   using Done = std::function<void(UpstreamReply)>;
 
-  Exchange(std::shared_ptr<const Impl> impl, const pubsub::PushRequest& request,
+  Exchange(std::shared_ptr<const Impl> impl, std::shared_ptr<const pubsub::PushRequest> request,
            std::optional<std::int64_t> fence, asio::io_context& io, asio::any_io_executor executor,
            Clock::time_point start, Impl::OnBadAlloc on_bad_alloc, bool on_strand, bool bunches,
            Done done)
       : impl_(std::move(impl)),
-        request_(request),
+        request_(std::move(request)),
         fence_(fence),
         io_(io),
         executor_(std::move(executor)),
@@ -98,7 +99,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
         reused_ = connection_ != nullptr;
         if (reused_) text_ = std::move(connection_->request);  // its capacity, for this request
         text_.clear();
-        invalid = build_request(request_, fence_, impl_->url, impl_->origin, text_);
+        invalid = build_request(*request_, fence_, impl_->url, impl_->origin, text_);
       } else {
         invalid = impl_->setup_error;
       }
@@ -205,7 +206,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     parser_.emplace(impl_->options.keep_content);
     parser_->header_limit(kHeaderLimit);
     parser_->body_limit(std::uint64_t{impl_->options.max_response_bytes});
-    if (request_.method == "HEAD") parser_->skip(true);  // a Content-Length but no body
+    if (is_head()) parser_->skip(true);  // a Content-Length but no body
     parse(Until::kHeader);
   }
 
@@ -262,8 +263,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   // or Beast has begun reading it. Only the status is kept in this mode, so nothing is lost.
   bool read_simply() {
     auto& buffer = connection_->buffer;
-    if (impl_->options.keep_content || buffer.size() == 0 || parser_->got_some() ||
-        request_.method == "HEAD") {
+    if (impl_->options.keep_content || buffer.size() == 0 || parser_->got_some() || is_head()) {
       return false;
     }
     const auto bytes = buffer.data();
@@ -278,6 +278,9 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     finish();
     return true;
   }
+
+  // A view's comparison: std::string == "..." is a memcmp whatever the sizes (GCC 12).
+  [[nodiscard]] bool is_head() const { return std::string_view(request_->method) == "HEAD"; }
 
   [[nodiscard]] bool reached(Until until) const {
     return until == Until::kHeader ? parser_->is_header_done() : parser_->is_done();
@@ -328,8 +331,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   void on_response(const beast::error_code& ec) {
     // A HEAD answer's length is what a GET would send, and it has no body to count: the
     // upstream's own stands (the server frames with it, not with the empty body).
-    const bool head_length =
-        !ec && request_.method == "HEAD" && parser_->content_length().has_value();
+    const bool head_length = !ec && is_head() && parser_->content_length().has_value();
     const std::uint64_t declared = head_length ? *parser_->content_length() : 0;
     reply_ = read_reply(*parser_, ec, ec && connection_->expired());
     if (head_length && reply_.kind == UpstreamReply::Kind::kResponse) {
@@ -422,7 +424,9 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   }
 
   std::shared_ptr<const Impl> impl_;
-  const pubsub::PushRequest& request_;  // the caller keeps it until done_ is called
+  // Held until the exchange ends; from forward(), borrowed (it owns nothing): the caller keeps
+  // the request until done_ is called, and nothing reads it after that.
+  std::shared_ptr<const pubsub::PushRequest> request_;
   std::optional<std::int64_t> fence_;
   asio::io_context& io_;
   asio::any_io_executor executor_;
@@ -449,21 +453,29 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
 }  // namespace
 
 void UpstreamPool::Impl::exchange(std::shared_ptr<const Impl> impl,
-                                  const pubsub::PushRequest& request,
+                                  std::shared_ptr<const pubsub::PushRequest> request,
                                   std::optional<std::int64_t> fence, asio::io_context& io,
                                   const asio::any_io_executor& executor, Clock::time_point start,
                                   OnBadAlloc on_bad_alloc, Begin begin, bool on_strand,
                                   std::function<void(UpstreamReply)> done) {
   const bool bunches = begin == Begin::kPosted && !on_strand;
-  auto exchange = std::make_shared<Exchange>(std::move(impl), request, fence, io, executor, start,
-                                             on_bad_alloc, on_strand, bunches, std::move(done));
+  auto exchange =
+      std::make_shared<Exchange>(std::move(impl), std::move(request), fence, io, executor, start,
+                                 on_bad_alloc, on_strand, bunches, std::move(done));
   if (begin == Begin::kNow) {
     exchange->start();
     return;
   }
   // Dispatched, not posted: on the event loop's own thread (the gateway's push path) the
   // request goes out now, without another pass of the loop (each pass is an epoll_wait).
-  asio::dispatch(executor, [exchange = std::move(exchange)] { exchange->start_for_caller(); });
+  auto start_now = [exchange = std::move(exchange)] { exchange->start_for_caller(); };
+  if (on_strand) {
+    asio::dispatch(executor, std::move(start_now));
+    return;
+  }
+  // `executor` is io's own then: dispatched to it as it is, rather than through the type-erased
+  // executor, which wraps the handler in an allocated function first.
+  asio::dispatch(io.get_executor(), std::move(start_now));
 }
 
 }  // namespace idempotency::gateway

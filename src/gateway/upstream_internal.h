@@ -300,10 +300,12 @@ struct UpstreamPool::Impl {
   // The exchange, from taking or opening a connection to the reply (upstream_exchange.cc), a
   // chain of callbacks on `executor`, an executor of `io`: a strand (`on_strand`) when several
   // threads run `io`, else `io`'s own, whose one thread then runs every step. `done` gets the reply
-  // (`request` must live until then); deadlines count from `start`. Transport failures are a reply
-  // kind. std::bad_alloc: thrown here if the exchange cannot be set up; later, with kThrow, it
-  // propagates out of the handler that met it (out of run_one()), with kReply it is a reply.
-  static void exchange(std::shared_ptr<const Impl> impl, const pubsub::PushRequest& request,
+  // (`request` is held until then, and must live until then when its pointer owns nothing);
+  // deadlines count from `start`. Transport failures are a reply kind. std::bad_alloc: thrown here
+  // if the exchange cannot be set up; later, with kThrow, it propagates out of the handler that
+  // met it (out of run_one()), with kReply it is a reply.
+  static void exchange(std::shared_ptr<const Impl> impl,
+                       std::shared_ptr<const pubsub::PushRequest> request,
                        std::optional<std::int64_t> fence, upstream_detail::asio::io_context& io,
                        const upstream_detail::asio::any_io_executor& executor,
                        upstream_detail::Clock::time_point start, OnBadAlloc on_bad_alloc,

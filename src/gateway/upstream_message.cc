@@ -2,12 +2,13 @@
 // `Connection` names), which values may be written at all, the request serialized for its one
 // write, and the response parsed into a PushResponse.
 #include <algorithm>
+#include <charconv>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "idempotency/detail/ascii.h"
-#include "idempotency/detail/decimal.h"
 #include "idempotency/detail/field_syntax.h"
 #include "upstream_internal.h"
 
@@ -80,12 +81,14 @@ std::optional<std::string> build_request(const pubsub::PushRequest& in,
                                          std::optional<std::int64_t> fence, const UpstreamUrl& url,
                                          const Origin& origin, std::string& out) {
   if (!is_field_name(in.method)) return "the request method is not a token";
-  if (in.method == "CONNECT") return "CONNECT is not forwarded";
+  // Compared as views: std::string == "..." is a memcmp whatever the sizes (GCC 12).
+  const std::string_view method = in.method;
+  if (method == "CONNECT") return "CONNECT is not forwarded";
   const std::string_view path = in.path.empty() ? std::string_view("/") : in.path;
   if (!is_request_target(path) || (!url.base_path.empty() && !is_request_target(url.base_path))) {
     return "the request target has a space or control character";
   }
-  if (in.method == "TRACE" && !in.body.empty()) return "a TRACE request has no body";
+  if (method == "TRACE" && !in.body.empty()) return "a TRACE request has no body";
   Tokens listed;
   for (const auto& h : in.headers) add_connection_tokens(h.name, h.value, listed);
   index_tokens(listed);
@@ -97,32 +100,60 @@ std::optional<std::string> build_request(const pubsub::PushRequest& in,
            is_field_name(h.name) && is_field_value(h.value) && h.name.size() <= kMaxFieldBytes &&
            h.value.size() <= kMaxFieldBytes;
   };
-  std::size_t size = 128 + in.method.size() + url.base_path.size() + path.size() +
-                     origin.authority.size() + in.body.size();
-  for (const auto& h : in.headers) size += h.name.size() + h.value.size() + 4;
-  out.reserve(out.size() + size);
+  // The most the header can take: `METHOD SP base path SP HTTP/1.1 CRLF`, `Host: authority
+  // CRLF`, the fields, the fence and Content-Length (each at most 20 digits) and the empty line.
+  // Written through a cursor into that much room, then cut to what was written: an append a
+  // piece (~20 of them) cost a capacity check and a call each. The body is appended after it.
+  using namespace std::string_view_literals;
+  constexpr std::size_t kMaxDecimal = 20;  // an int64 with its sign, or a uint64
+  constexpr std::string_view kVersion = " HTTP/1.1\r\nHost: "sv;
+  constexpr std::string_view kLength = "Content-Length: "sv;
+  std::size_t size = in.method.size() + 1 + url.base_path.size() + path.size() + kVersion.size() +
+                     origin.authority.size() + 2 + kFenceHeader.size() + 2 + kMaxDecimal + 2 +
+                     kLength.size() + kMaxDecimal + 2 + 2;
+  for (const auto& h : in.headers) size += h.name.size() + 2 + h.value.size() + 2;
+  const std::size_t start = out.size();
+  out.reserve(start + size + in.body.size());
+  out.resize(start + size);
+  char* at = out.data() + start;
+  const auto put = [&at](std::string_view piece) {
+    std::memcpy(at, piece.data(), piece.size());
+    at += piece.size();
+  };
+  const auto put_decimal = [&at](auto n) { at = std::to_chars(at, at + kMaxDecimal, n).ptr; };
 
   // The field order is Host, the forwarded headers as they came, the fence, Content-Length.
-  using namespace std::string_view_literals;
   // `*` (OPTIONS of the server as a whole) is no path under a base: it goes as it is.
-  out.append(in.method).append(" "sv).append(path == "*"sv ? ""sv : url.base_path).append(path);
-  out.append(" HTTP/1.1\r\nHost: "sv).append(origin.authority).append("\r\n"sv);
+  put(method);
+  put(" "sv);
+  put(path == "*"sv ? ""sv : url.base_path);
+  put(path);
+  put(kVersion);
+  put(origin.authority);
+  put("\r\n"sv);
   for (const auto& h : in.headers) {
-    if (forwarded(h)) out.append(h.name).append(": "sv).append(h.value).append("\r\n"sv);
+    if (!forwarded(h)) continue;
+    put(h.name);
+    put(": "sv);
+    put(h.value);
+    put("\r\n"sv);
   }
   if (fence) {
-    out.append(kFenceHeader).append(": "sv);
-    idempotency::detail::append_decimal(out, *fence);
-    out.append("\r\n"sv);
+    put(kFenceHeader);
+    put(": "sv);
+    put_decimal(*fence);
+    put("\r\n"sv);
   }
   // As Beast's prepare_payload(): a length for a body, and for an empty one where the method
   // defines a body's meaning.
-  if (!in.body.empty() || in.method == "POST" || in.method == "PUT" || in.method == "OPTIONS") {
-    out.append("Content-Length: "sv);
-    idempotency::detail::append_decimal(out, in.body.size());
-    out.append("\r\n"sv);
+  if (!in.body.empty() || method == "POST" || method == "PUT" || method == "OPTIONS") {
+    put(kLength);
+    put_decimal(in.body.size());
+    put("\r\n"sv);
   }
-  out.append("\r\n"sv).append(in.body);
+  put("\r\n"sv);
+  out.resize(static_cast<std::size_t>(at - out.data()));
+  out.append(in.body);
   return std::nullopt;
 }
 

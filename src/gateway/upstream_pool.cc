@@ -62,9 +62,11 @@ UpstreamReply UpstreamPool::forward(const pubsub::PushRequest& request,
   const auto start = Clock::now();
   asio::io_context& io = upstream_detail::thread_io();
   std::optional<UpstreamReply> reply;
-  Impl::exchange(impl_, request, fence, io, io.get_executor(), start, Impl::OnBadAlloc::kThrow,
-                 Impl::Begin::kNow, /*on_strand=*/false,
-                 [&reply](UpstreamReply r) { reply = std::move(r); });
+  // Borrowed: this call outlives the exchange.
+  Impl::exchange(impl_,
+                 std::shared_ptr<const pubsub::PushRequest>(std::shared_ptr<void>(), &request),
+                 fence, io, io.get_executor(), start, Impl::OnBadAlloc::kThrow, Impl::Begin::kNow,
+                 /*on_strand=*/false, [&reply](UpstreamReply r) { reply = std::move(r); });
   // Only this thread runs `io`, and only here: it runs until this exchange is over (handlers
   // an earlier exchange left behind, such as a cancelled watchdog's, run on the way). A
   // std::bad_alloc in a step propagates out of run_one().
@@ -88,13 +90,8 @@ void UpstreamPool::forward_async(std::shared_ptr<const pubsub::PushRequest> requ
                                        : asio::any_io_executor(asio::make_strand(io));
   // Set up here (so a std::bad_alloc is the caller's, as before), started from the executor:
   // `done` is never called before this returns.
-  const pubsub::PushRequest& message = *request;
-  Impl::exchange(impl_, message, fence, io, executor, start, Impl::OnBadAlloc::kReply,
-                 Impl::Begin::kPosted, /*on_strand=*/threads != LoopThreads::kOne,
-                 // Holds the request the exchange refers to until the reply.
-                 [request = std::move(request), done = std::move(done)](UpstreamReply reply) {
-                   done(std::move(reply));
-                 });
+  Impl::exchange(impl_, std::move(request), fence, io, executor, start, Impl::OnBadAlloc::kReply,
+                 Impl::Begin::kPosted, /*on_strand=*/threads != LoopThreads::kOne, std::move(done));
 }
 
 }  // namespace idempotency::gateway

@@ -15,6 +15,7 @@
 #include <array>
 #include <cerrno>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "idempotency/detail/ascii.h"
@@ -269,7 +270,7 @@ void Connection::dispatch(pubsub::PushRequest&& request, unsigned version, bool 
   // The handler may take as long as it needs; the client is not being read meanwhile.
   expire_never();
   Framing framing{.version = version,
-                  .head = request.method == "HEAD",
+                  .head = std::string_view(request.method) == "HEAD",
                   .keep_alive = keep_alive && !state_->stopping.load() &&
                                 served_ + 1 < state_->options.keep_alive_max_requests};
   if (state_->async_handler) {

@@ -18,6 +18,7 @@
 #include <array>
 #include <atomic>
 #include <boost/asio/buffer.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/error.hpp>
@@ -28,6 +29,7 @@
 #include <memory>
 #include <optional>
 #include <string_view>
+#include <utility>
 
 #include "adapter.h"
 #include "request_guard.h"
@@ -49,6 +51,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void run();
   /// executor() is the connection's strand, where every call to it must run.
   [[nodiscard]] auto executor() { return socket_.get_executor(); }
+  /// run_on_executor() runs `f` on executor(): at once when called there, else posted to it.
+  template <class F>
+  void run_on_executor(F&& f) {
+    // With one thread on the loop the connection's executor is the loop's own
+    // (ServerState::connection_executor()): dispatched to that as it is, rather than through
+    // the type-erased one, which first wraps `f` in an allocated function.
+    if (state_->options.io_threads <= 1) {
+      boost::asio::dispatch(state_->io.get_executor(), std::forward<F>(f));
+    } else {
+      boost::asio::dispatch(executor(), std::forward<F>(f));
+    }
+  }
   /// close_if_idle() is posted at stop(): a connection waiting for (or reading) a request
   /// closes now; one whose request is being handled or answered finishes it first.
   void close_if_idle();

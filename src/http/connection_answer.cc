@@ -4,7 +4,6 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <boost/asio/buffer.hpp>
-#include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/error.hpp>
@@ -144,7 +143,6 @@ void Connection::release_response() {
 }  // namespace idempotency::http::detail
 
 namespace idempotency::http {
-namespace net = boost::asio;
 
 Responder::Responder(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
@@ -157,10 +155,10 @@ void Responder::State::send(pubsub::PushResponse&& response) {
   // Dispatched: from the event loop's own thread (an upstream exchange that completed there) it
   // runs at once, without another pass of the loop (each pass is a syscall).
   auto& c = *connection;
-  net::dispatch(c.executor(), [connection = connection, response = std::move(response),
-                               framing = framing]() mutable {
-    connection->answer(std::move(response), framing);
-  });
+  c.run_on_executor(
+      [connection = connection, response = std::move(response), framing = framing]() mutable {
+        connection->answer(std::move(response), framing);
+      });
 }
 
 Responder::State::~State() {

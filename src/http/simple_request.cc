@@ -9,8 +9,8 @@ namespace idempotency::http::detail {
 namespace {
 
 using idempotency::detail::kTargetChars;
-using idempotency::detail::kTokenChars;
 using idempotency::detail::read_plain_fields;
+using idempotency::detail::skip_token;
 
 // More fields than this go to Beast's parser: the fast reading keeps its views on the stack.
 constexpr std::size_t kMaxFields = 32;
@@ -23,17 +23,19 @@ std::size_t byte(char c) { return static_cast<unsigned char>(c); }
 
 std::optional<SimpleRequest> simple_request(std::string_view bytes, std::size_t header_limit,
                                             std::uint64_t body_limit) {
+  // Every return is of this one object, so it is built where the caller takes it (NRVO): a
+  // PushRequest moved is its four members moved, then destroyed.
+  std::optional<SimpleRequest> read;
   const std::string_view text = bytes.substr(0, header_limit);
 
   // `METHOD SP target SP HTTP/1.1 CRLF`
-  std::size_t i = 0;
-  while (i < text.size() && kTokenChars[byte(text[i])]) ++i;
-  if (i == 0 || i == text.size() || text[i] != ' ') return std::nullopt;
+  std::size_t i = skip_token(text, 0);
+  if (i == 0 || i == text.size() || text[i] != ' ') return read;
   const std::string_view method = text.substr(0, i);
   const std::size_t target_start = ++i;
   while (i < text.size() && kTargetChars[byte(text[i])]) ++i;
   if (i == target_start || text.substr(i, kVersionLineEnd.size()) != kVersionLineEnd) {
-    return std::nullopt;
+    return read;
   }
   const std::string_view target = text.substr(target_start, i - target_start);
   i += kVersionLineEnd.size();
@@ -56,12 +58,12 @@ std::optional<SimpleRequest> simple_request(std::string_view bytes, std::size_t 
                                 value.data() + value.size()};
         return true;
       });
-  if (!header_end) return std::nullopt;
+  if (!header_end) return read;
   // A request without Content-Length (and without Transfer-Encoding) has no body.
   const std::uint64_t length = framing.content_length.value_or(0);
-  if (length > body_limit || bytes.size() - *header_end < length) return std::nullopt;
+  if (length > body_limit || bytes.size() - *header_end < length) return read;
 
-  SimpleRequest out;
+  SimpleRequest& out = read.emplace();
   out.request.method.assign(method);
   out.request.path.assign(target);
   out.request.headers.reserve(count);
@@ -74,7 +76,7 @@ std::optional<SimpleRequest> simple_request(std::string_view bytes, std::size_t 
   out.request.body.assign(bytes.substr(*header_end, body_length));
   out.size = *header_end + body_length;
   out.keep_alive = !framing.close;
-  return out;
+  return read;
 }
 
 }  // namespace idempotency::http::detail

@@ -49,8 +49,9 @@ struct Shared {
 // One guarded delivery in flight; every step holds it alive until it is answered.
 class Delivering : public std::enable_shared_from_this<Delivering> {
  public:
+  // The admission by rvalue reference: taken by value, its Message would be moved once more.
   Delivering(std::shared_ptr<const Shared> shared, std::shared_ptr<const PushRequest> request,
-             Respond respond, detail::Admission admission, LockBackend& backend)
+             Respond&& respond, detail::Admission&& admission, LockBackend& backend)
       : ticket_(shared->answer_first),
         shared_(std::move(shared)),
         request_(std::move(request)),
@@ -421,7 +422,7 @@ AsyncPushHandler idempotent_async(IdempotentOptions options, AsyncResponseHandle
     return std::make_shared<const PushResponse>(Codec<PushResponse>{}.decode(bytes));
   };
   return [shared = std::shared_ptr<const Shared>(std::move(shared))](
-             std::shared_ptr<const PushRequest> request, Respond respond) {
+             std::shared_ptr<const PushRequest>&& request, Respond&& respond) {
     const Wrapper& wrapper = *shared->blocking;
     const auto& options = wrapper.options;
     // Waiting for a holder, authenticating (a key fetch) and the unguarded path may block.

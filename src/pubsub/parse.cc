@@ -20,6 +20,7 @@
 #include "idempotency/detail/ascii.h"
 #include "idempotency/detail/field_syntax.h"
 #include "idempotency/pubsub/message.h"
+#include "parse_into.h"
 
 namespace idempotency::pubsub {
 namespace {
@@ -189,7 +190,7 @@ std::optional<ParseError> read_string(const Member& m, std::string_view prefix,
     return fail(ParseErrorKind::kWrongType,
                 path(prefix, within) + std::string(m.name) + " must be a string");
   }
-  out = std::string(text);
+  out.emplace(text);
   return std::nullopt;
 }
 
@@ -266,21 +267,21 @@ std::optional<ParseError> read_data(const Member& m, std::string_view prefix,
   return fail(ParseErrorKind::kBadBase64, path(prefix, "message.data") + " is not valid base64");
 }
 
-// Reads MessagePublishedData, `{"message": {...}, "subscription": ..., "deliveryAttempt": N}`:
-// the wrapped envelope, a binary CloudEvent's body, a structured CloudEvent's `data`. `prefix`
-// places field names in reasons ("" for a body, "data." inside a structured CloudEvent).
-std::optional<ParseError> read_message_published_data(element doc, std::string_view prefix,
-                                                      const ParseOptions& options, Message& out) {
-  object root;
-  if (doc.get_object().get(root) != simdjson::SUCCESS) {
-    const std::string what =
-        prefix.empty() ? "body" : std::string(prefix.substr(0, prefix.size() - 1));
-    return fail(ParseErrorKind::kWrongType, what + " must be a JSON object");
-  }
-  const auto [message, subscription, delivery_attempt] =
-      members<3>(root, {{{"message", "message"},
-                         {"subscription", "subscription"},
-                         {"deliveryAttempt", "delivery_attempt"}}});
+// MessagePublishedData's members: `{"message": {...}, "subscription": ..., "deliveryAttempt": N}`.
+using PublishedMembers = std::array<Member, 3>;
+
+PublishedMembers published_members(object root) {
+  return members<3>(root, {{{"message", "message"},
+                            {"subscription", "subscription"},
+                            {"deliveryAttempt", "delivery_attempt"}}});
+}
+
+// Reads MessagePublishedData by its members (published_members()): the wrapped envelope, a
+// binary CloudEvent's body, a structured CloudEvent's `data`. `prefix` places field names in
+// reasons ("" for a body, "data." inside a structured CloudEvent).
+std::optional<ParseError> read_published(const PublishedMembers& published, std::string_view prefix,
+                                         const ParseOptions& options, Message& out) {
+  const auto& [message, subscription, delivery_attempt] = published;
   if (!message.value) {
     return fail(ParseErrorKind::kMissingField, path(prefix, "message is missing"));
   }
@@ -303,6 +304,18 @@ std::optional<ParseError> read_message_published_data(element doc, std::string_v
   if (auto e = read_data(data, prefix, options, out)) return e;
   if (auto e = read_string(subscription, prefix, "", out.subscription)) return e;
   return read_delivery_attempt(delivery_attempt, prefix, out.delivery_attempt);
+}
+
+// Reads MessagePublishedData, `doc` (read_published()).
+std::optional<ParseError> read_message_published_data(element doc, std::string_view prefix,
+                                                      const ParseOptions& options, Message& out) {
+  object root;
+  if (doc.get_object().get(root) != simdjson::SUCCESS) {
+    const std::string what =
+        prefix.empty() ? "body" : std::string(prefix.substr(0, prefix.size() - 1));
+    return fail(ParseErrorKind::kWrongType, what + " must be a JSON object");
+  }
+  return read_published(published_members(root), prefix, options, out);
 }
 
 std::variant<element, ParseError> parse_json(internal::JsonDocument& json, std::string_view text,
@@ -331,10 +344,10 @@ std::optional<ParseError> read_structured(element doc, const ParseOptions& optio
   return read_message_published_data(*data.value, "data.", options, out);
 }
 
-// Tells the forms apart in the order the header documents. `doc` receives the parsed body
-// when detection had to parse it, so it is parsed once.
+// Tells the forms apart in the order the header documents. `wrapped` receives the body's
+// members when detection had to parse it, so it is parsed and walked once.
 DeliveryForm detect(const PushRequest& request, internal::JsonDocument& json,
-                    std::optional<element>& doc) {
+                    std::optional<PublishedMembers>& wrapped) {
   // First: Eventarc never sends x-goog-pubsub-* headers, while an unwrapped delivery carries
   // its message's attributes as bare headers, which may look like CloudEvents (ce-id, or a
   // Content-Type attribute of application/cloudevents+json).
@@ -349,9 +362,10 @@ DeliveryForm detect(const PushRequest& request, internal::JsonDocument& json,
     object root;
     if (auto* j = std::get_if<element>(&parsed);
         j && j->get_object().get(root) == simdjson::SUCCESS) {
-      const Member message = member(root, "message", "message");
+      const PublishedMembers published = published_members(root);
+      const Member& message = published[0];
       if (message.value && message.value->is_object()) {
-        doc = *j;
+        wrapped = published;
         return DeliveryForm::kWrapped;
       }
     }
@@ -387,9 +401,9 @@ std::optional<std::string> default_key(const Message& message) {
   return std::string(text);
 }
 
-std::variant<Message, ParseError> parse_push(const PushRequest& request,
-                                             const ParseOptions& options) {
-  if (request.method != "POST") {
+std::optional<ParseError> internal::parse_push_into(const PushRequest& request,
+                                                    const ParseOptions& options, Message& out) {
+  if (std::string_view(request.method) != "POST") {
     return fail(ParseErrorKind::kMethodNotAllowed, "method must be POST");
   }
   // Before anything looks at the body: nothing is allocated for an oversized one.
@@ -399,9 +413,8 @@ std::variant<Message, ParseError> parse_push(const PushRequest& request,
   }
 
   internal::JsonDocument json;
-  std::optional<element> doc;
-  Message out;
-  out.form = options.form ? *options.form : detect(request, json, doc);
+  std::optional<PublishedMembers> wrapped;  // the body's members, when detect() read them
+  out.form = options.form ? *options.form : detect(request, json, wrapped);
 
   if (out.form == DeliveryForm::kUnwrapped) {
     if (options.decode_data) out.data = request.body;
@@ -409,30 +422,37 @@ std::variant<Message, ParseError> parse_push(const PushRequest& request,
                                std::pair{kPublishTimeHeader, &out.publish_time},
                                std::pair{kSubscriptionHeader, &out.subscription},
                                std::pair{kOrderingKeyHeader, &out.ordering_key}}) {
-      if (auto error = metadata_header(request, name, *field)) return std::move(*error);
+      if (auto error = metadata_header(request, name, *field)) return error;
     }
+  } else if (wrapped) {
+    if (auto error = read_published(*wrapped, "", options, out)) return error;
   } else {
-    if (!doc) {
-      auto parsed = parse_json(json, request.body, "body");
-      if (auto* error = std::get_if<ParseError>(&parsed)) return std::move(*error);
-      doc = std::get<element>(parsed);
-    }
+    auto parsed = parse_json(json, request.body, "body");
+    if (auto* error = std::get_if<ParseError>(&parsed)) return std::move(*error);
+    const element doc = std::get<element>(parsed);
     std::optional<ParseError> error;
     switch (out.form) {
       case DeliveryForm::kCloudEventStructured:
-        error = read_structured(*doc, options, out);
+        error = read_structured(doc, options, out);
         break;
       case DeliveryForm::kCloudEventBinary:
         out.cloud_event_id = header_value(request, kCeId);
-        error = read_message_published_data(*doc, "", options, out);
+        error = read_message_published_data(doc, "", options, out);
         break;
       default:
-        error = read_message_published_data(*doc, "", options, out);
+        error = read_message_published_data(doc, "", options, out);
         break;
     }
-    if (error) return std::move(*error);
+    if (error) return error;
   }
   out.headers = request.headers;
+  return std::nullopt;
+}
+
+std::variant<Message, ParseError> parse_push(const PushRequest& request,
+                                             const ParseOptions& options) {
+  Message out;
+  if (auto error = internal::parse_push_into(request, options, out)) return std::move(*error);
   return out;
 }
 

@@ -2,11 +2,11 @@
 
 #include <string>
 #include <utility>
-#include <variant>
 
 #include "idempotency/errors.h"
 #include "idempotency/key.h"
 #include "idempotency/log.h"
+#include "parse_into.h"
 
 namespace idempotency::pubsub::detail {
 
@@ -112,14 +112,15 @@ Admission Wrapper::admit(const PushRequest& request) const {
       return admission;
     }
   }
-  auto parsed = parse_push(request, options.parse);
-  if (auto* error = std::get_if<ParseError>(&parsed)) {
+  // Parsed where the delivery keeps it.
+  const Message& message = admission.message.emplace();
+  if (auto error = internal::parse_push_into(request, options.parse, *admission.message)) {
+    admission.message.reset();
     log(LogRecord{Severity::kWarning, "malformed_push", error->reason, {}});
     admission.answer =
         answer(unparsed.event(DeliveryOutcome::kMalformed), {.reason = error->reason});
     return admission;
   }
-  const Message& message = admission.message.emplace(std::get<Message>(std::move(parsed)));
   if (disabled) {
     admission.unguarded_why = "GCP_PUBSUB_IDEMPOTENCY_DISABLED is set";
     return admission;

@@ -2,8 +2,12 @@
 // the line endings and folds it refuses, however the bytes are split across reads.
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <cstring>
+#include <random>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "request_guard.h"
 
@@ -90,6 +94,96 @@ TEST(HeaderScan, StartsAfreshAfterReset) {
   scan.reset();
   EXPECT_EQ(scan.scan("GET"), Verdict::kNeedMore);
   EXPECT_EQ(scan.scan("GET / HTTP/1.1\r\n\r\n"), Verdict::kComplete);
+}
+
+// HeaderScan as it was written before it looked at 16 bytes at a time: a memchr for each CR,
+// then one for each LF before the CR's verdict. The differential test below holds the two to
+// the same verdicts, header sizes and resume points.
+class ReferenceScan {
+ public:
+  Verdict scan(std::string_view buffer, std::size_t limit) {
+    const std::size_t from = scanned_ >= 3 ? scanned_ - 3 : 0;
+    const char* const data = buffer.data();
+    const std::size_t size = buffer.size();
+    std::size_t end = size;
+    Verdict verdict = Verdict::kNeedMore;
+    for (std::size_t at = from;;) {
+      const auto* cr = static_cast<const char*>(std::memchr(data + at, '\r', size - at));
+      if (cr == nullptr) break;
+      const auto i = static_cast<std::size_t>(cr - data);
+      if (i + 1 >= size ||
+          (data[i + 1] == '\n' && (i + 2 >= size || (data[i + 2] == '\r' && i + 3 >= size)))) {
+        end = i;
+        break;
+      }
+      if (data[i + 1] != '\n') {
+        verdict = Verdict::kBareLineEnding;
+      } else if (const char next = data[i + 2]; next == '\r') {
+        verdict = data[i + 3] == '\n' ? Verdict::kComplete : Verdict::kBareLineEnding;
+      } else if (next == ' ' || next == '\t') {
+        verdict = Verdict::kObsFold;
+      }
+      if (verdict != Verdict::kNeedMore) {
+        end = i;
+        break;
+      }
+      at = i + 2;
+    }
+    for (std::size_t i = from; i < end; ++i) {
+      if (data[i] == '\n' && (i == 0 || data[i - 1] != '\r')) return Verdict::kBareLineEnding;
+    }
+    if (verdict == Verdict::kNeedMore) {
+      scanned_ = end;
+      return size > limit ? Verdict::kTooLarge : verdict;
+    }
+    if (verdict == Verdict::kComplete) {
+      header_size_ = end + 4;
+      if (header_size_ > limit) return Verdict::kTooLarge;
+    }
+    return verdict;
+  }
+  [[nodiscard]] std::size_t header_size() const { return header_size_; }
+
+ private:
+  std::size_t scanned_ = 0;
+  std::size_t header_size_ = 0;
+};
+
+// Random headers of line-ending bytes, blanks and text, long enough to be read 16 bytes at a
+// time and then byte by byte, arriving in random reads with random limits: every scan answers
+// as the reference does, and a complete header has the reference's size.
+TEST(HeaderScan, AnswersAsTheMemchrScanDid) {
+  std::mt19937 random(20261207);
+  constexpr std::string_view kBytes = "\r\n\r\n \tab:";
+  for (int round = 0; round < 20'000; ++round) {
+    std::string bytes(std::uniform_int_distribution<std::size_t>(0, 80)(random), 'x');
+    // Mostly well-formed lines, so verdicts are reached at every depth.
+    for (std::size_t i = 0; i < bytes.size(); ++i) {
+      const auto pick = std::uniform_int_distribution<std::size_t>(0, 30)(random);
+      if (pick < kBytes.size()) {
+        bytes[i] = kBytes[pick];
+      } else if (pick < 14 && i + 1 < bytes.size()) {
+        bytes[i] = '\r';
+        bytes[++i] = '\n';
+      }
+    }
+    const std::size_t limit = std::uniform_int_distribution<std::size_t>(0, 90)(random);
+    HeaderScan scan;
+    ReferenceScan reference;
+    for (std::size_t size = 0; size <= bytes.size();) {
+      const std::string_view part = std::string_view(bytes).substr(0, size);
+      const Verdict verdict = scan.scan(part, limit);
+      ASSERT_EQ(verdict, reference.scan(part, limit))
+          << testing::PrintToString(bytes) << " " << size;
+      if (verdict == Verdict::kComplete) {
+        ASSERT_EQ(scan.header_size(), reference.header_size()) << testing::PrintToString(bytes);
+      }
+      if (verdict != Verdict::kNeedMore) break;
+      if (size == bytes.size()) break;
+      size += std::uniform_int_distribution<std::size_t>(1, 24)(random);
+      size = std::min(size, bytes.size());
+    }
+  }
 }
 
 }  // namespace
