@@ -92,30 +92,34 @@ void sweep(const std::string& name, Call call) {
   EXPECT_LT(n, kMostAllocations);
 }
 
+// sweep() of what takes a guard, `take(key)`: giving the key up after is not what is tested.
+template <class Take>
+void sweep_guard(const std::string& name, Take take) {
+  sweep(name, [&](const std::string& key) {
+    Guard guard = take(key);
+    allocations_before_failure = -1;
+    guard.release();
+  });
+}
+
 TEST(AllocationFailure, ALockThatCannotStartGivesItsKeyUp) {
   InMemoryLock backend;
-  sweep("lock", [&](const std::string& key) {
-    Guard guard = lock(key, backend, LockOptions{.lease = kLease});
-    allocations_before_failure = -1;  // giving the key up is not what is tested
-    guard.release();
+  sweep_guard("lock", [&](const std::string& key) {
+    return lock(key, backend, LockOptions{.lease = kLease});
   });
 }
 
 TEST(AllocationFailure, ALockWithAHeartbeatThatCannotStartGivesItsKeyUp) {
   InMemoryLock backend;
-  sweep("heartbeat", [&](const std::string& key) {
-    Guard guard = lock(key, backend, LockOptions{.lease = kLease, .heartbeat = kHeartbeat});
-    allocations_before_failure = -1;  // giving the key up is not what is tested
-    guard.release();
+  sweep_guard("heartbeat", [&](const std::string& key) {
+    return lock(key, backend, LockOptions{.lease = kLease, .heartbeat = kHeartbeat});
   });
 }
 
 TEST(AllocationFailure, AMutexThatCannotStartGivesItsKeyUp) {
   InMemoryLock backend;
-  sweep("mutex", [&](const std::string& key) {
-    Guard guard = mutex(key, backend, LockOptions{.lease = kLease, .heartbeat = kHeartbeat});
-    allocations_before_failure = -1;  // giving the key up is not what is tested
-    guard.release();
+  sweep_guard("mutex", [&](const std::string& key) {
+    return mutex(key, backend, LockOptions{.lease = kLease, .heartbeat = kHeartbeat});
   });
 }
 
