@@ -174,9 +174,9 @@ TEST(HeaderScan, AnswersAsTheMemchrScanDid) {
       const std::string_view part = std::string_view(bytes).substr(0, size);
       const Verdict verdict = scan.scan(part, limit);
       ASSERT_EQ(verdict, reference.scan(part, limit))
-          << testing::PrintToString(bytes) << " " << size;
+          << ::testing::PrintToString(bytes) << " " << size;
       if (verdict == Verdict::kComplete) {
-        ASSERT_EQ(scan.header_size(), reference.header_size()) << testing::PrintToString(bytes);
+        ASSERT_EQ(scan.header_size(), reference.header_size()) << ::testing::PrintToString(bytes);
       }
       if (verdict != Verdict::kNeedMore) break;
       if (size == bytes.size()) break;
