@@ -11,11 +11,10 @@
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
-#include <cstdint>
 #include <new>
 #include <string>
-#include <string_view>
 
+#include "idempotency/detail/base64.h"
 #include "idempotency/errors.h"
 
 namespace idempotency::detail {
@@ -122,25 +121,14 @@ std::string new_claim_token() {
   (void)registered;
   thread_local TokenGenerator generator;
   unsigned char* bytes = generator.take();
-  // Base64url (RFC 4648 §5) written straight into the string's own buffer, the first 15 of the
-  // 16 characters: no text is left elsewhere to wipe, and OpenSSL's encoder, then the alphabet
-  // swapped by two passes, cost a push three times as much for four groups of three bytes.
-  static constexpr std::string_view kAlphabet =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-  static_assert(kTokenBytes % 3 == 0 && kTokenChars == kTokenBytes / 3 * 4 - 1);
-  std::string token(kTokenChars, '\0');
-  for (std::size_t group = 0; group < kTokenBytes / 3; ++group) {
-    const unsigned char* in = bytes + 3 * group;
-    const std::uint32_t bits =
-        std::uint32_t{in[0]} << 16 | std::uint32_t{in[1]} << 8 | std::uint32_t{in[2]};
-    char* out = token.data() + 4 * group;
-    out[0] = kAlphabet[bits >> 18];
-    out[1] = kAlphabet[(bits >> 12) & 0x3f];
-    out[2] = kAlphabet[(bits >> 6) & 0x3f];
-    if (group + 1 < kTokenBytes / 3) out[3] = kAlphabet[bits & 0x3f];  // the 16th is dropped
-  }
-  // The handed-out bytes do not linger in memory.
+  // Encoded on the stack, then the first 15 characters (the 16th is dropped): a string of the
+  // encoder's whole output would be too long for std::string's own buffer.
+  std::array<char, base64_buffer_size(kTokenBytes)> text;
+  (void)base64url_encode_into(text.data(), {reinterpret_cast<const char*>(bytes), kTokenBytes});
+  std::string token(text.data(), kTokenChars);
+  // Neither the handed-out bytes nor their text linger in memory.
   ::explicit_bzero(bytes, kTokenBytes);
+  ::explicit_bzero(text.data(), text.size());
   return token;
 }
 
