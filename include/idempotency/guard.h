@@ -25,6 +25,7 @@
 #include <stop_token>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "idempotency/backend.h"
 #include "idempotency/detail/lease_keeper.h"
