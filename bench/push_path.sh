@@ -187,8 +187,9 @@ print(name, requests, sum(p[2] for p in legs[0::2]) / requests,
       sum(after) / requests)
 if name != "gateway": sys.exit(0)
 
-# What guarding the push adds to the gateway's path: each step's inclusive instructions, averaged
-# over the first 20 pushes' parts.
+# What guarding the push costs the gateway: each step's inclusive instructions in a leg's part
+# (on the path) and in the part after that leg's write, up to the next epoll_wait (after it:
+# the complete, for one, runs once the answer has gone), averaged over the first 20 pushes.
 steps = [  # (leg, what, the function whose inclusive count is the step's)
     (0, "the envelope parsed and checked", "idempotency::pubsub::internal::parse_push_into("),
     (0, "this process's flight for the key begun", "idempotency::detail::begin_async_flight("),
@@ -199,22 +200,30 @@ steps = [  # (leg, what, the function whose inclusive count is the step's)
     (1, "the flight settled", "idempotency::detail::AsyncFlight::settle("),
     (1, "the outcome judged and counted", "idempotency::pubsub::detail::Wrapper::settled("),
 ]
-sample = legs[:40]
-totals = [0] * len(steps)
-for i, part in enumerate(sample):
+def inclusive(file):
     mangled = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100",
-                              os.path.join(folder, part[3])], capture_output=True, text=True).stdout
-    out = subprocess.run(["c++filt"], input=mangled, capture_output=True, text=True).stdout
+                              os.path.join(folder, file)], capture_output=True, text=True).stdout
+    return subprocess.run(["c++filt"], input=mangled, capture_output=True, text=True).stdout
+def count(out, fn):
+    for line in out.splitlines():
+        m = re.match(r"\s*([\d,]+) \(.*?\)\s+\S*?:" + re.escape(fn), line)
+        if m: return int(m.group(1).replace(",", ""))
+    return 0
+sample = legs[:40]
+on_path, after_write = [0] * len(steps), [0] * len(steps)
+for i, part in enumerate(sample):
+    # The part that follows this write: the work after it, if it ends at an epoll_wait.
+    following = next((p for p in parts if p[0] > part[0]), None)
+    path_out = inclusive(part[3])
+    after_out = inclusive(following[3]) if following and following[1] == "epoll_wait" else ""
     for j, (leg, _, fn) in enumerate(steps):
         if leg != i % 2: continue
-        for line in out.splitlines():
-            m = re.match(r"\s*([\d,]+) \(.*?\)\s+\S*?:" + re.escape(fn), line)
-            if m:
-                totals[j] += int(m.group(1).replace(",", ""))
-                break
+        on_path[j] += count(path_out, fn)
+        after_write[j] += count(after_out, fn)
 with open(steps_out, "w") as f:
-    for (leg, what, _), total in zip(steps, totals):
-        f.write(f"{leg}|{what}|{total / (len(sample) // 2):.0f}\n")
+    pushes = len(sample) // 2
+    for (leg, what, _), path, after in zip(steps, on_path, after_write):
+        f.write(f"{leg}|{what}|{path / pushes:.0f}|{after / pushes:.0f}\n")
 EOF
 }
 
@@ -227,9 +236,9 @@ if [ $JSON -eq 1 ]; then
     printf '{"kind":"push_path","proxy":"%s","data_bytes":%d,"as_pubsub":%s,"requests":%d,"to_upstream":%.0f,"to_client":%.0f,"on_path":%.0f,"after":%.0f}\n' \
       "$name" "$DATA_BYTES" "$([ $AS_PUBSUB = 1 ] && echo true || echo false)" "$requests" "$request" "$answer" "$path" "$after"
   done
-  while IFS='|' read -r leg what count; do
-    printf '{"kind":"push_path_step","data_bytes":%d,"as_pubsub":%s,"leg":%d,"what":"%s","instructions":%.0f}\n' \
-      "$DATA_BYTES" "$([ $AS_PUBSUB = 1 ] && echo true || echo false)" "$leg" "$what" "$count"
+  while IFS='|' read -r leg what count after; do
+    printf '{"kind":"push_path_step","data_bytes":%d,"as_pubsub":%s,"leg":%d,"what":"%s","instructions":%.0f,"after_write":%.0f}\n' \
+      "$DATA_BYTES" "$([ $AS_PUBSUB = 1 ] && echo true || echo false)" "$leg" "$what" "$count" "$after"
   done <"$TMP/steps"
   exit 0
 fi
@@ -244,11 +253,12 @@ for line in "$peer_line" "$gateway_line"; do
     'BEGIN { printf "| %s | %.1fk | %.1fk | %.1fk | %.1fk | %.1fk |\n", l, a/1e3, b/1e3, p/1e3, o/1e3, (p+o)/1e3 }'
 done
 echo
-echo "| what guarding the push adds to the gateway's path (instructions per push) | leg | instructions |"
-echo "|---|---|---:|"
-while IFS='|' read -r leg what count; do
+echo "| what guarding the push costs the gateway (instructions per push) | leg | on the path | after the leg's write |"
+echo "|---|---|---:|---:|"
+while IFS='|' read -r leg what count after; do
   where="wake → upstream"
   [ "$leg" = 1 ] && where="upstream → client"
-  printf '| %s | %s | %.1fk |\n' "$what" "$where" "$(awk -v c="$count" 'BEGIN { print c / 1e3 }')"
+  awk -v w="$what" -v l="$where" -v c="$count" -v a="$after" \
+    'BEGIN { printf "| %s | %s | %.1fk | %.1fk |\n", w, l, c / 1e3, a / 1e3 }'
 done <"$TMP/steps"
-awk -F'|' '{ s += $3 } END { printf "| all of the above | both | %.1fk |\n", s / 1e3 }' "$TMP/steps"
+awk -F'|' '{ s += $3; a += $4 } END { printf "| all of the above | both | %.1fk | %.1fk |\n", s / 1e3, a / 1e3 }' "$TMP/steps"

@@ -488,14 +488,19 @@ def push_path_report(recs, runs, p):
     if steps:
         guard = sum(x["instructions"] for x in steps)
         rest = paths["gateway"]["on_path"] - guard
-        p("| on the gateway's path: what guarding the push adds | leg | instructions |")
-        p("|---|---|---:|")
+        # after_write: what the step costs once its leg's write has gone (absent in records
+        # of the script before it counted that part).
+        after = sum(x.get("after_write", 0) for x in steps)
+        p("| what guarding the push costs the gateway | leg | on the path | after the leg's "
+          "write |")
+        p("|---|---|---:|---:|")
         for x in steps:
             leg = "wake → upstream" if x["leg"] == 0 else "upstream → client"
-            p(f"| {x['what']} | {leg} | {x['instructions'] / 1e3:.1f}k |")
-        p(f"| **guarding, all of it** | both | **{guard / 1e3:.1f}k** |")
+            p(f"| {x['what']} | {leg} | {x['instructions'] / 1e3:.1f}k | "
+              f"{x.get('after_write', 0) / 1e3:.1f}k |")
+        p(f"| **guarding, all of it** | both | **{guard / 1e3:.1f}k** | **{after / 1e3:.1f}k** |")
         p(f"| the rest: HTTP in and out, the upstream exchange | both | {rest / 1e3:.1f}k "
-          f"(nginx's whole path: {paths['peer']['on_path'] / 1e3:.1f}k) |")
+          f"(nginx's whole path: {paths['peer']['on_path'] / 1e3:.1f}k) | |")
         p("")
     others = sorted({shape(r) for r in recs if r["kind"] == "push_path"} - {(12, False)})
     rows = []
