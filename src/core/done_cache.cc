@@ -3,6 +3,7 @@
 #include <array>
 #include <deque>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -91,13 +92,24 @@ struct DoneCache::State {
   }
 
   // Keeps `answer` for `key` if it is still fresh, evicting the oldest copies past capacity.
-  void keep(std::string_view key, const AlreadyDone& answer) {
+  // Best effort: it runs inside claim_async()'s callback, which must not throw, so a copy that
+  // cannot be made (std::bad_alloc) is not kept and a later duplicate asks the store.
+  void keep(std::string_view key, const AlreadyDone& answer) noexcept {
+    try {
+      keep_copy(key, answer);
+    } catch (const std::bad_alloc&) {  // NOLINT(bugprone-empty-catch): not kept, as said above
+    }
+  }
+
+  void keep_copy(std::string_view key, const AlreadyDone& answer) {
     if (!answer.expires_at || !fresh(*answer.expires_at, clock->now())) return;
     Shard& shard = shard_for(Hashed{key, hash_of(key)});
     std::lock_guard lock(shard.mutex);
     const std::uint64_t serial = shard.next_serial++;
-    shard.copies.insert_or_assign(std::string(key), Copy{answer, serial});
+    // The order entry first: if the copy then cannot be made, the entry is a leftover, which
+    // eviction skips; a copy without an entry would never be evicted.
     shard.order.emplace_back(std::string(key), serial);
+    shard.copies.insert_or_assign(std::string(key), Copy{answer, serial});
     // `order` holds one entry per copy plus leftovers; at most twice the capacity in all.
     while (shard.copies.size() > per_shard || shard.order.size() > 2 * per_shard) {
       auto& [oldest, oldest_serial] = shard.order.front();

@@ -4,6 +4,9 @@
 // third... allocation of one call in turn until a call makes no more, so every allocation the
 // call makes, the ones after its claim is won among them, is made to fail once.
 //
+// The same sweep holds DoneCache to claim_async()'s rule that its callback must not throw: a copy
+// it cannot keep is dropped, and the answer still reaches the caller.
+//
 // This program replaces the global operator new (its own program for that reason), counting
 // only the allocations of the thread that arms it.
 #include <gtest/gtest.h>
@@ -13,7 +16,11 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <variant>
 
+#include "idempotency/done_cache.h"
+#include "idempotency/forwarding_backend.h"
 #include "idempotency/guard.h"
 #include "idempotency/memory_lock.h"
 #include "idempotency/once.h"
@@ -131,6 +138,60 @@ TEST(AllocationFailure, OnceThatCannotRunGivesItsKeyUpOrCompletesIt) {
         OnceOptions{.lease = kLease, .heartbeat = kHeartbeat});
     if (outcome.status() == Status::kInProgress) throw std::runtime_error("the key is held");
   });
+}
+
+// Answers claim_async() with the wrapped backend's claim, calling `done` with the callback's
+// `n`th allocation failing, as a backend's I/O thread would call back while memory runs out.
+class CallsBackStarved final : public ForwardingBackend {
+ public:
+  CallsBackStarved(LockBackend& inner, long n) : ForwardingBackend(inner), n_(n) {}
+
+  // Whether the last callback made its nth allocation (which then failed).
+  [[nodiscard]] bool failed() const { return failed_; }
+
+ protected:
+  void do_claim_async(std::string_view key, std::chrono::milliseconds lease, ClaimRequest request,
+                      ClaimDone done) override {
+    AsyncClaimResult outcome(forward_claim(inner(), key, lease, request));
+    const FailingAllocation failing(n_);
+    done(std::move(outcome));
+    failed_ = allocations_before_failure < 0;
+  }
+
+ private:
+  long n_;
+  bool failed_ = false;
+};
+
+TEST(AllocationFailure, ADoneCacheThatCannotKeepACopyStillAnswers) {
+  InMemoryLock backend;
+  // Long enough that the cache's copies of the key and result allocate.
+  const std::string key = "a key long enough to live on the heap";
+  const auto claim = std::get<Won>(backend.claim(key, kLease)).claim;
+  ASSERT_TRUE(backend.complete(claim, std::string(64, 'r')));
+  long n = 0;
+  for (; n < kMostAllocations; ++n) {
+    CallsBackStarved starved(backend, n);
+    DoneCache cache(starved, DoneCacheOptions{.capacity = 16});
+    int answers = 0;
+    bool done = false;
+    try {
+      cache.claim_async(key, kLease, ClaimRequest{}, [&](AsyncClaimResult outcome) {
+        ++answers;  // no allocation here: only the cache's own are swept
+        const auto* result = std::get_if<ClaimResult>(&outcome);
+        done = result != nullptr && std::holds_alternative<AlreadyDone>(*result);
+      });
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "allocation " << n << " failed and the callback threw: " << e.what();
+      return;
+    }
+    ASSERT_EQ(answers, 1) << "allocation " << n;
+    EXPECT_TRUE(done) << "allocation " << n;
+    EXPECT_LE(cache.cached_count(), 1U) << "allocation " << n;
+    if (!starved.failed()) break;
+  }
+  EXPECT_GT(n, 0) << "the callback allocated nothing: the sweep tested nothing";
+  EXPECT_LT(n, kMostAllocations);
 }
 
 }  // namespace
