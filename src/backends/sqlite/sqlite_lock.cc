@@ -72,6 +72,25 @@ bool table_exists(sqlite3* db, const std::string& table) {
   return rc == SQLITE_ROW;
 }
 
+// Puts the database in WAL mode. SQLite answers the mode it ends in, and where WAL is
+// impossible (an in-memory or temporary database) it stays in another without an error: that
+// is refused, since neither keeps records across a restart, as this store promises.
+void use_wal(sqlite3* db) {
+  sqlite3_stmt* raw = nullptr;
+  check(db, sqlite3_prepare_v2(db, "PRAGMA journal_mode=WAL", -1, &raw, nullptr),
+        "cannot use the database file");
+  const StmtPtr statement(raw);
+  const int rc = sqlite3_step(raw);
+  check(db, rc, "cannot use the database file");
+  const auto* mode = reinterpret_cast<const char*>(sqlite3_column_text(raw, 0));  // NOLINT
+  const std::string_view answer = rc == SQLITE_ROW && mode != nullptr ? mode : "";
+  if (answer != "wal") {
+    throw StoreError("sqlite: the database cannot use WAL (journal mode " +
+                     std::string(answer.empty() ? "unknown" : answer) +
+                     "): give the path of a file, not an in-memory or temporary database");
+  }
+}
+
 void bind_blob(sqlite3* db, sqlite3_stmt* s, int index, std::string_view bytes) {
   // A zero-length blob still binds as a blob, not NULL.
   check(db,
@@ -311,7 +330,7 @@ SqliteLock::SqliteLock(const std::string& path, SqliteOptions options)
   // system (incremental_vacuum after each purge) instead of only onto its free list. A file
   // created without it keeps reusing its free pages, so it stops growing all the same.
   exec(raw, "PRAGMA auto_vacuum=INCREMENTAL", "pragma");
-  exec(raw, "PRAGMA journal_mode=WAL", "cannot use the database file");
+  use_wal(raw);
   exec(raw, "PRAGMA synchronous=FULL", "pragma");
   // A checkpoint leaves the WAL file at most this big, whatever a burst made it grow to.
   exec(raw, "PRAGMA journal_size_limit=" + std::to_string(kWalSizeLimit), "pragma");

@@ -198,6 +198,19 @@ TEST(SqliteLock, AnUnopenableFileIsAStoreErrorWithSqlitesMessage) {
   }
 }
 
+TEST(SqliteLock, ADatabaseThatCannotUseWalIsAStoreError) {
+  // SQLite keeps these in another journal mode without an error, and neither keeps a record
+  // across a restart.
+  for (const char* path : {":memory:", ""}) {
+    try {
+      SqliteLock backend(path);
+      ADD_FAILURE() << "expected StoreError for \"" << path << "\"";
+    } catch (const StoreError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("cannot use WAL")) << path;
+    }
+  }
+}
+
 TEST(SqliteLock, ACorruptFileIsAStoreErrorNeverAWon) {
   TempDir dir;
   const std::string path = dir.file("corrupt.db");
