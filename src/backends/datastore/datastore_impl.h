@@ -130,9 +130,13 @@ struct DatastoreLock::Impl {
   }
 
   // Runs `body(tx, committing)` in a read-write transaction, retried by with_retries. A body
-  // sets `committing` before it commits; a failure before that rolls the transaction back. The
-  // retry of an ABORTED transaction names it as TransactionOptions.ReadWrite
-  // .previousTransaction, as the v1 API asks of a retried transaction.
+  // sets `committing` before it commits. A failure rolls the transaction back unless its commit
+  // was answered ABORTED, which ended it: a commit that failed otherwise (a reset connection, a
+  // timeout, a 503) may leave it open, and under Firestore's pessimistic locking an open
+  // transaction holds its locks until it idles out (60 s), stalling the retry and every other
+  // caller of the key. Rolling back one that did commit is refused, harmlessly. The retry of an
+  // ABORTED transaction names it as TransactionOptions.ReadWrite.previousTransaction, as the v1
+  // API asks of a retried transaction.
   template <class Body>
   auto in_transaction(const char* what, std::span<const std::string_view> secrets, Body body) {
     std::string aborted;
@@ -142,11 +146,11 @@ struct DatastoreLock::Impl {
       try {
         return body(tx, committing);
       } catch (const datastore_detail::RpcFailure& f) {
-        if (!committing) rollback(tx);
+        if (!committing || f.status != "ABORTED") rollback(tx);
         if (f.status == "ABORTED") aborted = tx;
         throw;
       } catch (...) {
-        if (!committing) rollback(tx);
+        rollback(tx);
         throw;
       }
     });

@@ -140,6 +140,21 @@ TEST_F(DatastoreLockTest, TheRetryOfAnAbortedTransactionNamesIt) {
   EXPECT_EQ(server_.previous_transactions(), (std::vector<std::string>{"", "tx1", "tx2", "", ""}));
 }
 
+// A commit that failed may leave its transaction open, holding its locks (Firestore's
+// pessimistic concurrency) until it idles out: it is rolled back, unless ABORTED ended it.
+TEST_F(DatastoreLockTest, ATransactionWhoseCommitFailedIsRolledBackUnlessAborted) {
+  auto backend = make();
+  server_.inject(Fault{.method = "commit", .http = 503, .status = "UNAVAILABLE"});
+  (void)won(backend->claim("orders:12", kLease));
+  EXPECT_EQ(server_.calls("rollback"), 1);
+  server_.inject(Fault{.method = "commit", .after_apply = true});  // applied, reply lost
+  (void)won(backend->claim("orders:13", kLease));                  // re-affirmed on the retry
+  EXPECT_EQ(server_.calls("rollback"), 3);  // the lost reply's, and the re-affirming claim's
+  server_.inject(Fault{.method = "commit", .http = 409, .status = "ABORTED"});
+  (void)won(backend->claim("orders:14", kLease));
+  EXPECT_EQ(server_.calls("rollback"), 3);
+}
+
 TEST_F(DatastoreLockTest, TransientErrorsAreRetriedThenSucceed) {
   auto backend = make();
   server_.inject(Fault{.method = "beginTransaction", .http = 503, .status = "UNAVAILABLE"});
