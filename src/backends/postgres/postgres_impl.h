@@ -267,14 +267,18 @@ struct PostgresLock::Impl {
   // the connection is still borrowed. A connection that broke is dropped and the statement
   // retried once on a fresh one; serialization failures are retried too. One that gave no
   // answer in time is closed, and the call fails: the caller retries if it will (each
-  // operation is safe to repeat), after a wait that was already long.
+  // operation is safe to repeat), after a wait that was already long. An injected clock is
+  // read once the connection is in hand, on every attempt: read before a wait for the pool
+  // (up to `pool_wait`) or a reconnect, a claim's lease would start in the past and could
+  // have lapsed, and been taken over, before the holder heard it had won.
   template <class Decode>
   auto run(const postgres_detail::Statement& statement, const char* op, std::string_view key,
-           const Params& params, Decode&& decode) {
+           Params& params, Decode&& decode) {
     int connection_failures = 0;
     int conflicts = 0;
     while (true) {
       auto lease = pool.acquire();
+      params.set_clock(now());
       ResultPtr res;
       try {
         res = own_session()

@@ -132,6 +132,12 @@ class Params {
   void int8(std::int64_t v);
   /// int8() adds a bigint parameter, SQL NULL for nullopt.
   void int8(std::optional<std::int64_t> v);
+  /// clock() adds the bigint parameter of "now", left to set_clock(): SQL NULL until then (the
+  /// server's clock). The backend's run() sets it once it holds a connection, each attempt.
+  void clock();
+  /// set_clock() sets the clock() parameter: an injected clock's reading, or nullopt for SQL
+  /// NULL; without a clock() parameter, it does nothing.
+  void set_clock(std::optional<std::int64_t> now);
 
   [[nodiscard]] int size() const { return static_cast<int>(count_); }
   [[nodiscard]] const char* const* values() const { return values_.data(); }
@@ -148,6 +154,9 @@ class Params {
   std::array<std::array<char, 8>, kMax> ints_{};
   std::size_t int_count_ = 0;
   std::size_t count_ = 0;
+  // The clock() parameter's place and its int slot; kMax: none.
+  std::size_t clock_at_ = kMax;
+  std::size_t clock_slot_ = kMax;
 };
 
 /// bad_shape() throws `StoreError`: `op` got a result it cannot read as an answer.

@@ -55,7 +55,7 @@ ClaimResult PostgresLock::do_claim(std::string_view key, std::chrono::millisecon
   }
   Params p;
   p.bytes(key);
-  p.int8(impl_->now());
+  p.clock();  // read by run(), once it holds a connection
   p.int8(static_cast<std::int64_t>(lease.count()));
   p.int8(static_cast<std::int64_t>(ttl().count()));
   p.bytes(std::string_view(request.claim_token));
@@ -80,7 +80,7 @@ ClaimResult PostgresLock::do_claim(std::string_view key, std::chrono::millisecon
 bool PostgresLock::do_complete(const Claim& claim, std::optional<std::string> result) {
   Params p;
   p.bytes(std::string_view(claim.key));
-  p.int8(impl_->now());
+  p.clock();  // read by run(), once it holds a connection
   p.int8(claim.fence);
   p.bytes(result);
   p.int8(static_cast<std::int64_t>(ttl().count()));
@@ -93,7 +93,7 @@ bool PostgresLock::do_complete(const Claim& claim, std::optional<std::string> re
 void PostgresLock::do_release(const Claim& claim) {
   Params p;
   p.bytes(std::string_view(claim.key));
-  p.int8(impl_->now());
+  p.clock();  // read by run(), once it holds a connection
   p.int8(claim.fence);
   p.int8(static_cast<std::int64_t>(ttl().count()));
   impl_->run(impl_->sql.release, "release", claim.key, p,
@@ -104,7 +104,7 @@ std::optional<TimePoint> PostgresLock::do_extend(const Claim& claim,
                                                  std::chrono::milliseconds lease) {
   Params p;
   p.bytes(std::string_view(claim.key));
-  p.int8(impl_->now());
+  p.clock();  // read by run(), once it holds a connection
   p.int8(claim.fence);
   p.bytes(std::string_view(claim.claim_token));
   p.int8(static_cast<std::int64_t>(lease.count()));

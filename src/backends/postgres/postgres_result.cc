@@ -47,6 +47,25 @@ void Params::int8(std::optional<std::int64_t> v) {
   }
 }
 
+void Params::clock() {
+  clock_at_ = count_;
+  clock_slot_ = int_count_++;
+  (void)ints_.at(clock_slot_);  // the bound int8() checks
+  add(nullptr, 0);
+}
+
+void Params::set_clock(std::optional<std::int64_t> now) {
+  if (clock_at_ == kMax) return;
+  if (now) {
+    put_be64(*now, ints_.at(clock_slot_));
+    values_.at(clock_at_) = ints_.at(clock_slot_).data();
+    lengths_.at(clock_at_) = 8;
+  } else {
+    values_.at(clock_at_) = nullptr;  // SQL NULL
+    lengths_.at(clock_at_) = 0;
+  }
+}
+
 void Params::add(const char* p, std::size_t n) {
   values_.at(count_) = p;
   lengths_.at(count_) = static_cast<int>(n);

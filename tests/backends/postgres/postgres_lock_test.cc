@@ -20,6 +20,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -1165,6 +1166,60 @@ TEST_F(PostgresLockTest, TablesAreIndependent) {
   auto two = make(PostgresOptions{.table = unique_name("idem_other")});
   EXPECT_TRUE(std::holds_alternative<Won>(one->claim("shared-key", milliseconds(1000))));
   EXPECT_TRUE(std::holds_alternative<Won>(two->claim("shared-key", milliseconds(1000))));
+}
+
+// A ManualClock that counts its readings, so a test can see a call read it.
+class CountingClock final : public Clock {
+ public:
+  [[nodiscard]] TimePoint now() const override {
+    reads.fetch_add(1);
+    return clock.now();
+  }
+  ManualClock clock;
+  mutable std::atomic<int> reads{0};
+};
+
+// An injected clock is read once the call has its connection. Read before the wait for one,
+// a claim that waited longer than its lease was written with a lease already lapsed: won, and
+// at once free to be taken over by the next claim, while its holder starts the work.
+TEST_F(PostgresLockTest, AClaimThatWaitedForAConnectionStartsItsLeaseWhenItRuns) {
+  constexpr milliseconds kShortLease(60'000);
+  auto clock = std::make_shared<CountingClock>();
+  PostgresOptions options;  // named: GCC 12 -O2 misreads a temporary's shared_ptr here
+  options.backend = BackendOptions{.clock = clock};
+  options.table = table_;
+  options.pool_size = 1;
+  auto backend = make(std::move(options));
+  const Claim held = won(backend->claim("held", kShortLease));
+  // The complete waits for its row's lock, another session's, on the pool's one connection.
+  Admin admin(postgres_url());
+  Admin locker(postgres_url());
+  locker.exec("BEGIN");
+  locker.exec("SELECT count(*) FROM (SELECT 1 FROM \"" + table_ + "\" FOR UPDATE) AS locked");
+  std::jthread completing([&] { EXPECT_TRUE(backend->complete(held)); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  const std::string waiting_for_a_lock =
+      "SELECT count(*) FROM pg_stat_activity WHERE application_name = '" + app_ +
+      "' AND wait_event_type = 'Lock'";
+  while (admin.exec(waiting_for_a_lock) != "1" && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  ASSERT_EQ(admin.exec(waiting_for_a_lock), "1");
+  // The claim queues for the connection. Reading the clock first (the defect), it does so at
+  // once; give it half a second to, then move the clock past its lease while it waits.
+  const int reads = clock->reads.load();
+  std::optional<Claim> claimed;
+  std::jthread claiming([&] { claimed = won(backend->claim("waited", kShortLease)); });
+  const auto until = std::chrono::steady_clock::now() + milliseconds(500);
+  while (clock->reads.load() == reads && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  clock->clock.advance(2 * kShortLease);
+  locker.exec("COMMIT");
+  completing.join();
+  claiming.join();
+  ASSERT_TRUE(claimed.has_value());
+  EXPECT_EQ(claimed->lease_expiry, clock->clock.now() + kShortLease);
 }
 
 // ---------------------------------------------------------------------------------------
