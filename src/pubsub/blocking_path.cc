@@ -53,6 +53,14 @@ ResponseHandler awaited(AsyncResponseHandler handler) {
   };
 }
 
+PushResponse threw_before_an_outcome(const std::exception& error) {
+  log(LogRecord{Severity::kError,
+                "handler_threw",
+                "the push wrapper threw before deciding an outcome; nacking",
+                {{"error", error.what()}}});
+  return push_response(DeliveryOutcome::kHandlerFailed, {});
+}
+
 void run_blocking_path(std::shared_ptr<const Wrapper> wrapper, const RunBlocking& run_blocking,
                        std::shared_ptr<const PushRequest> request, Respond respond) {
   run_blocking(
@@ -61,11 +69,7 @@ void run_blocking_path(std::shared_ptr<const Wrapper> wrapper, const RunBlocking
         try {
           response = (*wrapper)(*request);
         } catch (const std::exception& e) {
-          log(LogRecord{Severity::kError,
-                        "handler_threw",
-                        "the push wrapper threw before deciding an outcome; nacking",
-                        {{"error", e.what()}}});
-          response = push_response(DeliveryOutcome::kHandlerFailed, {});
+          response = threw_before_an_outcome(e);
         }
         respond(std::move(response));
       });

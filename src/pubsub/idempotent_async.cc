@@ -31,6 +31,7 @@ namespace {
 using detail::awaited;
 using detail::run_blocking_path;
 using detail::Seen;
+using detail::threw_before_an_outcome;
 using detail::with_a_failure;
 using detail::Wrapper;
 using idempotency::detail::AsyncFlight;
@@ -405,6 +406,31 @@ void build_backend_then_deliver(const std::shared_ptr<const Shared>& shared,
   });
 }
 
+// A delivery admitted: answered already, run unguarded, or guarded by a Delivering (after the
+// backend is built, the first time).
+void deliver(const std::shared_ptr<const Shared>& shared,
+             std::shared_ptr<const PushRequest> request, Respond respond,
+             detail::Admission admission) {
+  if (admission.answer) {
+    respond(std::move(*admission.answer));
+    return;
+  }
+  if (!admission.unguarded_why.empty()) {
+    run_blocking_path(shared->blocking, shared->run_blocking, std::move(request),
+                      std::move(respond));
+    return;
+  }
+  LockBackend* backend = shared->blocking->backend->ready();
+  if (backend == nullptr) {
+    build_backend_then_deliver(shared, std::move(request), std::move(respond),
+                               std::move(admission));
+    return;
+  }
+  std::make_shared<Delivering>(shared, std::move(request), std::move(respond), std::move(admission),
+                               *backend)
+      ->start();
+}
+
 }  // namespace
 
 AsyncPushHandler idempotent_async(IdempotentOptions options, AsyncResponseHandler handler,
@@ -424,32 +450,30 @@ AsyncPushHandler idempotent_async(IdempotentOptions options, AsyncResponseHandle
   return [shared = std::shared_ptr<const Shared>(std::move(shared))](
              std::shared_ptr<const PushRequest>&& request, Respond&& respond) {
     const Wrapper& wrapper = *shared->blocking;
-    const auto& options = wrapper.options;
-    // Waiting for a holder, authenticating (a key fetch) and the unguarded path may block.
-    if (wrapper.disabled || options.wait_for.count() > 0 || options.authenticate) {
+    // Waiting for a holder and the unguarded path may block throughout.
+    if (wrapper.disabled || wrapper.options.wait_for.count() > 0) {
       run_blocking_path(shared->blocking, shared->run_blocking, std::move(request),
                         std::move(respond));
+      return;
+    }
+    // Authenticating may block (an OIDC key fetch), so it runs on a worker; the delivery then
+    // goes on from there as any other, the handler's call (the upstream's) holding no worker.
+    if (wrapper.options.authenticate) {
+      shared->run_blocking(
+          [shared, request = std::move(request), respond = std::move(respond)]() mutable {
+            std::optional<detail::Admission> admission;
+            try {
+              admission.emplace(shared->blocking->admit(*request));
+            } catch (const std::exception& e) {
+              respond(threw_before_an_outcome(e));
+              return;
+            }
+            deliver(shared, std::move(request), std::move(respond), std::move(*admission));
+          });
       return;
     }
     detail::Admission admission = wrapper.admit(*request);
-    if (admission.answer) {
-      respond(std::move(*admission.answer));
-      return;
-    }
-    if (!admission.unguarded_why.empty()) {
-      run_blocking_path(shared->blocking, shared->run_blocking, std::move(request),
-                        std::move(respond));
-      return;
-    }
-    LockBackend* backend = wrapper.backend->ready();
-    if (backend == nullptr) {
-      build_backend_then_deliver(shared, std::move(request), std::move(respond),
-                                 std::move(admission));
-      return;
-    }
-    std::make_shared<Delivering>(shared, std::move(request), std::move(respond),
-                                 std::move(admission), *backend)
-        ->start();
+    deliver(shared, std::move(request), std::move(respond), std::move(admission));
   };
 }
 

@@ -607,10 +607,9 @@ TEST_P(IdempotentAsyncTest, AHandlerThatDropsDoneIsAnUnknownOutcome) {
 }
 
 TEST_P(IdempotentAsyncTest, AHandlerThatDropsDoneOnTheBlockingPathIsAnUnknownOutcome) {
-  // An authenticator sends every delivery down the blocking path, which waits for `done`.
+  // Waiting for a holder sends every delivery down the blocking path, which awaits `done`.
   auto handle = idempotent_async(
-      {.backend = store_,
-       .authenticate = [](const PushRequest&) { return std::optional<std::string>(); }},
+      {.backend = store_, .wait_for = std::chrono::seconds(1)},
       [](const Delivery&, const HandlerDone&) {},
       [this](std::function<void()> work) { threads_.run(std::move(work)); });
   EXPECT_EQ(send(handle, push("m-dropped-blocking")).status, 503);
@@ -620,9 +619,7 @@ TEST_P(IdempotentAsyncTest, AHandlerThatDropsDoneOnTheBlockingPathIsAnUnknownOut
 TEST_P(IdempotentAsyncTest, AFailureWithAnEmptyExceptionIsANackNotACrash) {
   for (const bool blocking : {false, true}) {
     IdempotentOptions options{.backend = store_};
-    if (blocking) {
-      options.authenticate = [](const PushRequest&) { return std::optional<std::string>(); };
-    }
+    if (blocking) options.wait_for = std::chrono::seconds(1);
     auto handle = idempotent_async(
         std::move(options),
         [](const Delivery&, const HandlerDone& done) { done(std::exception_ptr()); },
@@ -667,12 +664,11 @@ TEST_P(IdempotentAsyncTest, AHandlerThatThrowsAfterAnsweringKeepsItsAnswer) {
   EXPECT_EQ(send(handle, push("m-late-throw")).status, 204);
 }
 
-// Authenticating sends every delivery down the blocking path, where the handler is awaited:
-// a throw after its answer must not undo the work it reported done there either.
+// Waiting for a holder sends every delivery down the blocking path, where the handler is
+// awaited: a throw after its answer must not undo the work it reported done there either.
 TEST_P(IdempotentAsyncTest, AHandlerThatThrowsAfterAnsweringKeepsItsAnswerOnTheBlockingPath) {
   auto handle = idempotent_async(
-      {.backend = store_,
-       .authenticate = [](const PushRequest&) { return std::optional<std::string>(); }},
+      {.backend = store_, .wait_for = std::chrono::seconds(1)},
       [](const Delivery&, const HandlerDone& done) {
         done(PushResponse{.status = 200});
         throw std::runtime_error("after the answer");
@@ -682,6 +678,39 @@ TEST_P(IdempotentAsyncTest, AHandlerThatThrowsAfterAnsweringKeepsItsAnswerOnTheB
   threads_.join();
   EXPECT_EQ(faulty_->releases, 0) << "the completed key is not released";
   EXPECT_EQ(send(handle, push("m-late-throw-blocking")).status, 204);
+}
+
+TEST_P(IdempotentAsyncTest, AnAuthenticatorThatThrowsIsANackAndClaimsNothing) {
+  auto handle = idempotent_async(
+      {.backend = store_,
+       .authenticate = [](const PushRequest&) -> std::optional<std::string> {
+         throw std::runtime_error("the key server is down");
+       }},
+      [this](const Delivery&, const HandlerDone& done) {
+        ++runs_;
+        done(PushResponse{.status = 200});
+      },
+      [this](std::function<void()> work) { threads_.run(std::move(work)); });
+  EXPECT_EQ(send(handle, push("m-auth-throws")).status, 500);
+  EXPECT_EQ(runs_, 0);
+  EXPECT_TRUE(std::holds_alternative<Won>(store_->claim("m-auth-throws", std::chrono::minutes(1))))
+      << "nothing was claimed";
+}
+
+TEST_P(IdempotentAsyncTest, AnAuthenticatorsRefusalIsAnsweredAndClaimsNothing) {
+  auto handle = idempotent_async(
+      {.backend = store_,
+       .authenticate = [](const PushRequest&) { return std::optional<std::string>("no token"); }},
+      [this](const Delivery&, const HandlerDone& done) {
+        ++runs_;
+        done(PushResponse{.status = 200});
+      },
+      [this](std::function<void()> work) { threads_.run(std::move(work)); });
+  EXPECT_EQ(send(handle, push("m-auth-refused")).status,
+            push_response(DeliveryOutcome::kUnauthenticated, {}).status);
+  EXPECT_EQ(runs_, 0);
+  EXPECT_TRUE(
+      std::holds_alternative<Won>(store_->claim("m-auth-refused", std::chrono::minutes(1))));
 }
 
 TEST_P(IdempotentAsyncTest, AFailedClaimIsAStoreErrorAndTheHandlerNeverRuns) {
@@ -827,6 +856,53 @@ TEST(IdempotentAsync, DeliveriesThatBuildTheBackendHoldNoWorkerWaitingForAnOwner
     ASSERT_EQ(answer->wait_for(std::chrono::seconds(10)), std::future_status::ready)
         << "the worker waits for a flight whose claim waits for the worker";
     EXPECT_TRUE(is_ack(answer->get().status));
+  }
+}
+
+// Authenticating may block (an OIDC key fetch), so it runs on a worker; the delivery then goes
+// on as any other. Awaited there instead (the blocking path), a handler still working (an
+// upstream call) held a worker: with one worker, every other push waited behind it.
+TEST(IdempotentAsync, AnAuthenticatedDeliveryHoldsNoWorkerWhileItsHandlerWorks) {
+  auto memory = std::make_shared<InMemoryLock>();
+  for (const bool may_block : {false, true}) {
+    std::shared_ptr<LockBackend> store = memory;
+    if (may_block) store = std::make_shared<MayBlock>(memory);
+    std::promise<HandlerDone> first;
+    FifoPool pool(1);
+    auto handle = idempotent_async(
+        {.backend = store,
+         .authenticate = [](const PushRequest&) { return std::optional<std::string>(); }},
+        [&](const Delivery& delivery, HandlerDone done) {
+          if (delivery.message.message_id.value_or("").starts_with("m-working")) {
+            first.set_value(std::move(done));  // still working: no worker may wait for it
+          } else {
+            done(PushResponse{.status = 200});
+          }
+        },
+        [&](std::function<void()> work) { pool.run(std::move(work)); });
+    auto send_async = [&](const std::string& id) {
+      auto answer = std::make_shared<std::promise<PushResponse>>();
+      auto future = answer->get_future();
+      handle(std::make_shared<const PushRequest>(push(id)),
+             [answer](PushResponse r) { answer->set_value(std::move(r)); });
+      return future;
+    };
+    const std::string suffix = may_block ? "-may-block" : "-inline";
+    auto working = send_async("m-working" + suffix);
+    auto first_done = first.get_future();
+    ASSERT_EQ(first_done.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+    const HandlerDone done = first_done.get();
+    // Answered however the test ends: a worker waiting for it (the defect) must not hold the
+    // pool's destructor for ever.
+    const std::unique_ptr<const HandlerDone, void (*)(const HandlerDone*)> answer_at_the_end(
+        &done, [](const HandlerDone* d) { (*d)(PushResponse{.status = 200}); });
+    auto other = send_async("m-other" + suffix);
+    ASSERT_EQ(other.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+        << "the one worker waits for a handler still working";
+    EXPECT_EQ(other.get().status, 200);
+    done(PushResponse{.status = 200});
+    ASSERT_EQ(working.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+    EXPECT_EQ(working.get().status, 200);
   }
 }
 

@@ -19,10 +19,12 @@
 //          [](PushResponse response) { /* write it */ });
 //
 // A delivery whose key is already running in this process joins that run without blocking and
-// is answered with its outcome when it ends. Options with `wait_for` or `authenticate` (both
-// may block), an unguarded delivery, and the first request of a `backend_factory` (which
-// builds the backend) take the blocking path on `run_blocking` instead: the code idempotent()
-// runs, with the handler awaited there.
+// is answered with its outcome when it ends. With `authenticate`, which may block (a key
+// fetch), each request is authenticated on `run_blocking` and goes on from there as above, as
+// do the first requests of a `backend_factory`, which builds the backend there. With
+// `wait_for`, which may block, and for an unguarded delivery, a request takes the blocking path
+// on `run_blocking` instead: the code idempotent() runs, with the handler awaited there (a
+// worker held until the handler's `done`).
 //
 // Thread safety: the returned callable may be called from any number of threads.
 #pragma once
