@@ -81,6 +81,7 @@ void Connection::close_if_idle() {
 void Connection::start_request() {
   phase_ = Phase::kReading;
   scan_.reset();
+  simple_tried_ = false;
   first_byte_seen_ = buffer_.size() > 0;
   body_deadline_set_ = false;
   // A new connection must start its request promptly; a kept-alive one may idle longer.
@@ -118,6 +119,16 @@ void Connection::on_header_bytes(beast::error_code ec, std::size_t bytes) {
   // Beast's parser counts its limit for the request line and the fields apart (up to twice it
   // in all, when the header came in one read), and in 32 bits: HeaderScan holds it, whole.
   const std::size_t header_limit = std::min<std::size_t>(options.max_header_bytes, UINT32_MAX);
+  // What simple_request() accepts, HeaderScan would find complete, within the limit and
+  // sound, so nearly every request (whole in its first read) skips the scan. Only its first
+  // bytes are offered: a header trickling in is not read again and again.
+  if (!simple_tried_) {
+    simple_tried_ = true;
+    if (auto simple = simple_request(received, header_limit, options.max_body_bytes)) {
+      dispatch_simple(std::move(*simple));
+      return;
+    }
+  }
   switch (scan_.scan(received, header_limit)) {
     case HeaderScan::Verdict::kTooLarge:
       refuse(431, "the request header is larger than the limit");
@@ -135,12 +146,7 @@ void Connection::on_header_bytes(beast::error_code ec, std::size_t bytes) {
       break;
   }
   if (auto simple = simple_request(received, header_limit, options.max_body_bytes)) {
-    buffer_.consume(simple->size);
-    if (const auto refusal = settle_head(simple->request, kHttp11)) {
-      refuse(refusal->status, refusal->reason);
-      return;
-    }
-    dispatch(std::move(simple->request), kHttp11, simple->keep_alive);
+    dispatch_simple(std::move(*simple));
     return;
   }
   // Built only for a request the fast reading left to it.
@@ -159,6 +165,15 @@ void Connection::on_header_bytes(beast::error_code ec, std::size_t bytes) {
     return;
   }
   on_header();
+}
+
+void Connection::dispatch_simple(SimpleRequest&& simple) {
+  buffer_.consume(simple.size);
+  if (const auto refusal = settle_head(simple.request, kHttp11)) {
+    refuse(refusal->status, refusal->reason);
+    return;
+  }
+  dispatch(std::move(simple.request), kHttp11, simple.keep_alive);
 }
 
 void Connection::on_header() {

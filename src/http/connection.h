@@ -77,6 +77,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void start_request();
   void read_header();
   void on_header_bytes(boost::beast::error_code ec, std::size_t bytes);
+  // The request simple_request() read: settled (request_head.h), then handled.
+  void dispatch_simple(SimpleRequest&& simple);
   void on_header();
   void parse_body();
   void read_body();
@@ -122,6 +124,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::size_t response_sent_ = 0;
   Phase phase_ = Phase::kReading;
   bool first_byte_seen_ = false;
+  bool simple_tried_ = false;       // this request's first bytes were offered to simple_request()
   bool body_deadline_set_ = false;  // this request's body deadline is armed
   std::size_t served_ = 0;
   std::size_t lingered_ = 0;

@@ -117,7 +117,8 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
                                  finish([&] { return claimed(std::move(outcome)); });
                                });
         },
-        [](const std::shared_ptr<Delivering>& self, ClaimResult result) {
+        // By reference down to claim_: each move of a Claim is its strings moved.
+        [](const std::shared_ptr<Delivering>& self, ClaimResult&& result) {
           self->on_claim(std::move(result));
         });
   }
@@ -184,7 +185,7 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
     then(shared_from_this(), std::move(*result));
   }
 
-  void on_claim(ClaimResult result) {
+  void on_claim(ClaimResult&& result) {
     if (auto* won = std::get_if<Won>(&result)) {
       run_handler(std::move(won->claim));
       return;
@@ -199,7 +200,7 @@ class Delivering : public std::enable_shared_from_this<Delivering> {
     settle(outcome);
   }
 
-  void run_handler(Claim claim) {
+  void run_handler(Claim&& claim) {
     claim_ = std::move(claim);
     const auto& options = wrapper().options;
     keeper_.emplace(backend_, *claim_, options.lease,
@@ -407,10 +408,11 @@ void build_backend_then_deliver(const std::shared_ptr<const Shared>& shared,
 }
 
 // A delivery admitted: answered already, run unguarded, or guarded by a Delivering (after the
-// backend is built, the first time).
+// backend is built, the first time). By reference: an Admission holds the parsed message, and
+// each move of it is its strings moved.
 void deliver(const std::shared_ptr<const Shared>& shared,
-             std::shared_ptr<const PushRequest> request, Respond respond,
-             detail::Admission admission) {
+             std::shared_ptr<const PushRequest>&& request, Respond&& respond,
+             detail::Admission&& admission) {
   if (admission.answer) {
     respond(std::move(*admission.answer));
     return;

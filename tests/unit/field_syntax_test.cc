@@ -6,8 +6,10 @@
 
 #include <array>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "idempotency/detail/ascii.h"
 
@@ -114,6 +116,104 @@ TEST(FieldSyntax, NamesCompareAsByteAtATime) {
   EXPECT_TRUE(same_field_name("x_idempotency_fence", "X-Idempotency-Fence"));
   EXPECT_FALSE(same_field_name("x-idempotency-fence", "X_Idempotency_Fence"));
   EXPECT_FALSE(iequals_ascii("Content-Length", "Content-Lengt"));
+}
+
+// Names of every length to 40 (so the short ones judged as overlapping words, 4 to 15 bytes,
+// and every mix of blocks and bytes above), every byte value at every place: a name is a field
+// name exactly when each of its bytes is in kTokenChars, as a byte at a time says.
+TEST(FieldSyntax, ANameOfEveryLengthIsATokenExactlyWhenEveryByteIs) {
+  const std::string_view spelled = "Content-Length-0123456789-abcdefghij-XYZ!";
+  for (std::size_t size = 1; size <= 40; ++size) {
+    for (int byte = 0; byte < 256; ++byte) {
+      for (std::size_t place = 0; place < size; ++place) {
+        std::string name(spelled.substr(0, size));
+        name[place] = static_cast<char>(byte);
+        bool bytewise = true;
+        for (const char c : name) bytewise = bytewise && is_token_char(c);
+        ASSERT_EQ(is_field_name(name), bytewise)
+            << "byte " << byte << " at " << place << " of " << size;
+        ASSERT_EQ(skip_token(name, 0) == size, bytewise)
+            << "byte " << byte << " at " << place << " of " << size;
+      }
+    }
+  }
+}
+
+// The value scan a block, a word and a byte at a time: at every length to 40 (so every mix of
+// 16-byte blocks, an 8-byte word and single bytes), every byte value at every place stops it
+// exactly where a byte at a time would.
+TEST(FieldSyntax, AValueOfEveryLengthEndsAtItsFirstByteOutsideTheTable) {
+  for (std::size_t size = 1; size <= 40; ++size) {
+    for (int byte = 0; byte < 256; ++byte) {
+      const bool allowed = kValueChars[static_cast<std::size_t>(byte)];
+      for (std::size_t place = 0; place < size; ++place) {
+        std::string value(size, 'v');
+        value[place] = static_cast<char>(byte);
+        ASSERT_EQ(skip_field_value(value, 0), allowed ? size : place)
+            << "byte " << byte << " at " << place << " of " << size;
+      }
+    }
+  }
+}
+
+// connection_closes() as it read every value before the two common ones were settled at once:
+// the list, element by element.
+std::optional<bool> connection_closes_listwise(std::string_view value) {
+  bool close = false;
+  for (;;) {
+    const auto comma = value.find(',');
+    const std::string_view token = trim_ows(value.substr(0, comma));
+    if (!is_field_name(token) || iequals_ascii(token, "upgrade")) return std::nullopt;
+    close = close || iequals_ascii(token, "close");
+    if (comma == std::string_view::npos) return close;
+    value.remove_prefix(comma + 1);
+  }
+}
+
+// Every byte value at every place of the common values and of lists around them: the answer
+// is the list reading's.
+TEST(FieldSyntax, AConnectionValueClosesAsTheListReads) {
+  const std::array<std::string_view, 12> seeds = {
+      "keep-alive", "Keep-Alive",        "KEEP-ALIVE",       "close",       "Close", "CLOSE",
+      "upgrade",    "keep-alive, close", "close,keep-alive", " keep-alive", "cl0se", "x"};
+  for (const std::string_view seed : seeds) {
+    ASSERT_EQ(connection_closes(seed), connection_closes_listwise(seed)) << seed;
+    for (std::size_t place = 0; place < seed.size(); ++place) {
+      for (int byte = 0; byte < 256; ++byte) {
+        std::string value(seed);
+        value[place] = static_cast<char>(byte);
+        ASSERT_EQ(connection_closes(value), connection_closes_listwise(value))
+            << ::testing::PrintToString(value);
+      }
+    }
+  }
+}
+
+// Every value of up to six bytes of SP, HTAB and a letter: read_plain_fields() hands `each`
+// the value trim_ows() makes of the bytes between the colon and the CRLF, as it did when it
+// trimmed them so.
+TEST(FieldSyntax, AFieldsValueIsItsBytesWithoutTheirOws) {
+  constexpr std::array<char, 3> kBytes = {' ', '\t', 'a'};
+  std::size_t values = 1;
+  for (std::size_t size = 0; size <= 6; ++size, values *= kBytes.size()) {
+    for (std::size_t n = 0; n < values; ++n) {
+      std::string raw;
+      for (std::size_t k = 0, rest = n; k < size; ++k, rest /= kBytes.size()) {
+        raw += kBytes[rest % kBytes.size()];
+      }
+      const std::string text = "X-A:" + raw + "\r\nX-B:" + raw + "\r\n\r\n";
+      std::vector<std::string> seen;
+      PlainFraming framing;
+      const auto end = read_plain_fields(text, 0, framing, [&](std::string_view, auto value) {
+        seen.emplace_back(value);
+        return true;
+      });
+      ASSERT_TRUE(end) << ::testing::PrintToString(raw);
+      EXPECT_EQ(*end, text.size());
+      const std::vector<std::string> trimmed(2, std::string(trim_ows(raw)));
+      ASSERT_EQ(seen, trimmed) << ::testing::PrintToString(raw);
+    }
+  }
 }
 
 }  // namespace
