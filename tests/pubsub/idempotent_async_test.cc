@@ -115,6 +115,15 @@ class SendsAsync final : public ForwardingBackend {
   Threads answers_;  // joined before the backend it forwards to goes
 };
 
+// Hands `handle` a push of message `id`; the future gets its answer.
+std::future<PushResponse> send_async(const AsyncPushHandler& handle, const std::string& id) {
+  auto answer = std::make_shared<std::promise<PushResponse>>();
+  auto future = answer->get_future();
+  handle(std::make_shared<const PushRequest>(push(id)),
+         [answer](PushResponse r) { answer->set_value(std::move(r)); });
+  return future;
+}
+
 // run_blocking for the tests that need a bounded pool: `n` workers taking work in order. Each
 // ends when the pool goes (a stop request wakes its wait), also when an assertion returns
 // early.
@@ -838,19 +847,12 @@ TEST(IdempotentAsync, DeliveriesThatBuildTheBackendHoldNoWorkerWaitingForAnOwner
         }
       },
       [&](std::function<void()> work) { pool.run(std::move(work)); });
-  auto send_async = [&](const std::string& id) {
-    auto answer = std::make_shared<std::promise<PushResponse>>();
-    auto future = answer->get_future();
-    handle(std::make_shared<const PushRequest>(push(id)),
-           [answer](PushResponse r) { answer->set_value(std::move(r)); });
-    return future;
-  };
-  auto first_answer = send_async("m-first");  // the worker builds the backend
-  auto early = send_async("m-k");             // queued before the backend is built
+  auto first_answer = send_async(handle, "m-first");  // the worker builds the backend
+  auto early = send_async(handle, "m-k");             // queued before the backend is built
   build.set_value();
   auto first_done = first.get_future();
   ASSERT_EQ(first_done.wait_for(std::chrono::seconds(10)), std::future_status::ready);
-  auto late = send_async("m-k");  // the backend is built: the asynchronous path
+  auto late = send_async(handle, "m-k");  // the backend is built: the asynchronous path
   first_done.get()(PushResponse{.status = 200});
   for (auto* answer : {&first_answer, &early, &late}) {
     ASSERT_EQ(answer->wait_for(std::chrono::seconds(10)), std::future_status::ready)
@@ -880,15 +882,8 @@ TEST(IdempotentAsync, AnAuthenticatedDeliveryHoldsNoWorkerWhileItsHandlerWorks) 
           }
         },
         [&](std::function<void()> work) { pool.run(std::move(work)); });
-    auto send_async = [&](const std::string& id) {
-      auto answer = std::make_shared<std::promise<PushResponse>>();
-      auto future = answer->get_future();
-      handle(std::make_shared<const PushRequest>(push(id)),
-             [answer](PushResponse r) { answer->set_value(std::move(r)); });
-      return future;
-    };
     const std::string suffix = may_block ? "-may-block" : "-inline";
-    auto working = send_async("m-working" + suffix);
+    auto working = send_async(handle, "m-working" + suffix);
     auto first_done = first.get_future();
     ASSERT_EQ(first_done.wait_for(std::chrono::seconds(10)), std::future_status::ready);
     const HandlerDone done = first_done.get();
@@ -896,7 +891,7 @@ TEST(IdempotentAsync, AnAuthenticatedDeliveryHoldsNoWorkerWhileItsHandlerWorks) 
     // pool's destructor for ever.
     const std::unique_ptr<const HandlerDone, void (*)(const HandlerDone*)> answer_at_the_end(
         &done, [](const HandlerDone* d) { (*d)(PushResponse{.status = 200}); });
-    auto other = send_async("m-other" + suffix);
+    auto other = send_async(handle, "m-other" + suffix);
     ASSERT_EQ(other.wait_for(std::chrono::seconds(10)), std::future_status::ready)
         << "the one worker waits for a handler still working";
     EXPECT_EQ(other.get().status, 200);
