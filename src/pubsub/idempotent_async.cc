@@ -470,6 +470,19 @@ AsyncPushHandler idempotent_async(IdempotentOptions options, AsyncResponseHandle
               respond(threw_before_an_outcome(e));
               return;
             }
+            if (!admission->unguarded_why.empty()) {
+              // Already on a worker: run unguarded here, as the blocking path would, without
+              // authenticating (and parsing) the request a second time.
+              PushResponse response;
+              try {
+                response = shared->blocking->run_unguarded(Seen{*request, &*admission->message},
+                                                           admission->unguarded_why.c_str());
+              } catch (const std::exception& e) {
+                response = threw_before_an_outcome(e);
+              }
+              respond(std::move(response));
+              return;
+            }
             deliver(shared, std::move(request), std::move(respond), std::move(*admission));
           });
       return;

@@ -706,6 +706,28 @@ TEST_P(IdempotentAsyncTest, AnAuthenticatorThatThrowsIsANackAndClaimsNothing) {
       << "nothing was claimed";
 }
 
+TEST_P(IdempotentAsyncTest, AnAuthenticatedDeliveryWithoutAKeyRunsUnguardedAuthenticatedOnce) {
+  std::atomic<int> authenticated{0};
+  auto handle = idempotent_async(
+      {.backend = store_,
+       .key = key_from_attribute("absent"),
+       .allow_unguarded = true,
+       .authenticate =
+           [&](const PushRequest&) {
+             ++authenticated;
+             return std::optional<std::string>();
+           }},
+      [this](const Delivery&, const HandlerDone& done) {
+        ++runs_;
+        done(PushResponse{.status = 200});
+      },
+      [this](std::function<void()> work) { threads_.run(std::move(work)); });
+  EXPECT_EQ(send(handle, push("m-keyless")).status, 200);
+  EXPECT_EQ(send(handle, push("m-keyless")).status, 200) << "unguarded: run again";
+  EXPECT_EQ(runs_, 2);
+  EXPECT_EQ(authenticated, 2) << "once a delivery";
+}
+
 TEST_P(IdempotentAsyncTest, AnAuthenticatorsRefusalIsAnsweredAndClaimsNothing) {
   auto handle = idempotent_async(
       {.backend = store_,
