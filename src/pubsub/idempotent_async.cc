@@ -407,9 +407,9 @@ void build_backend_then_deliver(const std::shared_ptr<const Shared>& shared,
   });
 }
 
-// A delivery admitted: answered already, run unguarded, or guarded by a Delivering (after the
-// backend is built, the first time). By reference: an Admission holds the parsed message, and
-// each move of it is its strings moved.
+// A delivery admitted: answered already, run unguarded on a worker, or guarded by a Delivering
+// (after the backend is built, the first time). By reference: an Admission holds the parsed
+// message, and each move of it is its strings moved.
 void deliver(const std::shared_ptr<const Shared>& shared,
              std::shared_ptr<const PushRequest>&& request, Respond&& respond,
              detail::Admission&& admission) {
@@ -418,8 +418,19 @@ void deliver(const std::shared_ptr<const Shared>& shared,
     return;
   }
   if (!admission.unguarded_why.empty()) {
-    run_blocking_path(shared->blocking, shared->run_blocking, std::move(request),
-                      std::move(respond));
+    // The handler runs awaited, so on a worker; admitted already (authenticated, parsed), so
+    // not through the blocking path, which would admit it again.
+    shared->run_blocking([shared, request = std::move(request), respond = std::move(respond),
+                          admission = std::move(admission)]() mutable {
+      PushResponse response;
+      try {
+        response = shared->blocking->run_unguarded(Seen{*request, &*admission.message},
+                                                   admission.unguarded_why.c_str());
+      } catch (const std::exception& e) {
+        response = threw_before_an_outcome(e);
+      }
+      respond(std::move(response));
+    });
     return;
   }
   LockBackend* backend = shared->blocking->backend->ready();
@@ -468,19 +479,6 @@ AsyncPushHandler idempotent_async(IdempotentOptions options, AsyncResponseHandle
               admission.emplace(shared->blocking->admit(*request));
             } catch (const std::exception& e) {
               respond(threw_before_an_outcome(e));
-              return;
-            }
-            if (!admission->unguarded_why.empty()) {
-              // Already on a worker: run unguarded here, as the blocking path would, without
-              // authenticating (and parsing) the request a second time.
-              PushResponse response;
-              try {
-                response = shared->blocking->run_unguarded(Seen{*request, &*admission->message},
-                                                           admission->unguarded_why.c_str());
-              } catch (const std::exception& e) {
-                response = threw_before_an_outcome(e);
-              }
-              respond(std::move(response));
               return;
             }
             deliver(shared, std::move(request), std::move(respond), std::move(*admission));
