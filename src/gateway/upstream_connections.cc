@@ -20,9 +20,11 @@ namespace idempotency::gateway {
 namespace upstream_detail {
 namespace {
 
-// App servers commonly close idle keep-alive connections after 2-5 s; reusing one the server
-// is closing is the classic source of spurious failures, so older ones are not reused.
-constexpr auto kMaxIdleAge = std::chrono::seconds(2);
+// App servers commonly close idle keep-alive connections after 2-5 s (gunicorn's default is
+// 2 s); reusing one the server is closing is the classic source of spurious failures, and here
+// of a push held for its lease (the request was sent, no answer came), so a connection is
+// reused only well inside the shortest of those.
+constexpr auto kMaxIdleAge = std::chrono::seconds(1);
 
 // A lazy wait ends this soon at the latest: a wait in progress is work that keeps the
 // io_context's run() from returning, and the server's shutdown joins its event loop, so an idle

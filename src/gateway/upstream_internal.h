@@ -97,13 +97,14 @@ std::optional<std::string> build_request(const pubsub::PushRequest& in,
                                          std::optional<std::int64_t> fence, const UpstreamUrl& url,
                                          const Origin& origin, std::string& out);
 
-// Beast's strict HTTP/1 response parser, writing the status, every header field (trailers too)
-// and the body straight into a PushResponse, instead of into Beast's message and then copied.
-// drop_hop_by_hop() then leaves the end-to-end fields.
 // Drops the hop-by-hop fields of `response` and those its Connection fields list. Run on what
 // was read, however the read ended: the parser may stop before the header's end (a body over
-// the limit) or add fields after it (a chunked body's trailers).
+// the limit).
 void drop_hop_by_hop(pubsub::PushResponse& response);
+
+// Beast's strict HTTP/1 response parser, writing the status, every header field (a chunked
+// body's trailer fields dropped) and the body straight into a PushResponse, instead of into
+// Beast's message and then copied. drop_hop_by_hop() then leaves the end-to-end fields.
 
 class ResponseParser : public http::basic_parser<false> {
  public:

@@ -51,22 +51,30 @@ void add_connection_tokens(std::string_view name, std::string_view value, Tokens
 // comparisons.
 constexpr std::size_t kTokensSearchedInOrder = 8;
 
-bool iless_ascii(std::string_view a, std::string_view b) noexcept {
-  return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
-    return idempotency::detail::ascii_lower(x) < idempotency::detail::ascii_lower(y);
-  });
+// A field name as a CGI-style server reads it (same_field_name()): ASCII case aside, '_' as
+// '-'. Both a name listed in Connection and a field may be spelled either way.
+char folded(char c) noexcept { return idempotency::detail::ascii_lower(c == '_' ? '-' : c); }
+
+bool folded_less(std::string_view a, std::string_view b) noexcept {
+  return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(),
+                                      [](char x, char y) { return folded(x) < folded(y); });
+}
+
+bool folded_equal(std::string_view a, std::string_view b) noexcept {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(),
+                                            [](char x, char y) { return folded(x) == folded(y); });
 }
 
 void index_tokens(Tokens& tokens) {
-  if (tokens.size() > kTokensSearchedInOrder) std::sort(tokens.begin(), tokens.end(), iless_ascii);
+  if (tokens.size() > kTokensSearchedInOrder) std::sort(tokens.begin(), tokens.end(), folded_less);
 }
 
 bool is_listed(const Tokens& tokens, std::string_view name) {
   if (tokens.size() > kTokensSearchedInOrder) {
-    return std::binary_search(tokens.begin(), tokens.end(), name, iless_ascii);
+    return std::binary_search(tokens.begin(), tokens.end(), name, folded_less);
   }
   return std::any_of(tokens.begin(), tokens.end(),
-                     [&](std::string_view token) { return iequals_ascii(token, name); });
+                     [&](std::string_view token) { return folded_equal(token, name); });
 }
 
 }  // namespace
@@ -188,6 +196,10 @@ void ResponseParser::on_response_impl(int code, string_view /*reason*/, int /*ve
 
 void ResponseParser::on_field_impl(http::field name, string_view name_string, string_view value,
                                    error_code& /*ec*/) {
+  // A chunked body's trailer fields come after the header: dropped, not merged into it (RFC
+  // 9110 §6.5.1 lets a recipient discard them), or a Content-Type or Set-Cookie sent after the
+  // body would be stored and replayed to every duplicate as the response's own.
+  if (is_header_done()) return;
   if (name == http::field::transfer_encoding) codings_.add(view(value));
   if (!keep_content_) return;
   response_.headers.push_back({std::string(view(name_string)), std::string(view(value))});

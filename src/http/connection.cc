@@ -182,6 +182,7 @@ void Connection::on_header() {
     refuse(refusal->status, refusal->reason);
     return;
   }
+  header_keep_alive_ = parser_->keep_alive();
   const auto expect = parser_->expect();
   const bool wants_continue = iequals_ascii(expect, "100-continue");
   if (!expect.empty() && !wants_continue) {
@@ -274,10 +275,9 @@ void Connection::refuse_body(const beast::error_code& ec) {
 
 void Connection::dispatch_parsed() {
   const unsigned version = parser_->version();
-  const bool keep_alive = parser_->keep_alive();
   pubsub::PushRequest request = std::move(parser_->request());
   parser_.reset();
-  dispatch(std::move(request), version, keep_alive);
+  dispatch(std::move(request), version, header_keep_alive_);
 }
 
 void Connection::dispatch(pubsub::PushRequest&& request, unsigned version, bool keep_alive) {

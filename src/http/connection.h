@@ -126,6 +126,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool first_byte_seen_ = false;
   bool simple_tried_ = false;       // this request's first bytes were offered to simple_request()
   bool body_deadline_set_ = false;  // this request's body deadline is armed
+  // Whether the request's header lets the connection stay open: read once the header is in,
+  // since Beast would let a `Connection` trailer field (dropped otherwise) change it.
+  bool header_keep_alive_ = true;
   std::size_t served_ = 0;
   std::size_t lingered_ = 0;
   bool registered_ = false;

@@ -61,11 +61,18 @@ bool is_dot_segment(std::string_view segment) {
 // RFC 3986 §5.2.4: a client removes dot segments before it sends a target. One that arrives
 // anyway would reach the handler, and the app behind a proxy, under a path other than the
 // one it names: `/../admin` under the gateway's base path `/api` is `/admin` to most servers.
+// A segment is judged without its parameters (`..;x`), which Tomcat and Spring strip before
+// they resolve dot segments. A fragment is no part of a target (RFC 9112 §3.2), and an app
+// reads the path up to it: `/..#x` is `/..` there.
 std::optional<HeadRefusal> judge_path(std::string_view target) {
+  if (target.find('#') != std::string_view::npos) {
+    return HeadRefusal{400, "a fragment (#) in the request target"};
+  }
   const std::string_view path = target.substr(0, target.find('?'));
   for (std::size_t start = 0; start < path.size();) {
     const std::size_t end = std::min(path.find('/', start + 1), path.size());
-    if (is_dot_segment(path.substr(start + 1, end - start - 1))) {
+    const std::string_view segment = path.substr(start + 1, end - start - 1);
+    if (is_dot_segment(segment.substr(0, segment.find(';')))) {
       return HeadRefusal{400, "a . or .. segment in the request target"};
     }
     start = end;

@@ -152,5 +152,29 @@ TEST(SettleHead, ADotSegmentInThePathIsRefusedAnywhereElseItIsNot) {
   }
 }
 
+// A fragment is no part of a request target (RFC 9112 §3.2: a path and a query): let through,
+// `/api` + `/..#x` reached the app, which reads the path up to the `#` as `/api/..`: `/`.
+TEST(SettleHead, AFragmentInTheTargetIsRefused) {
+  for (const char* target : {"/..#x", "/.#", "/%2e%2e#", "/a/..#x", "/push#frag", "/push?q#f",
+                             "http://h/push#frag", "http://h/..#", "http://h#x", "http://h?q#f"}) {
+    SCOPED_TRACE(target);
+    EXPECT_EQ(status(request(target, {{"Host", "h"}})), 400);
+  }
+}
+
+// A segment's parameters (`;...`) are not part of its name to Tomcat and Spring, which read
+// `/a/..;/admin` as `/admin`: a dot segment with parameters is a dot segment.
+TEST(SettleHead, ADotSegmentWithParametersIsADotSegment) {
+  for (const char* target :
+       {"/a/..;/admin", "/..;x", "/.;", "/a/%2e%2e;jsessionid=1/b", "http://h/..;/x"}) {
+    SCOPED_TRACE(target);
+    EXPECT_EQ(status(request(target, {{"Host", "h"}})), 400);
+  }
+  for (const char* target : {"/a;b/c", "/...;x", "/a/b;..", "/.well-known;x/y", "/a?x=..;"}) {
+    SCOPED_TRACE(target);
+    EXPECT_EQ(status(request(target, {{"Host", "h"}})), 0);
+  }
+}
+
 }  // namespace
 }  // namespace idempotency::http::detail

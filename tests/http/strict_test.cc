@@ -162,7 +162,13 @@ INSTANTIATE_TEST_SUITE_P(
         Malformed{"AsteriskForAPost", "POST * HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"},
         // RFC 3986 §5.2.4: `/api` + `/../admin` is `/admin` to the app behind a proxy.
         Malformed{"ADotSegmentInTheTarget",
-                  "POST /push/../admin HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"}),
+                  "POST /push/../admin HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"},
+        // RFC 9112 §3.2: no fragment in a target; `/..#x` is `/..` to the app behind a proxy.
+        Malformed{"AFragmentInTheTarget",
+                  "POST /..#x HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"},
+        // Tomcat and Spring read `..;` as `..`.
+        Malformed{"ADotSegmentWithParameters",
+                  "POST /a/..;/admin HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST_F(StrictServer, ATransferCodingBesidesChunkedIs501AndNeverReachesTheHandler) {
@@ -245,6 +251,19 @@ TEST_F(StrictServer, AChunkedBodysTrailerFieldsNeverReachTheHandler) {
   // The handler's body lists the fields it saw: the header's, and nothing after.
   EXPECT_THAT(answer, EndsWith("\r\n\r\nHost=x;Transfer-Encoding=chunked;Connection=close;"));
   EXPECT_EQ(calls_.load(), 1);
+}
+
+// Dropped, a trailer field has no say in the connection either: a `Connection: close` sent
+// after the body does not close it under a request pipelined behind.
+TEST_F(StrictServer, AChunkedBodysTrailerCannotCloseTheConnection) {
+  start();
+  const std::string answer = exchange(
+      "POST /push HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "2\r\n{}\r\n0\r\nConnection: close\r\n\r\n" +
+      post("X-Second: 1\r\nConnection: close\r\n"));
+  EXPECT_THAT(answer, StartsWith("HTTP/1.1 200"));
+  EXPECT_THAT(answer, HasSubstr("X-Second=1;"));
+  EXPECT_EQ(calls_.load(), 2);
 }
 
 TEST_F(StrictServer, AnHttp10RequestNeedsNoHost) {
