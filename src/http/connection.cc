@@ -82,6 +82,7 @@ void Connection::start_request() {
   phase_ = Phase::kReading;
   scan_.reset();
   simple_tried_ = false;
+  empty_lines_skipped_ = 0;
   first_byte_seen_ = buffer_.size() > 0;
   body_deadline_set_ = false;
   // A new connection must start its request promptly; a kept-alive one may idle longer.
@@ -112,6 +113,10 @@ void Connection::on_header_bytes(beast::error_code ec, std::size_t bytes) {
   if (!first_byte_seen_ && buffer_.size() > 0) {
     first_byte_seen_ = true;
     expire_after(state_->options.header_timeout);
+  }
+  if (!skip_empty_lines()) {
+    read_header();
+    return;
   }
   const auto* data = static_cast<const char*>(buffer_.data().data());
   const std::string_view received(data, buffer_.size());
@@ -165,6 +170,25 @@ void Connection::on_header_bytes(beast::error_code ec, std::size_t bytes) {
     return;
   }
   on_header();
+}
+
+// RFC 9112 §2.2: a server SHOULD ignore at least one empty line before a request line (some
+// clients send a CRLF after a POST body); nginx ignores them too. A few, not any number: they
+// are the header's bytes, under its deadline. False when the bytes so far are only those.
+bool Connection::skip_empty_lines() {
+  constexpr std::size_t kMaxEmptyLines = 4;
+  const auto* data = static_cast<const char*>(buffer_.data().data());
+  std::size_t skipped = 0;
+  while (empty_lines_skipped_ < kMaxEmptyLines && buffer_.size() - skipped >= 2 &&
+         data[skipped] == '\r' && data[skipped + 1] == '\n') {
+    skipped += 2;
+    ++empty_lines_skipped_;
+  }
+  buffer_.consume(skipped);
+  if (buffer_.size() == 0) return false;
+  // Half an empty line: its LF is still to come.
+  return !(buffer_.size() == 1 && empty_lines_skipped_ < kMaxEmptyLines &&
+           *static_cast<const char*>(buffer_.data().data()) == '\r');
 }
 
 void Connection::dispatch_simple(SimpleRequest&& simple) {

@@ -78,6 +78,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void read_header();
   void on_header_bytes(boost::beast::error_code ec, std::size_t bytes);
   // The request simple_request() read: settled (request_head.h), then handled.
+  bool skip_empty_lines();
   void dispatch_simple(SimpleRequest&& simple);
   void on_header();
   void parse_body();
@@ -126,6 +127,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool first_byte_seen_ = false;
   bool simple_tried_ = false;       // this request's first bytes were offered to simple_request()
   bool body_deadline_set_ = false;  // this request's body deadline is armed
+  std::size_t empty_lines_skipped_ = 0;  // CRLFs before this request's line (skip_empty_lines())
   // Whether the request's header lets the connection stay open: read once the header is in,
   // since Beast would let a `Connection` trailer field (dropped otherwise) change it.
   bool header_keep_alive_ = true;

@@ -266,6 +266,29 @@ TEST_F(StrictServer, AChunkedBodysTrailerCannotCloseTheConnection) {
   EXPECT_EQ(calls_.load(), 2);
 }
 
+// RFC 9112 §2.2: a server SHOULD ignore an empty line before a request line, which some
+// clients send after a POST body; a few of them, each whole or split across reads.
+TEST_F(StrictServer, EmptyLinesBeforeARequestLineAreIgnored) {
+  start();
+  const std::string answer = exchange("\r\n" + post("X-First: 1\r\n") + "\r\n\r\n" +
+                                      post("X-Second: 1\r\nConnection: close\r\n"));
+  EXPECT_THAT(answer, HasSubstr("X-First=1;"));
+  EXPECT_THAT(answer, HasSubstr("X-Second=1;"));
+  EXPECT_EQ(calls_.load(), 2);
+
+  RawConnection split(port_);
+  split.send("\r");
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  split.send("\n" + post("Connection: close\r\n"));
+  split.read_to_close();
+  EXPECT_THAT(split.received(), StartsWith("HTTP/1.1 200"));
+  EXPECT_EQ(calls_.load(), 3);
+
+  // Not any number: past a few, the line is no request line.
+  EXPECT_THAT(exchange("\r\n\r\n\r\n\r\n\r\n\r\n" + post("")), StartsWith("HTTP/1.1 400"));
+  EXPECT_EQ(calls_.load(), 3);
+}
+
 TEST_F(StrictServer, AnHttp10RequestNeedsNoHost) {
   start();
   const std::string answer = exchange("GET / HTTP/1.0\r\n\r\n");
