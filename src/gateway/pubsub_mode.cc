@@ -89,7 +89,7 @@ pubsub::HandlerResult result_of(const UpstreamReply& reply) {
     return std::make_exception_ptr(UpstreamNack(UpstreamFailure::kRejected, 500, why));
   }
   // Pub/Sub reads only the status, so that is all that is answered and stored; a 2xx it
-  // would nack (203/205/206) becomes a 200.
+  // would nack (any but 200, 201, 202 and 204) becomes a 200.
   return pubsub::PushResponse{.status = pubsub::is_ack(status) ? status : 200};
 }
 
