@@ -53,7 +53,16 @@ class Handler {
         return plain(401, *reason);
       }
     }
-    if (request.method != "POST" && request.method != "PATCH") return passthrough(request);
+    if (request.method != "POST" && request.method != "PATCH") {
+      // Method names are case-sensitive (RFC 9110 §9.1), but Flask, Django and others upper-case
+      // them: passed through, a `post` would run there as a POST, unguarded and without its key.
+      if (idempotency::detail::iequals_ascii(request.method, "POST") ||
+          idempotency::detail::iequals_ascii(request.method, "PATCH")) {
+        deps_.metrics->count(outcome::kBadRequest);
+        return plain(400, "method names are case-sensitive: send POST or PATCH");
+      }
+      return passthrough(request);
+    }
     // One key: the upstream, reading the last of two (or, behind a CGI-style server, an
     // `Idempotency_Key` as the same field), would act under another key than the one claimed.
     const auto keys =

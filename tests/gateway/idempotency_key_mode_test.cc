@@ -86,6 +86,31 @@ TEST(IdempotencyKeyMode, TheKeyStaysHeldWhileASlowStoreStoresTheResponse) {
             std::optional<std::string_view>("true"));
 }
 
+// Method names are case-sensitive (RFC 9110 §9.1), so `post` is no POST to the gateway, but
+// Flask, Django and others upper-case them: passed through unguarded, a `post` would run there
+// as a POST, without the key it needs and as often as it is sent.
+TEST(IdempotencyKeyMode, APostOrPatchInAnotherCaseIsRefusedNotPassedThrough) {
+  testing::ChildProcess upstream(GATEWAY_UPSTREAM_PATH, {}, {});
+  auto store = std::make_shared<InMemoryLock>();
+  Config config;
+  config.mode = Mode::kIdempotencyKey;
+  const http::Handler handle = key_mode_handler(config, store, upstream.port());
+
+  for (const char* method : {"post", "Post", "patch", "pAtCh"}) {
+    SCOPED_TRACE(method);
+    PushRequest request = charge("charge-case");
+    request.method = method;
+    const PushResponse answered = handle(request);
+    EXPECT_EQ(answered.status, 400);
+    EXPECT_NE(answered.body.find("case-sensitive"), std::string::npos) << answered.body;
+  }
+  EXPECT_TRUE(std::holds_alternative<Won>(store->claim("charge-case", 1s)))
+      << "the key was never claimed";
+  PushRequest get = charge("");
+  get.method = "GET";  // other methods pass through
+  EXPECT_EQ(handle(get).status, 201);
+}
+
 // A store that keeps results of at most kLimit bytes, as Datastore keeps about 1 MiB.
 class SmallResults final : public ForwardingBackend {
  public:
