@@ -238,7 +238,12 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   // async_read do (Boost 1.74, read.hpp), step for step, on one async_read_some a round
   // instead of three layers of composed operations.
   void parse(Until until) {
-    if (until == Until::kHeader && read_simply()) return;
+    if (until == Until::kHeader) {
+      // Beast takes no byte of a header until the whole of it is here, so the status line is
+      // still the buffer's first, however many reads brought it.
+      upstream_detail::add_missing_reason_space(connection_->buffer);
+      if (read_simply()) return;
+    }
     auto& buffer = connection_->buffer;
     beast::error_code ec;
     while (!reached(until)) {

@@ -102,6 +102,12 @@ std::optional<std::string> build_request(const pubsub::PushRequest& in,
 // the limit).
 void drop_hop_by_hop(pubsub::PushResponse& response);
 
+// Puts in the space RFC 9112 §4 asks for before an empty reason phrase when a response in
+// `buffer` starts with `HTTP/1.x DDD` CRLF without it: some servers send that, nginx reads it,
+// and Beast refuses it, which would make every answer of such an app read as none (the push
+// nacked, its key held, the work run again after the lease). Nothing else changes.
+void add_missing_reason_space(beast::flat_buffer& buffer);
+
 // Beast's strict HTTP/1 response parser, writing the status, every header field (a chunked
 // body's trailer fields dropped) and the body straight into a PushResponse, instead of into
 // Beast's message and then copied. drop_hop_by_hop() then leaves the end-to-end fields.

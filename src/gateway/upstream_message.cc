@@ -184,6 +184,25 @@ void drop_hop_by_hop(pubsub::PushResponse& response) {
   std::erase_if(response.headers, [](const pubsub::Header& h) { return h.name.empty(); });
 }
 
+void add_missing_reason_space(beast::flat_buffer& buffer) {
+  constexpr std::size_t kLine = 12;  // `HTTP/1.x DDD`
+  const auto bytes = buffer.data();
+  const std::string_view text(static_cast<const char*>(bytes.data()), bytes.size());
+  const auto digit = [&](std::size_t i) { return text[i] >= '0' && text[i] <= '9'; };
+  if (text.size() < kLine + 2 || text[kLine] != '\r' || text[kLine + 1] != '\n' ||
+      !text.starts_with("HTTP/1.") || text[8] != ' ' || !digit(9) || !digit(10) || !digit(11) ||
+      buffer.size() + 1 > buffer.max_size()) {
+    return;
+  }
+  std::string fixed;
+  fixed.reserve(text.size() + 1);
+  fixed.append(text.substr(0, kLine)).append(1, ' ').append(text.substr(kLine));
+  buffer.consume(buffer.size());
+  const auto room = buffer.prepare(fixed.size());
+  std::memcpy(room.data(), fixed.data(), fixed.size());
+  buffer.commit(fixed.size());
+}
+
 void ResponseParser::on_request_impl(http::verb /*method*/, string_view /*method_string*/,
                                      string_view /*target*/, int /*version*/, error_code& /*ec*/) {
 }  // a response parser never sees one

@@ -984,6 +984,62 @@ TEST_P(UpstreamForward, AChunkLineOrTrailerWithoutEndIsCutShortNotBuffered) {
   }
 }
 
+// RFC 9112 §4 asks for the space before an empty reason phrase, but some servers leave it out
+// (`HTTP/1.1 200` CRLF), and nginx reads the line anyway. Refused, such an app's every answer
+// would read as none: the push nacked and its key held, then run again after the lease.
+TEST_P(UpstreamForward, AStatusLineWithoutItsReasonPhraseIsRead) {
+  RawServer server([](int fd, int) {
+    std::string pending;
+    for (int i = 0; i < 2; ++i) {
+      if (read_request(fd, pending).text.empty()) return;
+      if (!send_all(fd, "HTTP/1.1 201\r\nContent-Length: 2\r\nX-App: yes\r\n\r\nok")) return;
+    }
+    read_to_close(fd);
+  });
+  // Both readings: Beast's (the content kept) and the status-only fast one (pubsub mode's).
+  const auto pool = make_pool(server.url());
+  const auto status_only = make_pool(server.url(), {.keep_content = false});
+
+  for (int i = 0; i < 2; ++i) {
+    const auto reply = forward(pool, post(), i);
+
+    ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+    EXPECT_EQ(reply.response.status, 201);
+    EXPECT_EQ(reply.response.body, "ok");
+    EXPECT_EQ(header(reply.response, "X-App"), "yes");
+  }
+  EXPECT_EQ(server.accepted(), 1) << "the connection is at a message boundary: reused";
+  for (int i = 0; i < 2; ++i) {
+    const auto reply = forward(status_only, post(), i);
+    ASSERT_EQ(reply.kind, Kind::kResponse) << reply.error;
+    EXPECT_EQ(reply.response.status, 201);
+  }
+  EXPECT_EQ(server.accepted(), 2);
+}
+
+// The same line in pieces, each its own segment: the space goes in however the line arrives.
+TEST_P(UpstreamForward, AStatusLineWithoutItsReasonPhraseIsReadInPieces) {
+  for (const bool keep_content : {true, false}) {
+    RawServer server([](int fd, int) {
+      std::string pending;
+      if (read_request(fd, pending).text.empty()) return;
+      const int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      for (const char* piece : {"HTTP/1.1 20", "1\r", "\nContent-Length: 2\r\n\r", "\nok"}) {
+        if (!send_all(fd, piece)) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      }
+      read_to_close(fd);
+    });
+    const auto pool = make_pool(server.url(), {.timeout = 10s, .keep_content = keep_content});
+
+    const auto reply = forward(pool, post(), 1);
+
+    ASSERT_EQ(reply.kind, Kind::kResponse) << keep_content << ": " << reply.error;
+    EXPECT_EQ(reply.response.status, 201);
+  }
+}
+
 // A chunked body's trailer fields are not the response's header fields (RFC 9110 §6.5.1: a
 // recipient may merge one only where its definition allows): merged, a Content-Type or a
 // Set-Cookie sent after the body would be stored and replayed to every duplicate as the header.
