@@ -111,7 +111,6 @@ void add_missing_reason_space(beast::flat_buffer& buffer);
 // Beast's strict HTTP/1 response parser, writing the status, every header field (a chunked
 // body's trailer fields dropped) and the body straight into a PushResponse, instead of into
 // Beast's message and then copied. drop_hop_by_hop() then leaves the end-to-end fields.
-
 class ResponseParser : public http::basic_parser<false> {
  public:
   /// With `keep_content` false, only the status is kept; the fields and the body are dropped.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "idempotency/detail/ascii.h"
+#include "idempotency/detail/decimal.h"
 #include "idempotency/detail/field_syntax.h"
 #include "upstream_internal.h"
 
@@ -188,19 +189,18 @@ void add_missing_reason_space(beast::flat_buffer& buffer) {
   constexpr std::size_t kLine = 12;  // `HTTP/1.x DDD`
   const auto bytes = buffer.data();
   const std::string_view text(static_cast<const char*>(bytes.data()), bytes.size());
-  const auto digit = [&](std::size_t i) { return text[i] >= '0' && text[i] <= '9'; };
-  if (text.size() < kLine + 2 || text[kLine] != '\r' || text[kLine + 1] != '\n' ||
-      !text.starts_with("HTTP/1.") || text[8] != ' ' || !digit(9) || !digit(10) || !digit(11) ||
-      buffer.size() + 1 > buffer.max_size()) {
+  if (text.size() < kLine + 2 || text.substr(kLine, 2) != "\r\n" || !text.starts_with("HTTP/1.") ||
+      text[8] != ' ' || !idempotency::detail::is_decimal_digits(text.substr(9, 3)) ||
+      buffer.size() == buffer.max_size()) {
     return;
   }
-  std::string fixed;
-  fixed.reserve(text.size() + 1);
-  fixed.append(text.substr(0, kLine)).append(1, ' ').append(text.substr(kLine));
-  buffer.consume(buffer.size());
-  const auto room = buffer.prepare(fixed.size());
-  std::memcpy(room.data(), fixed.data(), fixed.size());
-  buffer.commit(fixed.size());
+  // In place: one byte more, the rest moved up by it.
+  const std::size_t size = buffer.size();
+  buffer.prepare(1);  // may move the bytes: the line is found after it
+  buffer.commit(1);
+  char* line = static_cast<char*>(buffer.data().data());
+  std::memmove(line + kLine + 1, line + kLine, size - kLine);
+  line[kLine] = ' ';
 }
 
 void ResponseParser::on_request_impl(http::verb /*method*/, string_view /*method_string*/,

@@ -177,18 +177,15 @@ void Connection::on_header_bytes(beast::error_code ec, std::size_t bytes) {
 // are the header's bytes, under its deadline. False when the bytes so far are only those.
 bool Connection::skip_empty_lines() {
   constexpr std::size_t kMaxEmptyLines = 4;
-  const auto* data = static_cast<const char*>(buffer_.data().data());
-  std::size_t skipped = 0;
-  while (empty_lines_skipped_ < kMaxEmptyLines && buffer_.size() - skipped >= 2 &&
-         data[skipped] == '\r' && data[skipped + 1] == '\n') {
-    skipped += 2;
+  std::string_view rest(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+  while (empty_lines_skipped_ < kMaxEmptyLines && rest.starts_with("\r\n")) {
+    rest.remove_prefix(2);
     ++empty_lines_skipped_;
   }
-  buffer_.consume(skipped);
-  if (buffer_.size() == 0) return false;
-  // Half an empty line: its LF is still to come.
-  return !(buffer_.size() == 1 && empty_lines_skipped_ < kMaxEmptyLines &&
-           *static_cast<const char*>(buffer_.data().data()) == '\r');
+  // Nothing but empty lines so far, or half of one more (its LF still to come).
+  const bool more_to_come = rest.empty() || (rest == "\r" && empty_lines_skipped_ < kMaxEmptyLines);
+  buffer_.consume(buffer_.size() - rest.size());
+  return !more_to_come;
 }
 
 void Connection::dispatch_simple(SimpleRequest&& simple) {
