@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "block_arena.h"
 #include "idempotency/detail/sip_hash.h"
 #include "record_table.h"
 
@@ -23,13 +24,21 @@ struct InMemoryLock::State {
   static constexpr std::size_t kSweepSlots = 4;
   // One cache line each, so that threads working in two shards do not share a line.
   struct alignas(64) Shard {
+    explicit Shard(detail::SlabSource& slabs) : table(slabs) {}
     std::mutex mutex;
     detail::RecordTable table;
   };
-  std::array<Shard, kShards> shards;
+  template <std::size_t... I>
+  static std::array<Shard, kShards> make_shards(detail::SlabSource& slabs,
+                                                std::index_sequence<I...> /*unused*/) {
+    return {{((void)I, Shard(slabs))...}};
+  }
   std::shared_ptr<const Clock> clock;
   // Random per store: callers cannot aim keys at one run of slots.
   detail::SipKey hash_key = detail::random_sip_key();
+  // The shards' records live in its runs: declared before them, destroyed after them.
+  detail::SlabSource slabs;
+  std::array<Shard, kShards> shards = make_shards(slabs, std::make_index_sequence<kShards>());
 
   static std::uint64_t shard_of(std::uint64_t hash) { return hash >> (64 - kShardBits); }
   std::uint64_t hash(std::string_view key) const { return detail::sip_hash13(hash_key, key); }

@@ -1,6 +1,6 @@
 #include "record_table.h"
 
-#include <sys/mman.h>
+#include "huge_pages.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -9,6 +9,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace idempotency::detail {
@@ -20,7 +21,6 @@ constexpr std::size_t kMaxLoadNumerator = 3;
 constexpr std::size_t kMaxLoadDenominator = 4;
 constexpr std::size_t kFirstCapacity = 16;
 constexpr std::size_t kCacheLineBytes = 64;
-constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
 
 constexpr std::uint8_t kHasFingerprint = 1;
 constexpr std::uint8_t kHasResult = 2;
@@ -71,13 +71,13 @@ struct RecordTable::Block {
            (r.result ? r.result->size() : 0);
   }
 
-  static Block* allocate(std::size_t key_size, std::size_t tail) {
-    void* raw = ::operator new(sizeof(Block) + key_size + tail);
-    Block* b = new (raw) Block{};
+  std::size_t size() const noexcept { return sizeof(Block) + payload(); }
+
+  static Block* allocate(BlockArena& arena, std::size_t key_size, std::size_t tail) {
+    Block* b = new (arena.allocate(sizeof(Block) + key_size + tail)) Block{};
     b->key_size = static_cast<std::uint16_t>(key_size);
     return b;
   }
-  static void release(Block* b) noexcept { ::operator delete(b); }
 
   // Writes `r` after the key; the block has room for exactly tail_size(r) bytes there.
   void store(const Record& r) noexcept {
@@ -118,8 +118,14 @@ void RecordTable::place(Slot* slots, std::size_t mask, const Slot& slot) noexcep
 
 RecordTable::~RecordTable() {
   if (!slots_) return;
-  for (std::size_t i = 0; i <= mask_; ++i) Block::release(slots_[i].block);
+  // Pooled blocks go with their runs; only the big ones were allocated one by one.
+  for (std::size_t i = 0; i <= mask_; ++i) {
+    const Block* b = slots_[i].block;
+    if (b != nullptr && !BlockArena::pooled(b->size())) release(slots_[i].block);
+  }
 }
+
+void RecordTable::release(Block* block) noexcept { blocks_.release(block, block->size()); }
 
 std::size_t RecordTable::find(std::string_view key, std::uint64_t hash) const noexcept {
   if (!slots_) return kNone;
@@ -163,9 +169,9 @@ void RecordTable::assign(std::size_t slot, const Record& record) {
   const std::size_t tail = Block::tail_size(record);
   if (tail != s.block->payload() - s.block->key_size) {
     // Another size (a result stored, a token cleared): a new block, the key copied over.
-    Block* fresh = Block::allocate(s.block->key_size, tail);
+    Block* fresh = Block::allocate(blocks_, s.block->key_size, tail);
     std::memcpy(fresh->bytes(), s.block->bytes(), s.block->key_size);
-    Block::release(std::exchange(s.block, fresh));
+    release(std::exchange(s.block, fresh));
   }
   s.block->store(record);
   s.expiry = coarse_expiry(record.expires_at);
@@ -174,7 +180,7 @@ void RecordTable::assign(std::size_t slot, const Record& record) {
 void RecordTable::insert(std::string_view key, std::uint64_t hash, const Record& record) {
   check_fits(record);
   if (!slots_ || (size_ + 1) * kMaxLoadDenominator > (mask_ + 1) * kMaxLoadNumerator) grow();
-  Block* b = Block::allocate(key.size(), Block::tail_size(record));
+  Block* b = Block::allocate(blocks_, key.size(), Block::tail_size(record));
   std::memcpy(b->bytes(), key.data(), key.size());
   b->store(record);
   place(slots_.get(), mask_,
@@ -183,7 +189,7 @@ void RecordTable::insert(std::string_view key, std::uint64_t hash, const Record&
 }
 
 void RecordTable::erase(std::size_t slot) noexcept {
-  Block::release(slots_[slot].block);
+  release(slots_[slot].block);
   --size_;
   // Backward shift: move each later slot of the run into the hole unless that would put it
   // before its home slot, so every key stays reachable from its home without tombstones.
@@ -232,18 +238,26 @@ std::size_t RecordTable::purge_expired(Millis now) noexcept {
   return purged;
 }
 
-void RecordTable::FreeSlots::operator()(Slot* slots) const noexcept { std::free(slots); }
+void RecordTable::FreeSlots::operator()(Slot* slots) const noexcept {
+  if (const std::size_t bytes = capacity * sizeof(Slot); bytes >= kHugePageBytes) {
+    unmap_huge(slots, bytes);
+  } else {
+    std::free(slots);
+  }
+}
 
 RecordTable::SlotArray RecordTable::allocate_slots(std::size_t capacity) {
   const std::size_t bytes = capacity * sizeof(Slot);  // a power of two, at least 256
-  // Arrays of 2 MiB and more sit on 2 MiB boundaries and ask for transparent huge pages: a
-  // table of millions of records is read at random, and on 4 KiB pages nearly every lookup
-  // would also miss the TLB and walk the page tables. Only a hint: without THP, 4 KiB pages.
-  const bool huge = bytes >= kHugePageBytes;
-  void* raw = std::aligned_alloc(huge ? kHugePageBytes : kCacheLineBytes, bytes);
+  if (bytes >= kHugePageBytes) {
+    // A table of millions of records is read at random: on huge pages a lookup rarely misses
+    // the TLB as well (see huge_pages.h). Mapped memory is zeroed, and an all-zero Slot is an
+    // empty one: writing the zeros again would only touch every page before its first use.
+    static_assert(std::is_trivially_copyable_v<Slot>);
+    return SlotArray(static_cast<Slot*>(map_huge(bytes)), FreeSlots{capacity});
+  }
+  void* raw = std::aligned_alloc(kCacheLineBytes, bytes);
   if (raw == nullptr) throw std::bad_alloc();
-  if (huge) (void)::madvise(raw, bytes, MADV_HUGEPAGE);
-  SlotArray slots(static_cast<Slot*>(raw));
+  SlotArray slots(static_cast<Slot*>(raw), FreeSlots{capacity});
   std::uninitialized_value_construct_n(slots.get(), capacity);
   return slots;
 }

@@ -1,11 +1,11 @@
 // RecordTable: one shard of the memory backend's records, packed for size and cache misses.
 //
-// Each record is one heap block: its fixed fields, then its key, claim token, fingerprint and
-// result bytes back to back (no std::string, no node, no bucket list). The table is open
-// addressing with linear probing over 16-byte slots: the block's address, 32 bits of the key's
-// hash (its home slot, and a filter that keeps other keys' blocks unread) and a coarse expiry.
-// A lookup of an absent key reads one run of slots, usually one cache line; a present key adds
-// its block. The coarse expiry lets a sweep pass live records without reading their blocks.
+// Each record is one block from the shard's BlockArena: its fixed fields, then its key, claim
+// token, fingerprint and result bytes back to back (no std::string, no node, no bucket list). The
+// table is open addressing with linear probing over 16-byte slots: the block's address, 32 bits of
+// the key's hash (its home slot, and a filter that keeps other keys' blocks unread) and a coarse
+// expiry. A lookup of an absent key reads one run of slots, usually one cache line; a present key
+// adds its block. The coarse expiry lets a sweep pass live records without reading their blocks.
 // Deletion shifts the following run back (no tombstones), so lookups never slow with churn.
 //
 // Thread safety: none; the memory backend holds the shard's mutex around every call.
@@ -16,6 +16,7 @@
 #include <memory>
 #include <string_view>
 
+#include "block_arena.h"
 #include "idempotency/record.h"
 
 namespace idempotency::detail {
@@ -25,7 +26,8 @@ class RecordTable {
   /// The slot index find() returns for an absent key.
   static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
 
-  RecordTable() = default;
+  /// A table whose blocks come from runs of `source`, which must outlive it.
+  explicit RecordTable(SlabSource& source) : blocks_(source) {}
   RecordTable(const RecordTable&) = delete;
   RecordTable& operator=(const RecordTable&) = delete;
   ~RecordTable();
@@ -71,18 +73,22 @@ class RecordTable {
     std::uint32_t expiry = 0;  // coarse_expiry() of the record's expires_at
   };
 
+  // Frees a slot array by its capacity: big ones are mapped, small ones from malloc.
   struct FreeSlots {
+    std::size_t capacity;
     void operator()(Slot* slots) const noexcept;
   };
   using SlotArray = std::unique_ptr<Slot[], FreeSlots>;
 
   static SlotArray allocate_slots(std::size_t capacity);
+  void release(Block* block) noexcept;
   // place() puts `slot` in the first empty slot of its run, from its home `hash & mask`.
   static void place(Slot* slots, std::size_t mask, const Slot& slot) noexcept;
   void grow();
   [[nodiscard]] bool expired(const Slot& slot, Millis now, std::uint32_t coarse_now) const noexcept;
 
-  SlotArray slots_;
+  BlockArena blocks_;
+  SlotArray slots_{nullptr, FreeSlots{0}};
   std::size_t mask_ = 0;  // capacity - 1; the capacity is a power of two, or zero
   std::size_t size_ = 0;
   std::size_t sweep_cursor_ = 0;
