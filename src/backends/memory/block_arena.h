@@ -66,6 +66,12 @@ class BlockArena {
     return bytes <= kLargestPooled;
   }
 
+  /// capacity() is how many bytes a block that allocate(`bytes`) returns can hold: a block
+  /// can be rewritten in place with any size of the same capacity, and released with it.
+  [[nodiscard]] static constexpr std::size_t capacity(std::size_t bytes) noexcept {
+    return pooled(bytes) ? (size_class(bytes) + 1) * kGrain : bytes;
+  }
+
  private:
   static constexpr std::size_t kGrain = 16;
   struct FreeBlock {

@@ -167,8 +167,10 @@ void RecordTable::assign(std::size_t slot, const Record& record) {
   check_fits(record);
   Slot& s = slots_[slot];
   const std::size_t tail = Block::tail_size(record);
-  if (tail != s.block->payload() - s.block->key_size) {
-    // Another size (a result stored, a token cleared): a new block, the key copied over.
+  const std::size_t bytes = sizeof(Block) + s.block->key_size + tail;
+  if (BlockArena::capacity(bytes) != BlockArena::capacity(s.block->size())) {
+    // Another size class (a result stored): a new block, the key copied over. A token cleared
+    // on completion usually keeps the class, and the block.
     Block* fresh = Block::allocate(blocks_, s.block->key_size, tail);
     std::memcpy(fresh->bytes(), s.block->bytes(), s.block->key_size);
     release(std::exchange(s.block, fresh));

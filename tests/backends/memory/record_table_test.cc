@@ -59,6 +59,14 @@ TEST(RecordTable, AssignKeepsTheKeyWhetherTheRecordGrowsOrShrinks) {
   released.claim_token.clear();  // a smaller one
   table.assign(table.find("key", 9), released);
   EXPECT_EQ(table.record(table.find("key", 9)), released);
+  Record same_class = released;  // a few bytes more or less: rewritten in its block
+  same_class.claim_token = "tok";
+  table.assign(table.find("key", 9), same_class);
+  EXPECT_EQ(table.record(table.find("key", 9)), same_class);
+  same_class.claim_token.clear();
+  same_class.fingerprint = "f";
+  table.assign(table.find("key", 9), same_class);
+  EXPECT_EQ(table.record(table.find("key", 9)), same_class);
   EXPECT_EQ(table.size(), 1U);
 }
 
