@@ -2,6 +2,7 @@
 
 #include <sanitizer/asan_interface.h>
 
+#include <cstdint>
 #include <new>
 
 #include "huge_pages.h"
@@ -12,6 +13,7 @@ namespace idempotency::detail {
 // once release() takes it back, so a record read after its block was freed is still reported
 // (the macros are no-ops in other builds).
 static_assert(kHugePageBytes % SlabSource::kRunBytes == 0);
+constexpr std::size_t kRunsPerSlab = kHugePageBytes / SlabSource::kRunBytes;
 
 SlabSource::~SlabSource() {
   for (char* slab : slabs_) {
@@ -22,8 +24,15 @@ SlabSource::~SlabSource() {
 
 char* SlabSource::take_run() {
   std::lock_guard lock(mutex_);
+  if (!free_runs_.empty()) {
+    char* run = free_runs_.back();
+    free_runs_.pop_back();
+    return run;
+  }
   if (next_ == end_) {
-    slabs_.reserve(slabs_.size() + 1);  // before mapping, so that a throw leaks nothing
+    // Room first, so that a throw leaks nothing and give_back() never needs to allocate.
+    slabs_.reserve(slabs_.size() + 1);
+    free_runs_.reserve((slabs_.size() + 1) * kRunsPerSlab);
     // The first slab on 4 KiB pages: a store of a few records is not 2 MiB resident.
     next_ =
         static_cast<char*>(map_huge(kHugePageBytes, slabs_.empty() ? Pages::kSmall : Pages::kHuge));
@@ -36,37 +45,115 @@ char* SlabSource::take_run() {
   return run;
 }
 
+void SlabSource::give_back(char* run) noexcept {
+  ASAN_POISON_MEMORY_REGION(run, kRunBytes);
+  std::lock_guard lock(mutex_);
+  free_runs_.push_back(run);  // within the capacity reserved for every run: cannot throw
+}
+
 std::size_t SlabSource::mapped_bytes() const {
   std::lock_guard lock(mutex_);
   return slabs_.size() * kHugePageBytes;
 }
 
+std::size_t SlabSource::free_runs() const {
+  std::lock_guard lock(mutex_);
+  return free_runs_.size();
+}
+
+// A run's header, in its first kHeaderBytes; its blocks follow, all of one size class.
+struct BlockArena::Run {
+  struct FreeBlock {
+    FreeBlock* next;
+  };
+  static constexpr std::size_t kHeaderBytes = 64;
+
+  Run* prev = nullptr;  // in open_[size_class] while `open`
+  Run* next = nullptr;
+  FreeBlock* free = nullptr;  // blocks given back
+  char* unused;               // the first byte never handed out
+  std::uint32_t in_use = 0;
+  std::uint32_t block_bytes;
+  std::uint16_t size_class;
+  bool open = false;
+
+  Run(std::size_t c, std::size_t bytes)
+      : unused(reinterpret_cast<char*>(this) + kHeaderBytes),
+        block_bytes(static_cast<std::uint32_t>(bytes)),
+        size_class(static_cast<std::uint16_t>(c)) {}
+
+  char* end() noexcept { return reinterpret_cast<char*>(this) + SlabSource::kRunBytes; }
+  bool full() noexcept {
+    return free == nullptr && static_cast<std::size_t>(end() - unused) < block_bytes;
+  }
+  // The run a block lies in: runs are aligned to their size.
+  static Run* of(void* block) noexcept {
+    auto* p = static_cast<char*>(block);
+    return reinterpret_cast<Run*>(p - reinterpret_cast<std::uintptr_t>(p) % SlabSource::kRunBytes);
+  }
+};
+BlockArena::Run* BlockArena::open_run(std::size_t size_class) {
+  static_assert(sizeof(Run) <= Run::kHeaderBytes && Run::kHeaderBytes % kGrain == 0);
+  if (Run* run = open_[size_class]; run != nullptr) return run;
+  char* memory = source_->take_run();
+  ASAN_UNPOISON_MEMORY_REGION(memory, Run::kHeaderBytes);
+  Run* run = new (memory) Run(size_class, (size_class + 1) * kGrain);
+  link(run);
+  return run;
+}
+
+void BlockArena::link(Run* run) noexcept {
+  Run*& head = open_[run->size_class];
+  run->prev = nullptr;
+  run->next = head;
+  if (head != nullptr) head->prev = run;
+  head = run;
+  run->open = true;
+}
+
+void BlockArena::unlink(Run* run) noexcept {
+  if (run->prev != nullptr) {
+    run->prev->next = run->next;
+  } else {
+    open_[run->size_class] = run->next;
+  }
+  if (run->next != nullptr) run->next->prev = run->prev;
+  run->prev = run->next = nullptr;
+  run->open = false;
+}
+
 void* BlockArena::allocate(std::size_t bytes) {
   if (!pooled(bytes)) return ::operator new(bytes);
-  const std::size_t c = size_class(bytes);
-  const std::size_t rounded = (c + 1) * kGrain;
-  if (FreeBlock* block = free_[c]; block != nullptr) {
-    ASAN_UNPOISON_MEMORY_REGION(block, rounded);
-    free_[c] = block->next;
-    return block;
+  Run* run = open_run(size_class(bytes));
+  void* block = nullptr;
+  if (run->free != nullptr) {
+    ASAN_UNPOISON_MEMORY_REGION(run->free, run->block_bytes);
+    block = run->free;
+    run->free = run->free->next;
+  } else {
+    block = run->unused;
+    run->unused += run->block_bytes;
+    ASAN_UNPOISON_MEMORY_REGION(block, run->block_bytes);
   }
-  if (static_cast<std::size_t>(end_ - next_) < rounded) {
-    // The rest of this run (under kLargestPooled bytes of 64 KiB) is left unused.
-    next_ = source_->take_run();
-    end_ = next_ + SlabSource::kRunBytes;
-  }
-  void* block = next_;
-  next_ += rounded;
-  ASAN_UNPOISON_MEMORY_REGION(block, rounded);
+  ++run->in_use;
+  if (run->full()) unlink(run);
   return block;
 }
 
 void BlockArena::release(void* block, std::size_t bytes) noexcept {
   if (block == nullptr) return;
   if (!pooled(bytes)) return ::operator delete(block);
-  const std::size_t c = size_class(bytes);
-  free_[c] = new (block) FreeBlock{free_[c]};
-  ASAN_POISON_MEMORY_REGION(block, (c + 1) * kGrain);
+  Run* run = Run::of(block);
+  run->free = new (block) Run::FreeBlock{run->free};
+  ASAN_POISON_MEMORY_REGION(block, run->block_bytes);
+  --run->in_use;
+  if (!run->open) link(run);
+  // An empty run goes back for any size to use, unless it is its class's only open run:
+  // one block taken and given back again and again must not take a run each time.
+  if (run->in_use == 0 && (run->prev != nullptr || run->next != nullptr)) {
+    unlink(run);
+    source_->give_back(reinterpret_cast<char*>(run));
+  }
 }
 
 }  // namespace idempotency::detail

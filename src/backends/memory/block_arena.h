@@ -1,14 +1,16 @@
 // The memory backend's record blocks: carved from huge pages, recycled by size.
 //
 // A fresh record on malloc costs a page fault every ~40 records as the heap grows (4 KiB pages;
-// ~10 µs each on our VMs, a quarter of a pair's time) and a header word each. Here every shard's
-// BlockArena bumps through 64 KiB runs that a store-wide SlabSource cuts from 2 MiB huge pages
-// (the first 2 MiB on small pages, so that a small store stays small), and keeps a free list
-// per 16-byte size class for the blocks records give back. Blocks above kLargestPooled
+// ~10 µs each on our VMs, a quarter of a pair's time) and a header word each. Here a store-wide
+// SlabSource cuts 64 KiB runs from 2 MiB huge pages (the first 2 MiB on small pages, so that a
+// small store stays small), and each shard's BlockArena fills a run with blocks of one 16-byte
+// size class: bumping through it first, then reusing the blocks records give back. A run whose
+// blocks are all free again goes back to the SlabSource, for any shard and any size next; so a
+// store keeps about the memory of its peak, not the sum of every size's peak (results whose
+// length drifts over time reuse the runs of the lengths they left). Blocks above kLargestPooled
 // (records with big results) come from operator new instead.
 //
-// Memory in runs goes back to the system only when the store is destroyed; until then the
-// shard reuses it. A store that held ten million records at its peak keeps that much.
+// Mapped memory goes back to the system only when the store is destroyed.
 #pragma once
 
 #include <array>
@@ -18,11 +20,11 @@
 
 namespace idempotency::detail {
 
-/// SlabSource hands out runs of memory from huge-page slabs it maps; thread-safe. It must
-/// outlive every BlockArena that takes from it.
+/// SlabSource hands out runs of memory from huge-page slabs it maps, and takes them back for
+/// reuse; thread-safe. It must outlive every BlockArena that takes from it.
 class SlabSource {
  public:
-  /// Bytes in a run.
+  /// Bytes in a run; runs are aligned to it.
   static constexpr std::size_t kRunBytes = std::size_t{64} << 10;
 
   SlabSource() = default;
@@ -30,15 +32,24 @@ class SlabSource {
   SlabSource& operator=(const SlabSource&) = delete;
   ~SlabSource();
 
-  /// take_run() returns kRunBytes of fresh memory, aligned to 64 bytes. Throws `std::bad_alloc`.
+  /// take_run() returns a run: one given back if there is one, else fresh memory. Throws
+  /// `std::bad_alloc`.
   [[nodiscard]] char* take_run();
+
+  /// give_back() returns a run that take_run() handed out, for any caller to take next.
+  void give_back(char* run) noexcept;
 
   /// mapped_bytes() is the memory mapped so far.
   [[nodiscard]] std::size_t mapped_bytes() const;
 
+  /// free_runs() is the number of runs given back and not yet taken again.
+  [[nodiscard]] std::size_t free_runs() const;
+
  private:
   mutable std::mutex mutex_;
   std::vector<char*> slabs_;
+  // Its capacity covers every run of every slab, so that give_back() never allocates.
+  std::vector<char*> free_runs_;
   char* next_ = nullptr;  // the current slab's first untaken byte
   char* end_ = nullptr;
 };
@@ -74,17 +85,19 @@ class BlockArena {
 
  private:
   static constexpr std::size_t kGrain = 16;
-  struct FreeBlock {
-    FreeBlock* next;
-  };
+  static constexpr std::size_t kClasses = kLargestPooled / kGrain;
   static constexpr std::size_t size_class(std::size_t bytes) noexcept {
     return (bytes - 1) / kGrain;  // 1..16 → 0, 17..32 → 1, …
   }
+  struct Run;
+
+  Run* open_run(std::size_t size_class);
+  void link(Run* run) noexcept;
+  void unlink(Run* run) noexcept;
 
   SlabSource* source_;
-  std::array<FreeBlock*, kLargestPooled / kGrain> free_{};
-  char* next_ = nullptr;  // the current run's first unused byte
-  char* end_ = nullptr;
+  // Per size class, the runs with a block to hand out (free or never used), doubly linked.
+  std::array<Run*, kClasses> open_{};
 };
 
 }  // namespace idempotency::detail

@@ -21,7 +21,8 @@ void* map_huge(std::size_t bytes, Pages pages) {
   if (const std::size_t tail = padded - head - bytes; tail != 0) {
     (void)::munmap(memory + bytes, tail);
   }
-  if (pages == Pages::kHuge) (void)::madvise(memory, bytes, MADV_HUGEPAGE);
+  // Said either way: where THP is `always`, an aligned 2 MiB mapping gets a huge page unasked.
+  (void)::madvise(memory, bytes, pages == Pages::kHuge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
   return memory;
 }
 

@@ -17,8 +17,8 @@ inline constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
 enum class Pages { kHuge, kSmall };
 
 /// map_huge() returns `bytes` (a multiple of kHugePageBytes) of zeroed memory aligned to
-/// kHugePageBytes and, for Pages::kHuge, advised for huge pages (a hint: without THP it is
-/// 4 KiB pages). Throws `std::bad_alloc` when the system has no room.
+/// kHugePageBytes, advised for huge pages or against them (a hint: without THP it is 4 KiB
+/// pages). Throws `std::bad_alloc` when the system has no room.
 [[nodiscard]] void* map_huge(std::size_t bytes, Pages pages = Pages::kHuge);
 
 /// unmap_huge() returns memory from map_huge(`bytes`) to the system.

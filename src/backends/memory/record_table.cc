@@ -12,6 +12,17 @@
 #include <type_traits>
 #include <utility>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define IDEMPOTENCY_LEAK_CHECKED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define IDEMPOTENCY_LEAK_CHECKED 1
+#endif
+#endif
+#if defined(IDEMPOTENCY_LEAK_CHECKED)
+#include <sanitizer/lsan_interface.h>
+#endif
+
 namespace idempotency::detail {
 
 namespace {
@@ -240,8 +251,32 @@ std::size_t RecordTable::purge_expired(Millis now) noexcept {
   return purged;
 }
 
+namespace {
+
+// LeakSanitizer scans the heap and not mapped memory: a mapped slot array is registered with
+// it, or the big blocks only that array points to would read as leaked in a store alive at
+// exit.
+void scan_for_leaks(const void* memory, std::size_t bytes) noexcept {
+#if defined(IDEMPOTENCY_LEAK_CHECKED)
+  __lsan_register_root_region(memory, bytes);
+#else
+  (void)memory, (void)bytes;
+#endif
+}
+
+void stop_scanning(const void* memory, std::size_t bytes) noexcept {
+#if defined(IDEMPOTENCY_LEAK_CHECKED)
+  __lsan_unregister_root_region(memory, bytes);
+#else
+  (void)memory, (void)bytes;
+#endif
+}
+
+}  // namespace
+
 void RecordTable::FreeSlots::operator()(Slot* slots) const noexcept {
   if (const std::size_t bytes = capacity * sizeof(Slot); bytes >= kHugePageBytes) {
+    stop_scanning(slots, bytes);
     unmap_huge(slots, bytes);
   } else {
     std::free(slots);
@@ -255,7 +290,9 @@ RecordTable::SlotArray RecordTable::allocate_slots(std::size_t capacity) {
     // the TLB as well (see huge_pages.h). Mapped memory is zeroed, and an all-zero Slot is an
     // empty one: writing the zeros again would only touch every page before its first use.
     static_assert(std::is_trivially_copyable_v<Slot>);
-    return SlotArray(static_cast<Slot*>(map_huge(bytes)), FreeSlots{capacity});
+    SlotArray slots(static_cast<Slot*>(map_huge(bytes)), FreeSlots{capacity});
+    scan_for_leaks(slots.get(), bytes);
+    return slots;
   }
   void* raw = std::aligned_alloc(kCacheLineBytes, bytes);
   if (raw == nullptr) throw std::bad_alloc();

@@ -1,6 +1,7 @@
 // BlockArena and SlabSource, the memory backend's record allocator: blocks are distinct,
-// aligned and writable; a released block is reused for its size class only; big blocks bypass
-// the runs; and memory stays bounded however many records come and go.
+// aligned and writable; a released block is reused for its size class; a run emptied goes
+// back for any size; big blocks bypass the runs; and memory stays near its peak however many
+// records come and go, and whatever sizes they drift through.
 #include "memory/block_arena.h"
 
 #include <gtest/gtest.h>
@@ -100,6 +101,39 @@ TEST(BlockArenaDeathTest, AReleasedBlockReadUnderAddressSanitizerIsReported) {
   EXPECT_DEATH((void)*never_handed_out, "use-after-poison");
 }
 #endif
+
+TEST(BlockArena, ARunEmptiedGoesBackForAnySizeAndAnyArena) {
+  SlabSource slabs;
+  BlockArena small(slabs);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 10'000; ++i) blocks.push_back(small.allocate(96));
+  const std::size_t mapped = slabs.mapped_bytes();
+  for (void* b : blocks) small.release(b, 96);
+  EXPECT_GT(slabs.free_runs(), 10U);  // all but the one the class keeps open
+  BlockArena big(slabs);
+  blocks.clear();
+  for (int i = 0; i < 1'000; ++i) blocks.push_back(big.allocate(900));
+  EXPECT_EQ(slabs.mapped_bytes(), mapped);  // the runs the small blocks left, reused
+  for (void* b : blocks) big.release(b, 900);
+}
+
+// Records whose sizes drift (results of one length for a while, then of another) reuse the
+// runs of the sizes they left: 2,000 live blocks of at most 1 KiB (2 MiB at most) through
+// every size class, 400,000 blocks in all, stay within a few slabs.
+TEST(BlockArena, DriftingSizesStayNearThePeak) {
+  SlabSource slabs;
+  BlockArena arena(slabs);
+  constexpr std::size_t kLive = 2'000;
+  std::vector<std::pair<void*, std::size_t>> live(kLive, {nullptr, 1});
+  for (std::size_t i = 0; i < 400'000; ++i) {
+    auto& [block, bytes] = live[i % kLive];
+    arena.release(block, bytes);
+    bytes = 1 + (i * BlockArena::kLargestPooled / 400'000);
+    block = arena.allocate(bytes);
+  }
+  EXPECT_LE(slabs.mapped_bytes(), 3 * kHugePageBytes);
+  for (auto& [block, bytes] : live) arena.release(block, bytes);
+}
 
 TEST(HugePages, MappedMemoryIsZeroedAlignedAndWritable) {
   void* memory = map_huge(2 * kHugePageBytes);
