@@ -30,9 +30,12 @@ char* SlabSource::take_run() {
     return run;
   }
   if (next_ == end_) {
-    // Room first, so that a throw leaks nothing and give_back() never needs to allocate.
-    slabs_.reserve(slabs_.size() + 1);
-    free_runs_.reserve((slabs_.size() + 1) * kRunsPerSlab);
+    // Room first, so that a throw leaks nothing and give_back() never needs to allocate;
+    // doubling, so that a store of many slabs does not copy the lists once a slab.
+    if (slabs_.size() == slabs_.capacity()) {
+      slabs_.reserve(2 * slabs_.size() + 1);
+      free_runs_.reserve(slabs_.capacity() * kRunsPerSlab);
+    }
     // The first slab on 4 KiB pages: a store of a few records is not 2 MiB resident.
     next_ =
         static_cast<char*>(map_huge(kHugePageBytes, slabs_.empty() ? Pages::kSmall : Pages::kHuge));
