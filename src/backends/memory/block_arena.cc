@@ -27,14 +27,17 @@ char* SlabSource::take_run() {
   if (!free_runs_.empty()) {
     char* run = free_runs_.back();
     free_runs_.pop_back();
+    ++runs_out_;
     return run;
   }
   if (next_ == end_) {
     // Room first, so that a throw leaks nothing and give_back() never needs to allocate;
-    // doubling, so that a store of many slabs does not copy the lists once a slab.
-    if (slabs_.size() == slabs_.capacity()) {
-      slabs_.reserve(2 * slabs_.size() + 1);
-      free_runs_.reserve(slabs_.capacity() * kRunsPerSlab);
+    // doubling, so that a store of many slabs does not copy the lists once a slab. Each list
+    // is checked on its own: after a throw between the two, the next slab tries again.
+    const std::size_t room = 2 * slabs_.size() + 1;
+    if (slabs_.size() == slabs_.capacity()) slabs_.reserve(room);
+    if (free_runs_.capacity() < (slabs_.size() + 1) * kRunsPerSlab) {
+      free_runs_.reserve(room * kRunsPerSlab);
     }
     // The first slab on 4 KiB pages: a store of a few records is not 2 MiB resident.
     next_ =
@@ -44,6 +47,7 @@ char* SlabSource::take_run() {
   }
   char* run = next_;
   next_ += kRunBytes;  // a slab holds a whole number of runs
+  ++runs_out_;
   ASAN_POISON_MEMORY_REGION(run, kRunBytes);
   return run;
 }
@@ -52,6 +56,7 @@ void SlabSource::give_back(char* run) noexcept {
   ASAN_POISON_MEMORY_REGION(run, kRunBytes);
   std::lock_guard lock(mutex_);
   free_runs_.push_back(run);  // within the capacity reserved for every run: cannot throw
+  --runs_out_;
 }
 
 std::size_t SlabSource::mapped_bytes() const {
@@ -62,6 +67,11 @@ std::size_t SlabSource::mapped_bytes() const {
 std::size_t SlabSource::free_runs() const {
   std::lock_guard lock(mutex_);
   return free_runs_.size();
+}
+
+std::size_t SlabSource::runs_out() const {
+  std::lock_guard lock(mutex_);
+  return runs_out_;
 }
 
 // A run's header, in its first kHeaderBytes; its blocks follow, all of one size class.
@@ -139,6 +149,7 @@ void* BlockArena::allocate(std::size_t bytes) {
     ASAN_UNPOISON_MEMORY_REGION(block, run->block_bytes);
   }
   ++run->in_use;
+  if (run == spare_) spare_ = nullptr;
   if (run->full()) unlink(run);
   return block;
 }
@@ -151,11 +162,15 @@ void BlockArena::release(void* block, std::size_t bytes) noexcept {
   ASAN_POISON_MEMORY_REGION(block, run->block_bytes);
   --run->in_use;
   if (!run->open) link(run);
-  // An empty run goes back for any size to use, unless it is its class's only open run:
-  // one block taken and given back again and again must not take a run each time.
-  if (run->in_use == 0 && (run->prev != nullptr || run->next != nullptr)) {
-    unlink(run);
-    source_->give_back(reinterpret_cast<char*>(run));
+  // An empty run goes back for any size to use; but the arena keeps the one that emptied
+  // last, so that one block taken and given back again and again does not take a run and
+  // give it back each time.
+  if (run->in_use == 0) {
+    if (spare_ != nullptr && spare_ != run) {
+      unlink(spare_);
+      source_->give_back(reinterpret_cast<char*>(spare_));
+    }
+    spare_ = run;
   }
 }
 

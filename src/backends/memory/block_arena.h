@@ -5,10 +5,11 @@
 // SlabSource cuts 64 KiB runs from 2 MiB huge pages (the first 2 MiB on small pages, so that a
 // small store stays small), and each shard's BlockArena fills a run with blocks of one 16-byte
 // size class: bumping through it first, then reusing the blocks records give back. A run whose
-// blocks are all free again goes back to the SlabSource, for any shard and any size next; so a
-// store keeps about the memory of its peak, not the sum of every size's peak (results whose
-// length drifts over time reuse the runs of the lengths they left). Blocks above kLargestPooled
-// (records with big results) come from operator new instead.
+// blocks are all free again goes back to the SlabSource, for any shard and any size next (each
+// arena keeps one empty run at most); so a store's runs are about its peak, not the sum of
+// every size's peak (results whose length drifts over time reuse the runs of the lengths they
+// left), less the runs that stay partly used (the fragmentation of any slab allocator). Blocks
+// above kLargestPooled (records with big results) come from operator new instead.
 //
 // Mapped memory goes back to the system only when the store is destroyed.
 #pragma once
@@ -45,6 +46,9 @@ class SlabSource {
   /// free_runs() is the number of runs given back and not yet taken again.
   [[nodiscard]] std::size_t free_runs() const;
 
+  /// runs_out() is the number of runs taken and not given back.
+  [[nodiscard]] std::size_t runs_out() const;
+
  private:
   mutable std::mutex mutex_;
   std::vector<char*> slabs_;
@@ -52,6 +56,7 @@ class SlabSource {
   std::vector<char*> free_runs_;
   char* next_ = nullptr;  // the current slab's first untaken byte
   char* end_ = nullptr;
+  std::size_t runs_out_ = 0;
 };
 
 /// BlockArena allocates blocks for one shard; not thread-safe (the shard's mutex guards it).
@@ -98,6 +103,8 @@ class BlockArena {
   SlabSource* source_;
   // Per size class, the runs with a block to hand out (free or never used), doubly linked.
   std::array<Run*, kClasses> open_{};
+  // The one empty run the arena keeps (still in its class's open list), or null.
+  Run* spare_ = nullptr;
 };
 
 }  // namespace idempotency::detail
