@@ -27,7 +27,6 @@ char* SlabSource::take_run() {
   if (!free_runs_.empty()) {
     char* run = free_runs_.back();
     free_runs_.pop_back();
-    ++runs_out_;
     return run;
   }
   if (next_ == end_) {
@@ -47,7 +46,6 @@ char* SlabSource::take_run() {
   }
   char* run = next_;
   next_ += kRunBytes;  // a slab holds a whole number of runs
-  ++runs_out_;
   ASAN_POISON_MEMORY_REGION(run, kRunBytes);
   return run;
 }
@@ -56,7 +54,6 @@ void SlabSource::give_back(char* run) noexcept {
   ASAN_POISON_MEMORY_REGION(run, kRunBytes);
   std::lock_guard lock(mutex_);
   free_runs_.push_back(run);  // within the capacity reserved for every run: cannot throw
-  --runs_out_;
 }
 
 std::size_t SlabSource::mapped_bytes() const {
@@ -71,7 +68,8 @@ std::size_t SlabSource::free_runs() const {
 
 std::size_t SlabSource::runs_out() const {
   std::lock_guard lock(mutex_);
-  return runs_out_;
+  const auto untaken = static_cast<std::size_t>(end_ - next_) / kRunBytes;
+  return slabs_.size() * kRunsPerSlab - untaken - free_runs_.size();
 }
 
 // A run's header, in its first kHeaderBytes; its blocks follow, all of one size class.
@@ -86,18 +84,17 @@ struct BlockArena::Run {
   FreeBlock* free = nullptr;  // blocks given back
   char* unused;               // the first byte never handed out
   std::uint32_t in_use = 0;
-  std::uint32_t block_bytes;
   std::uint16_t size_class;
   bool open = false;
 
-  Run(std::size_t c, std::size_t bytes)
+  explicit Run(std::size_t c)
       : unused(reinterpret_cast<char*>(this) + kHeaderBytes),
-        block_bytes(static_cast<std::uint32_t>(bytes)),
         size_class(static_cast<std::uint16_t>(c)) {}
 
+  std::size_t block_bytes() const noexcept { return (std::size_t{size_class} + 1) * kGrain; }
   char* end() noexcept { return reinterpret_cast<char*>(this) + SlabSource::kRunBytes; }
   bool full() noexcept {
-    return free == nullptr && static_cast<std::size_t>(end() - unused) < block_bytes;
+    return free == nullptr && static_cast<std::size_t>(end() - unused) < block_bytes();
   }
   // The run a block lies in: runs are aligned to their size.
   static Run* of(void* block) noexcept {
@@ -110,7 +107,7 @@ BlockArena::Run* BlockArena::open_run(std::size_t size_class) {
   if (Run* run = open_[size_class]; run != nullptr) return run;
   char* memory = source_->take_run();
   ASAN_UNPOISON_MEMORY_REGION(memory, Run::kHeaderBytes);
-  Run* run = new (memory) Run(size_class, (size_class + 1) * kGrain);
+  Run* run = new (memory) Run(size_class);
   link(run);
   return run;
 }
@@ -140,13 +137,13 @@ void* BlockArena::allocate(std::size_t bytes) {
   Run* run = open_run(size_class(bytes));
   void* block = nullptr;
   if (run->free != nullptr) {
-    ASAN_UNPOISON_MEMORY_REGION(run->free, run->block_bytes);
+    ASAN_UNPOISON_MEMORY_REGION(run->free, run->block_bytes());
     block = run->free;
     run->free = run->free->next;
   } else {
     block = run->unused;
-    run->unused += run->block_bytes;
-    ASAN_UNPOISON_MEMORY_REGION(block, run->block_bytes);
+    run->unused += run->block_bytes();
+    ASAN_UNPOISON_MEMORY_REGION(block, run->block_bytes());
   }
   ++run->in_use;
   if (run == spare_) spare_ = nullptr;
@@ -159,7 +156,7 @@ void BlockArena::release(void* block, std::size_t bytes) noexcept {
   if (!pooled(bytes)) return ::operator delete(block);
   Run* run = Run::of(block);
   run->free = new (block) Run::FreeBlock{run->free};
-  ASAN_POISON_MEMORY_REGION(block, run->block_bytes);
+  ASAN_POISON_MEMORY_REGION(block, run->block_bytes());
   --run->in_use;
   if (!run->open) link(run);
   // An empty run goes back for any size to use; but the arena keeps the one that emptied

@@ -56,7 +56,6 @@ class SlabSource {
   std::vector<char*> free_runs_;
   char* next_ = nullptr;  // the current slab's first untaken byte
   char* end_ = nullptr;
-  std::size_t runs_out_ = 0;
 };
 
 /// BlockArena allocates blocks for one shard; not thread-safe (the shard's mutex guards it).

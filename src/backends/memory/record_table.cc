@@ -254,21 +254,17 @@ std::size_t RecordTable::purge_expired(Millis now) noexcept {
 namespace {
 
 // LeakSanitizer scans the heap and not mapped memory: a mapped slot array is registered with
-// it, or the big blocks only that array points to would read as leaked in a store alive at
-// exit.
-void scan_for_leaks(const void* memory, std::size_t bytes) noexcept {
+// it while it lives, or the big blocks only that array points to would read as leaked in a
+// store alive at exit.
+void scan_for_leaks(const void* memory, std::size_t bytes, bool scanned) noexcept {
 #if defined(IDEMPOTENCY_LEAK_CHECKED)
-  __lsan_register_root_region(memory, bytes);
+  if (scanned) {
+    __lsan_register_root_region(memory, bytes);
+  } else {
+    __lsan_unregister_root_region(memory, bytes);
+  }
 #else
-  (void)memory, (void)bytes;
-#endif
-}
-
-void stop_scanning(const void* memory, std::size_t bytes) noexcept {
-#if defined(IDEMPOTENCY_LEAK_CHECKED)
-  __lsan_unregister_root_region(memory, bytes);
-#else
-  (void)memory, (void)bytes;
+  (void)memory, (void)bytes, (void)scanned;
 #endif
 }
 
@@ -276,7 +272,7 @@ void stop_scanning(const void* memory, std::size_t bytes) noexcept {
 
 void RecordTable::FreeSlots::operator()(Slot* slots) const noexcept {
   if (const std::size_t bytes = capacity * sizeof(Slot); bytes >= kHugePageBytes) {
-    stop_scanning(slots, bytes);
+    scan_for_leaks(slots, bytes, false);
     unmap_huge(slots, bytes);
   } else {
     std::free(slots);
@@ -291,7 +287,7 @@ RecordTable::SlotArray RecordTable::allocate_slots(std::size_t capacity) {
     // empty one: writing the zeros again would only touch every page before its first use.
     static_assert(std::is_trivially_copyable_v<Slot>);
     SlotArray slots(static_cast<Slot*>(map_huge(bytes)), FreeSlots{capacity});
-    scan_for_leaks(slots.get(), bytes);
+    scan_for_leaks(slots.get(), bytes, true);
     return slots;
   }
   void* raw = std::aligned_alloc(kCacheLineBytes, bytes);
